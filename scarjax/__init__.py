@@ -1,0 +1,39 @@
+"""scarjax: self-correcting ML training on unreliable resources, in JAX.
+
+Core API (thesis Ch. 5, SCAR):
+
+* :class:`Algorithm`, :class:`State` – an iterative-convergent procedure in parameter-server
+  form (Eq 2.2–2.3); :func:`from_optax` and :func:`fixed_point` build one in a few lines.
+* :mod:`scarjax.hooks` – perturbation hooks at the read / update / write injection points,
+  composed with :func:`chain`.
+* :func:`run`, :func:`run_trials` – the perturbed loop (Eq 5.2) as one compiled
+  ``lax.scan``; Monte-Carlo trials as one ``vmap``.
+* :func:`rework_cost`, :func:`calibrate_eps` – measured rework (Eq 5.4).
+* :mod:`scarjax.bounds` – Thm 5.3.1 and its variants (Appendix B).
+"""
+
+from scarjax import bounds, hooks, models
+from scarjax.algorithms import fixed_point, from_optax
+from scarjax.core import Algorithm, State, Trace, run, run_trials, split_trials
+from scarjax.hooks import chain
+from scarjax.rework import calibrate_eps, iterations_to, rework_cost
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "State",
+    "Trace",
+    "run",
+    "run_trials",
+    "split_trials",
+    "chain",
+    "hooks",
+    "bounds",
+    "models",
+    "from_optax",
+    "fixed_point",
+    "rework_cost",
+    "calibrate_eps",
+    "iterations_to",
+]

@@ -1,0 +1,393 @@
+"""Rework-cost theory of SCAR (thesis Sec 5.3 and Appendix B).
+
+Notation (thesis Eq 5.2–5.6): the unperturbed iterates contract linearly,
+``‖f(w) − w*‖ ≤ c‖w − w*‖`` with ``0 < c < 1`` (Eq 5.3, 5.5); perturbations ``δ_ℓ`` hit
+the iterate before step ``ℓ``; ``d₀ = ‖w⁽⁰⁾ − w*‖``; and
+
+    Δ_T = Σ_{ℓ ≤ T} c^{−ℓ} E‖δ_ℓ‖.
+
+* :func:`rework_bound` – Thm 5.3.1 (Eq 5.6): ``π ≤ log(1 + Δ_T/d₀) / log(1/c)``.
+* :func:`envelope` – Lemma B.2.1 (Eq B.4): ``E‖y⁽ᵏ⁾ − w*‖ ≤ cᵏ (d₀ + Σ_{ℓ<k} c^{−ℓ}E‖δ_ℓ‖)``.
+* :func:`infinite_bound`, :func:`error_floor` – Appendix B.1.1 (Eq B.1–B.2): perturbations
+  of size ``≤ Δ`` at every step leave an irreducible error ``cΔ/(1 − c)``.
+* :func:`sgd_bound` – Appendix B.1.2: the implicit SGD bound solved numerically.
+* :func:`estimate_c` – the empirical linear rate of an unperturbed run.
+
+Sums of ``c^{−ℓ}`` overflow float32 quickly (``0.9^{−1000}``), so everything is computed
+in log space (``log Δ_T`` by ``logsumexp``) and in float64 NumPy: these are post-hoc
+analysis functions, called outside the compiled loop. Inputs are validated and errors
+name the offending argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+__all__ = [
+    "log_delta_T",
+    "delta_T",
+    "rework_bound",
+    "trace_rework_bound",
+    "iterations_bound",
+    "envelope",
+    "error_floor",
+    "infinite_bound",
+    "infinite_iterations",
+    "sgd_bound",
+    "estimate_c",
+    "NotLinearlyConvergentError",
+]
+
+
+class NotLinearlyConvergentError(ValueError):
+    """Raised by :func:`estimate_c` when a run does not converge linearly (Eq 5.3)."""
+
+
+# --------------------------------------------------------------------------------------
+# Validation helpers.
+
+
+def _check_c(c: Any) -> np.ndarray:
+    arr = np.asarray(c, dtype=np.float64)
+    if not np.all((arr > 0) & (arr < 1)):
+        raise ValueError(f"c must lie in the open interval (0, 1), got {c!r}")
+    return arr
+
+
+def _check_positive(name: str, x: Any) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
+    return arr
+
+
+def _check_norms(name: str, x: Any) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must be an array of per-step norms, got a scalar")
+    if np.any(np.isnan(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be non-negative norms (no NaN), got min {np.nanmin(arr)!r}")
+    return arr
+
+
+def _norms_of(x: Any) -> np.ndarray:
+    """Accept a Trace (uses its perturbation_norms) or an array of norms."""
+    if hasattr(x, "perturbation_norms"):
+        return np.asarray(x.perturbation_norms(), dtype=np.float64)
+    return _check_norms("norms", x)
+
+
+# --------------------------------------------------------------------------------------
+# Theorem 5.3.1.
+
+
+def log_delta_T(norms: Any, c: float, *, T: int | None = None, expectation: bool = False) -> np.ndarray:
+    """``log Δ_T`` with ``Δ_T = Σ_{ℓ=0}^{T} c^{−ℓ} E‖δ_ℓ‖`` (Thm 5.3.1), in log space.
+
+    Args:
+      norms: ``[..., L]`` per-step perturbation norms ‖δ_ℓ‖ (index ℓ as in Eq 5.2), or a
+        :class:`~scarjax.Trace` (its :meth:`~scarjax.Trace.perturbation_norms`).
+      c: the linear rate, in (0, 1).
+      T: last index included (default: all).
+      expectation: average the norms over the leading (trial) axis first, giving the
+        ``E‖δ_ℓ‖`` of the theorem from Monte-Carlo trials.
+
+    Returns ``-inf`` where every norm is zero.
+    """
+    n = _norms_of(norms)
+    c = float(_check_c(c))
+    if expectation:
+        if n.ndim < 2:
+            raise ValueError("expectation=True needs norms with a leading trial axis")
+        n = n.mean(axis=0)
+    if T is not None:
+        if not 0 <= T < n.shape[-1]:
+            raise ValueError(f"T must be in [0, {n.shape[-1] - 1}], got {T}")
+        n = n[..., : T + 1]
+    ell = np.arange(n.shape[-1])
+    with np.errstate(divide="ignore"):
+        return logsumexp(np.log(n) + ell * np.log(1.0 / c), axis=-1)
+
+
+def delta_T(norms: Any, c: float, *, T: int | None = None, expectation: bool = False) -> np.ndarray:
+    """``Δ_T = Σ_{ℓ ≤ T} c^{−ℓ} E‖δ_ℓ‖`` (Thm 5.3.1); may be ``inf`` in float64 for very
+    late perturbations — prefer :func:`log_delta_T` / :func:`trace_rework_bound` then."""
+    with np.errstate(over="ignore"):
+        return np.exp(log_delta_T(norms, c, T=T, expectation=expectation))
+
+
+def rework_bound(delta_T: Any, initial_distance: Any, c: Any) -> np.ndarray:
+    """Theorem 5.3.1 (Eq 5.6): ``π(δ, ε) ≤ log(1 + Δ_T/‖w⁽⁰⁾ − w*‖) / log(1/c)``.
+
+    Independent of ε. Broadcasts over arrays.
+
+    >>> float(rework_bound(0.0, 1.0, 0.5))
+    0.0
+    >>> round(float(rework_bound(1.0, 1.0, 0.5)), 6)  # log 2 / log 2
+    1.0
+    """
+    c = _check_c(c)
+    d0 = _check_positive("initial_distance", initial_distance)
+    dt = np.asarray(delta_T, dtype=np.float64)
+    if np.any(np.isnan(dt)) or np.any(dt < 0):
+        raise ValueError(f"delta_T must be >= 0 (no NaN), got {delta_T!r}")
+    return np.log1p(dt / d0) / np.log(1.0 / c)
+
+
+def trace_rework_bound(
+    trace: Any,
+    c: float,
+    *,
+    initial_distance: Any | None = None,
+    T: int | None = None,
+    expectation: bool = False,
+) -> np.ndarray:
+    """Thm 5.3.1 evaluated on a run: Δ_T from the trace's measured ‖δ_ℓ‖, ``d₀`` from its
+    ``initial_distance`` (or given). Computed stably as ``softplus(log Δ_T − log d₀)/log(1/c)``.
+    With ``expectation=True`` the norms are averaged over trials first (one bound)."""
+    ldt = log_delta_T(trace, c, T=T, expectation=expectation)
+    if initial_distance is None:
+        initial_distance = getattr(trace, "initial_distance", None)
+        if initial_distance is None:
+            raise ValueError("initial_distance is required when the trace has no optimum")
+    d0 = _check_positive("initial_distance", initial_distance)
+    if expectation and d0.ndim:
+        d0 = d0.mean(axis=0)
+    return np.logaddexp(0.0, ldt - np.log(d0)) / np.log(1.0 / float(c))
+
+
+def iterations_bound(initial_distance: Any, eps: Any, c: Any, delta_T: Any = 0.0) -> np.ndarray:
+    """``κ = log((d₀ + Δ_T)/ε) / log(1/c)`` (proof of Thm 5.3.1, Eq B.8–B.9): iterations
+    after which ``E‖y⁽ᵏ⁾ − w*‖ < ε`` is guaranteed. With ``delta_T = 0`` this is the
+    unperturbed ``κ(w, ε)``."""
+    c = _check_c(c)
+    d0 = _check_positive("initial_distance", initial_distance)
+    eps = _check_positive("eps", eps)
+    dt = np.asarray(delta_T, dtype=np.float64)
+    if np.any(dt < 0):
+        raise ValueError(f"delta_T must be >= 0, got {delta_T!r}")
+    return np.log((d0 + dt) / eps) / np.log(1.0 / c)
+
+
+def envelope(norms: Any, initial_distance: float, c: float) -> np.ndarray:
+    """Lemma B.2.1 (Eq B.4) as a trajectory: ``[..., L + 1]`` upper bounds on
+    ``E‖y⁽ᵏ⁾ − w*‖`` for ``k = 0 … L``, given ``[..., L]`` norms ‖δ_ℓ‖ indexed by ℓ.
+
+    ``bound_k = cᵏ d₀ + Σ_{ℓ<k} c^{k−ℓ} ‖δ_ℓ‖`` (computed by the stable recursion
+    ``b_{k+1} = c (b_k + ‖δ_k‖)`` of Eq B.5)."""
+    n = _norms_of(norms)
+    c = float(_check_c(c))
+    d0 = _check_positive("initial_distance", initial_distance)
+    out = np.empty(n.shape[:-1] + (n.shape[-1] + 1,))
+    b = np.broadcast_to(d0, n.shape[:-1]).astype(np.float64)
+    out[..., 0] = b
+    for k in range(n.shape[-1]):
+        b = c * (b + n[..., k])
+        out[..., k + 1] = b
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Appendix B.1.1: perturbations at every step.
+
+
+def error_floor(Delta: Any, c: Any) -> np.ndarray:
+    """The irreducible error ``cΔ/(1 − c)`` of perturbations ``E‖δ_k‖ ≤ Δ`` at every step
+    (Example 5.3.4, Eq B.1)."""
+    c = _check_c(c)
+    D = np.asarray(Delta, dtype=np.float64)
+    if np.any(np.isnan(D)) or np.any(D < 0):
+        raise ValueError(f"Delta must be >= 0, got {Delta!r}")
+    return c * D / (1.0 - c)
+
+
+def infinite_iterations(Delta: Any, initial_distance: Any, eps: Any, c: Any) -> np.ndarray:
+    """Iterations after which ``E‖y⁽ᵏ⁾ − w*‖ < ε`` is guaranteed under perturbations of
+    size ``≤ Δ`` every step (Appendix B.1.1):
+    ``k > log((d₀ − F)/(ε − F)) / log(1/c)``, ``F = cΔ/(1 − c)``.
+
+    ``inf`` where ``ε ≤ F`` (unreachable); ``0`` where ``d₀ ≤ F < ε`` (the envelope
+    ``F + cᵏ(d₀ − F)`` is below ε from the start)."""
+    c = _check_c(c)
+    d0 = _check_positive("initial_distance", initial_distance)
+    eps = _check_positive("eps", eps)
+    F = error_floor(Delta, c)
+    d0, eps, F, c = np.broadcast_arrays(d0, eps, F, c)
+    out = np.zeros(d0.shape)
+    unreachable = eps <= F
+    live = (~unreachable) & (d0 > F)
+    out[unreachable] = np.inf
+    out[live] = np.log((d0[live] - F[live]) / (eps[live] - F[live])) / np.log(1.0 / c[live])
+    return out if out.ndim else float(out)
+
+
+def infinite_bound(Delta: Any, initial_distance: Any, eps: Any, c: Any) -> np.ndarray:
+    """Rework bound (Eq B.2) for perturbations of size ``≤ Δ`` at every iteration:
+
+        π ≤ log( (1 − F/d₀) / (1 − F/ε) ) / log(1/c),   F = cΔ/(1 − c),
+
+    i.e. :func:`infinite_iterations` minus the unperturbed ``κ(w, ε) = log(d₀/ε)/log(1/c)``.
+    ``inf`` when ``ε ≤ F`` (ε-optimality is impossible: the irreducible floor)."""
+    c = _check_c(c)
+    d0 = _check_positive("initial_distance", initial_distance)
+    eps = _check_positive("eps", eps)
+    k_y = infinite_iterations(Delta, d0, eps, c)
+    k_w = np.log(d0 / eps) / np.log(1.0 / c)
+    return k_y - k_w
+
+
+# --------------------------------------------------------------------------------------
+# Appendix B.1.2: SGD.
+
+
+def sgd_bound(
+    norms: Any,
+    alphas: Sequence[float] | np.ndarray | Callable[[np.ndarray], np.ndarray],
+    G: float,
+    initial_distance: float,
+    eps: float,
+    *,
+    horizon: int | None = None,
+) -> float:
+    """Iteration-cost bound for SGD (Appendix B.1.2), solved numerically.
+
+    With ``a_k = Π_{i=1}^{k} (1 − α_i)`` (``a_0 = 1``) and perturbations ``δ_0 … δ_{T−1}``
+    (``T = len(norms)``), the thesis's analogue of Eq B.8 is
+
+        E‖y⁽ᵏ⁾ − w*‖ ≤ a_k [ d₀ + Σ_{ℓ=0}^{T−1} a_ℓ^{−1} (E‖δ_ℓ‖ + α_ℓ² G²) ] < ε,
+
+    an implicit condition on ``k``. The bound is ``κ(y) − κ(w)``: the first ``k ≥ T``
+    satisfying it with the measured norms, minus the same with all ``δ = 0``.
+
+    Args:
+      norms: ``[T]`` perturbation norms ‖δ_ℓ‖.
+      alphas: the sequence ``α_k`` for ``k = 0 … horizon`` (array), or a function of
+        ``k`` (array of ints) returning ``α_k``; each in [0, 1).
+      G: bound on the expected stochastic-gradient norm (>= 0).
+      initial_distance: ``d₀ > 0``.
+      eps: target ``ε > 0``.
+      horizon: number of iterations searched when ``alphas`` is a function
+        (default ``10⁶``).
+
+    Returns:
+      The bound in iterations (a float); ``inf`` when the perturbed condition is not
+      met within the horizon (a ``ValueError`` if even the unperturbed one is not).
+    """
+    n = _check_norms("norms", norms)
+    if n.ndim != 1:
+        raise ValueError(f"norms must be 1-D, got shape {n.shape}")
+    d0 = float(_check_positive("initial_distance", initial_distance))
+    eps = float(_check_positive("eps", eps))
+    if not np.isfinite(G) or G < 0:
+        raise ValueError(f"G must be finite and >= 0, got {G!r}")
+    T = n.shape[0]
+    if callable(alphas):
+        H = int(horizon or 10**6)
+        a = np.asarray(alphas(np.arange(H + 1)), dtype=np.float64)
+    else:
+        a = np.asarray(alphas, dtype=np.float64)
+        if horizon is not None:
+            a = a[: horizon + 1]
+    if a.ndim != 1 or a.shape[0] <= T:
+        raise ValueError(f"alphas must be a 1-D sequence longer than len(norms)={T}")
+    if np.any(np.isnan(a)) or np.any(a < 0) or np.any(a >= 1):
+        raise ValueError("alphas must lie in [0, 1)")
+    # log a_k = Σ_{i=1}^k log(1 − α_i).
+    log_a = np.concatenate([[0.0], np.cumsum(np.log1p(-a[1:]))])
+    inv_a = np.exp(-log_a[:T])
+    noise = float(np.sum(inv_a * a[:T] ** 2 * G**2))
+    pert = float(np.sum(inv_a * n))
+
+    def first_k(total: float) -> float:
+        ok = log_a + np.log(total) < np.log(eps)
+        ok[:T] = False
+        idx = np.flatnonzero(ok)
+        return float(idx[0]) if idx.size else np.inf
+
+    k_w = first_k(d0 + noise)
+    if not np.isfinite(k_w):
+        raise ValueError(
+            "the unperturbed SGD condition is not met within the horizon; "
+            "increase horizon or eps"
+        )
+    return first_k(d0 + noise + pert) - k_w
+
+
+# --------------------------------------------------------------------------------------
+# Estimating c.
+
+
+def estimate_c(
+    distances: Any,
+    *,
+    method: str = "fit",
+    start: int = 0,
+    stop: int | None = None,
+    floor: float | None = None,
+    min_r2: float = 0.95,
+) -> float:
+    """The empirical linear rate ``c`` of an unperturbed run (the thesis determines c
+    "empirically", Figs 5.3, 5.5).
+
+    Args:
+      distances: ``[L]`` errors ``‖w⁽ᵏ⁾ − w*‖`` (or loss gaps) of an unperturbed run, or a
+        :class:`~scarjax.Trace` with a ``distance``.
+      method: ``'fit'`` – ``exp`` of the least-squares slope of ``log distance`` against
+        ``k`` (the typical rate); ``'max_ratio'`` – ``max_k d_{k+1}/d_k`` (the smallest c
+        for which Eq 5.3 holds along the run: conservative).
+      start, stop: the window of iterations used.
+      floor: ignore iterations once the error is below ``floor`` (default: 1e3 × the
+        float32 resolution of the initial error), where rounding dominates.
+      min_r2: minimum R² of the log-linear fit for ``'fit'``.
+
+    Raises:
+      NotLinearlyConvergentError: if the errors do not decrease geometrically (rate
+        >= 1, fewer than 3 usable points, or a poor log-linear fit).
+    """
+    d = getattr(distances, "distance", distances)
+    if d is None:
+        raise ValueError("distances: the trace has no distance (the algorithm has no optimum)")
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 1:
+        raise ValueError(f"distances must be 1-D, got shape {d.shape}")
+    if np.any(np.isnan(d)) or np.any(d < 0):
+        raise ValueError("distances must be non-negative and not NaN")
+    if method not in ("fit", "max_ratio"):
+        raise ValueError(f"method must be 'fit' or 'max_ratio', got {method!r}")
+    d = d[start:stop]
+    if floor is None:
+        floor = float(d[0]) * 1e3 * np.finfo(np.float32).eps if d.size else 0.0
+    usable = np.flatnonzero(d > floor)
+    # Only the leading run of usable points (before the floor is first reached).
+    if usable.size and usable[0] == 0:
+        breaks = np.flatnonzero(np.diff(usable) != 1)
+        usable = usable[: breaks[0] + 1] if breaks.size else usable
+    else:
+        usable = usable[:0]
+    if usable.size < 3:
+        raise NotLinearlyConvergentError(
+            f"only {usable.size} iterations above the floor {floor:.3g}: cannot estimate c"
+        )
+    k = usable.astype(np.float64)
+    y = np.log(d[usable])
+    if method == "max_ratio":
+        c = float(np.max(np.exp(np.diff(y))))
+    else:
+        slope, intercept = np.polyfit(k, y, 1)
+        resid = y - (slope * k + intercept)
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+        r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 0.0
+        c = float(np.exp(slope))
+        if r2 < min_r2 and c < 1:
+            raise NotLinearlyConvergentError(
+                f"log-distance is not linear in k (R² = {r2:.3f} < {min_r2}): the run does "
+                "not converge linearly (Eq 5.3)"
+            )
+    if not 0 < c < 1:
+        raise NotLinearlyConvergentError(
+            f"estimated rate c = {c:.6g} is not in (0, 1): the run does not converge linearly"
+        )
+    return c

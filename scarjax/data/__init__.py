@@ -1,0 +1,55 @@
+"""Data sets for the SCAR experiments (thesis Sec 5.5.1), as plain NumPy arrays.
+
+Features are float32, labels int32. Embedded defaults need no download
+(:func:`load_digits`, :func:`load_mnist_5k`, :func:`synthetic_ratings`,
+:func:`synthetic_lda_corpus`); loaders for the thesis's real data sets read a local copy
+when given ``path`` and otherwise download into ``$SCARJAX_DATA`` (default
+``~/.cache/scarjax``) with a SHA-256 check.
+
+| model (Sec 5.5.1) | data sets | loaders |
+|---|---|---|
+| MLR   | MNIST, CoverType         | :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype` |
+| MF/ALS| MovieLens, Jester        | :func:`load_movielens_small`, :func:`load_jester`, :func:`synthetic_ratings` |
+| LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`synthetic_lda_corpus` |
+"""
+
+from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
+from .covertype import load_covertype
+from .digits import load_digits
+from .mnist import load_mnist, load_mnist_5k, read_idx
+from .ratings import Ratings, load_jester, load_movielens_small, synthetic_ratings
+from .text import (
+    Corpus,
+    LDATruth,
+    corpus_from_texts,
+    load_20newsgroups,
+    load_lee,
+    load_reuters,
+    synthetic_lda_corpus,
+    tokenize,
+)
+
+__all__ = [
+    "ChecksumError",
+    "Corpus",
+    "DownloadError",
+    "LDATruth",
+    "Ratings",
+    "cache_dir",
+    "corpus_from_texts",
+    "fetch",
+    "load_20newsgroups",
+    "load_covertype",
+    "load_digits",
+    "load_jester",
+    "load_lee",
+    "load_mnist",
+    "load_mnist_5k",
+    "load_movielens_small",
+    "load_reuters",
+    "read_idx",
+    "sha256sum",
+    "synthetic_lda_corpus",
+    "synthetic_ratings",
+    "tokenize",
+]
