@@ -21,6 +21,13 @@ Order of one iteration ``k`` (the stored state entering it is ``y⁽ᵏ⁾``):
 4. ``update`` hooks act on ``Δ`` (quantised gradients, lost or partial contributions);
    their change lands on ``y⁽ᵏ⁺¹⁾`` (index ``k+1``).
 5. ``y⁽ᵏ⁺¹⁾ = y⁽ᵏ⁾ + δₖ + Δ``; loss and distance to ``w*`` are recorded.
+
+Worker mode (:mod:`scarjax.workers`): when a hook declares ``M`` data-parallel workers
+and the algorithm provides the worker/server split (``grad``, ``apply``, ``shard``), step 2
+produces one view per worker (stacked ``[M, …]``; read hooks act on the stack), step 3
+``vmap``-s ``grad`` over the workers (each with its own view and data shard), merges the
+messages weighted by the points each worker processed (Sync-on-the-fly Eq 5) and calls
+``apply`` once (thesis Example 5.2.2). Without worker hooks the loop is exactly as above.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from scarjax import tree as tu
+from scarjax import workers as wk
 from scarjax.hooks import Context, Hook, HookChain, POINTS, flatten_hooks
 
 PyTree = Any
@@ -76,6 +84,14 @@ class Algorithm:
       data: pytree of arrays passed to ``init``, ``update`` and ``loss``.
       optimum: ``w*`` when known (same structure as ``params``), else ``None``.
       name: a label for traces and figures.
+      grad: optional worker part for data-parallel worker mode (:mod:`scarjax.workers`):
+        ``grad(view, state, shard, key, progress) -> (message, count)``, the message one
+        worker computes from its view and data shard having processed a fraction
+        ``progress`` of its points, and the number of points it processed.
+      apply: optional server part: ``apply(message, state, key) -> (delta, aux_state)``
+        applied to the merged message.
+      shard: optional ``shard(data, M) -> shards`` (leaves with a leading axis ``M``);
+        ``None`` gives every worker all of ``data``.
     """
 
     init: Callable[[jax.Array, PyTree], State]
@@ -85,6 +101,14 @@ class Algorithm:
     data: PyTree = None
     optimum: Params | None = None
     name: str = "algorithm"
+    grad: Callable[..., tuple[PyTree, jax.Array]] | None = None
+    apply: Callable[[PyTree, State, jax.Array], tuple[Params, State]] | None = None
+    shard: Callable[[PyTree, int], PyTree] | None = None
+
+    @property
+    def has_workers(self) -> bool:
+        """Whether the algorithm supports worker mode (has ``grad`` and ``apply``)."""
+        return self.grad is not None and self.apply is not None
 
     def replace(self, **changes: Any) -> "Algorithm":
         """A copy with some fields changed (e.g. ``alg.replace(optimum=w_star)``)."""
@@ -100,7 +124,7 @@ class Algorithm:
 jax.tree_util.register_dataclass(
     Algorithm,
     data_fields=["data", "optimum"],
-    meta_fields=["init", "update", "loss", "norm", "name"],
+    meta_fields=["init", "update", "loss", "norm", "name", "grad", "apply", "shard"],
 )
 
 
@@ -117,6 +141,13 @@ class Trace(NamedTuple):
       read_effect: ``[steps]``: ``‖Δ(view) − Δ(y⁽ᵏ⁾)‖``, the effective perturbation of the
         read hooks on ``y⁽ᵏ⁺¹⁾`` (thesis Example 5.2.2); only when requested, else ``None``.
       initial_distance: scalar ``‖w⁽⁰⁾ − w*‖`` (``None`` without an optimum).
+      points: ``[steps]``: in worker mode, the number of points merged at each barrier
+        (Sync-on-the-fly Eq 5); ``None`` otherwise.
+
+    In worker mode ``point_delta['read']`` and the read hooks' ``delta`` are RMS over the
+    workers' views, and ``read_effect`` is ``‖Δ − Δ_sync‖`` where ``Δ_sync`` is the
+    synchronous update (fresh views, every worker finishing): the perturbation of Example
+    5.2.2, including lost or partial contributions of revoked workers.
     """
 
     loss: jax.Array
@@ -125,6 +156,7 @@ class Trace(NamedTuple):
     point_delta: dict[str, jax.Array]
     read_effect: jax.Array | None = None
     initial_distance: jax.Array | None = None
+    points: jax.Array | None = None
 
     @property
     def steps(self) -> int:

@@ -35,10 +35,13 @@ def criterion(trace: Any, metric: str = "distance") -> np.ndarray:
 
 
 def iterations_to(values: Any, eps: Any) -> np.ndarray:
-    """First iteration ``k`` with ``values[..., k] < eps`` (``inf`` if never reached).
+    """The iteration from which the criterion stays below ``eps``: the smallest ``k`` with
+    ``values[..., m] < eps`` for every ``m >= k`` (``inf`` if the last value is not below).
 
-    Broadcasts over leading (trial) axes; ``eps`` may be a scalar or broadcast against
-    the leading axes.
+    This is the measured counterpart of the thesis's ``κ(y, ε)`` ("m > κ implies
+    E‖y⁽ᵐ⁾ − w*‖ < ε", Sec 5.3.1); for a monotone run it is the first hitting time, and a
+    perturbation that strikes after a first hit correctly counts. Broadcasts over leading
+    (trial) axes; ``eps`` may be a scalar or broadcast against the leading axes.
     """
     v = np.asarray(values, dtype=np.float64)
     if v.ndim == 0:
@@ -48,9 +51,11 @@ def iterations_to(values: Any, eps: Any) -> np.ndarray:
     e = np.asarray(eps, dtype=np.float64)
     if np.any(~np.isfinite(e)) or np.any(e <= 0):
         raise ValueError(f"eps must be finite and > 0, got {eps!r}")
-    below = v < e[..., None]
-    first = np.argmax(below, axis=-1).astype(np.float64)
-    return np.where(below.any(axis=-1), first, np.inf)
+    above = v >= e[..., None]
+    L = v.shape[-1]
+    last_above = L - 1 - np.argmax(above[..., ::-1], axis=-1)
+    k = np.where(above.any(axis=-1), last_above + 1, 0).astype(np.float64)
+    return np.where(above[..., -1], np.inf, k)
 
 
 def rework_cost(trace: Any, baseline_trace: Any, eps: Any, *, metric: str = "distance") -> np.ndarray:
@@ -81,7 +86,7 @@ def rework_cost(trace: Any, baseline_trace: Any, eps: Any, *, metric: str = "dis
 
 
 def calibrate_eps(baseline_trace: Any, iterations: int, *, metric: str = "distance") -> np.ndarray:
-    """ε such that the unperturbed run first reaches ε at exactly ``iterations``.
+    """ε such that the unperturbed run reaches ε (for good) at exactly ``iterations``.
 
     ε is the geometric mean of the criterion at ``iterations − 1`` and ``iterations``
     (for a trial axis, per trial). Raises ``ValueError`` if the criterion is not below

@@ -18,14 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax.pollux import _checks
-from scarjax.pollux import throughput as _tp
+from scarjax.pollux.throughput import (ThroughputParams, _t_iter, check_config, check_params,
+                                       total_batch_size)
 from scarjax.pollux.pgns import GradStats, noise_scale
 
 
 def _efficiency(m, phi, m0):
-  # 1 - (M - M0) / (phi + M) == (phi + M0) / (phi + M), finite for phi = inf.
+  # (phi + M0) / (phi + M); its limit 1 for phi = inf (noise-dominated gradient).
   m = jnp.asarray(m, jnp.result_type(float))
-  return 1.0 - (m - m0) / (phi + m)
+  inf = jnp.isinf(phi)
+  phi_ = jnp.where(inf, 0.0, phi)
+  return jnp.where(inf, 1.0, (phi_ + m0) / (phi_ + m))
 
 
 def _check_eff_args(batch_size, phi, base_batch_size, allow_below_base: bool):
@@ -36,7 +39,7 @@ def _check_eff_args(batch_size, phi, base_batch_size, allow_below_base: bool):
     b, m0 = _checks.concrete(batch_size), _checks.concrete(base_batch_size)
     if b is not None and m0 is not None and b.size and m0.size and np.any(
         np.broadcast_to(b, np.broadcast_shapes(b.shape, m0.shape))
-        < np.broadcast_to(m0, np.broadcast_shapes(b.shape, m0.shape))):
+        < np.broadcast_to(m0, np.broadcast_shapes(b.shape, m0.shape)) * (1 - 1e-6)):
       raise ValueError(
           f"batch_size must be >= base_batch_size (Pollux only considers M >= M0, Sec 3.3), "
           f"got batch_size={batch_size}, base_batch_size={base_batch_size}; pass "
@@ -66,7 +69,7 @@ def efficiency_from_stats(batch_size, stats: GradStats, base_batch_size, *,
                     allow_below_base=allow_below_base)
 
 
-def goodput(params: _tp.ThroughputParams, phi, base_batch_size, nodes, replicas, local_bsz,
+def goodput(params: ThroughputParams, phi, base_batch_size, nodes, replicas, local_bsz,
             accum_steps=0) -> jax.Array:
   """Eq 3.1: ``THROUGHPUT(a, m, s) * EFFICIENCY_t(M(a, m, s))`` (useful examples per second).
 
@@ -76,17 +79,17 @@ def goodput(params: _tp.ThroughputParams, phi, base_batch_size, nodes, replicas,
     nodes, replicas, local_bsz, accum_steps: the configuration ``(a, m, s)``
       as ``(N, K, m, s)``; all broadcast.
   """
-  params = _tp.check_params(params)
-  _tp.check_config(nodes, replicas, local_bsz, accum_steps)
-  m_tot = _tp.total_batch_size(replicas, local_bsz, accum_steps)
+  params = check_params(params)
+  check_config(nodes, replicas, local_bsz, accum_steps)
+  m_tot = total_batch_size(replicas, local_bsz, accum_steps)
   _check_eff_args(m_tot, phi, base_batch_size, allow_below_base=False)
   return _goodput(params, jnp.asarray(phi), jnp.asarray(base_batch_size), nodes, replicas,
                   jnp.asarray(local_bsz), accum_steps)
 
 
 def _goodput(params, phi, m0, nodes, replicas, m, s):
-  m_tot = _tp.total_batch_size(replicas, m, s)
-  thr = m_tot / _tp._t_iter(params, nodes, replicas, m, s)  # pylint: disable=protected-access
+  m_tot = total_batch_size(replicas, m, s)
+  thr = m_tot / _t_iter(params, nodes, replicas, m, s)
   return thr * _efficiency(m_tot, phi, m0)
 
 

@@ -279,13 +279,13 @@ def _diag_from(state, hyper: dict, eps, b2) -> PyTree:
                         state.sum_of_squares)
   if isinstance(state, _RMS):  # rmsprop (eps_in_sqrt=True, optax's default)
     e = _hp(hyper, "eps", eps, 1e-8)
-    if hasattr(state, "count"):
+    if "count" in state._fields:
       bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
       return jax.tree.map(lambda n: jax.lax.rsqrt(n / bc + e), state.nu)
     return jax.tree.map(lambda n: jax.lax.rsqrt(n + e), state.nu)
   if isinstance(state, _RSTD):  # centred rmsprop
     e = _hp(hyper, "eps", eps, 1e-8)
-    if hasattr(state, "count"):
+    if "count" in state._fields:
       bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
       return jax.tree.map(lambda m, n: jax.lax.rsqrt(n / bc - jnp.square(m / bc) + e),
                           state.mu, state.nu)
@@ -328,6 +328,11 @@ def _collect(state, hyper: dict, eps, b2, found: list, path: str) -> None:
         "preconditioner='identity' to use the plain gradient noise scale, or a callable "
         "(inner_state, params) -> P")
   elif isinstance(state, _PARTIAL):
+    inner: list = []
+    _collect(tuple(x for x in state if _is_namedtuple(x) or isinstance(x, (tuple, list, dict))),
+             hyper, eps, b2, inner, path)
+    if not inner:
+      return  # nothing pre-conditioned inside the mask/partition
     raise ValueError(
         f"cannot derive a pre-conditioner through {type(state).__name__} at opt_state{path} "
         "(it applies different transforms to different parameters); pass an explicit "
@@ -377,6 +382,9 @@ def preconditioner(opt_state, *, eps: float | None = None, b2: float | None = No
   Returns:
     A pytree with the structure of params, or ``None`` (identity) if the state
     has no pre-conditioning component.
+
+  Only *stateful* components can be seen: stateless per-layer rescalings (the
+  trust ratio of LAMB/LARS, gradient clipping) are not part of ``P``.
 
   Raises:
     ValueError: for optimizers whose update is not a fixed diagonal

@@ -1,0 +1,22 @@
+"""Experiments that reproduce the papers' figures, one module each.
+
+Every experiment module defines
+
+* ``NAME`` (the CLI name, also the stem of ``results/NAME.json`` and ``paper_figs/NAME.png``)
+  and ``DESCRIPTION`` (one line, shown by ``scarjax list``);
+* ``Config``: a dataclass of the experiment's settings, whose defaults are the full
+  (thesis) settings and whose ``Config.quick()`` gives the cut-down ``--quick`` settings;
+* ``run(config, out_dir) -> dict``: runs it, writes ``out_dir/results/NAME.json`` and the
+  figure(s) ``out_dir/paper_figs/NAME*.png`` (via :mod:`experiments._common`) and returns
+  the results;
+* ``report(results) -> str``: the Markdown section of ``REPRODUCTION.md`` that sets our
+  numbers beside the paper's claims.
+
+``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce`` runs them.
+"""
+
+REGISTRY: tuple[str, ...] = (
+    "experiments.fig5_3_qp",
+    "experiments.fig5_5_mlr",
+    "experiments.fig5_6_reset",
+)

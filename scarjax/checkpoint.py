@@ -1,0 +1,273 @@
+"""The running checkpoint and its save strategies (thesis Sec 5.4.2–5.4.3).
+
+A *running checkpoint* keeps, for every parameter-server block, a saved copy and the
+iteration it was saved at. It is initialised to the initial state ``w⁽⁰⁾`` and updated
+each time a (partial) checkpoint is taken, so at any time it may mix blocks saved at
+different iterations (Sec 5.4.2). Instead of saving every block every ``C`` iterations
+(traditional, ``strategy='full'``), SCAR saves a fraction ``r`` of the blocks every
+``rC`` iterations, so the data written per ``C`` iterations is the same, and chooses
+*which* blocks:
+
+* ``'priority'`` – the blocks that changed most since their last save, measured in the
+  algorithm's norm (the heuristic of Sec 5.4.2; steps 1–3 of "Actions During a
+  Checkpoint" in Sec 5.4.3 are exactly a top-k of per-block distances computed against
+  the in-memory cache, which is what :func:`select` does);
+* ``'round_robin'`` – blocks in a fixed cyclic order;
+* ``'random'`` – a uniformly random subset;
+* ``'full'`` – every block (``fraction`` must be 1).
+
+This module is the pure, in-memory backend: :class:`CheckpointState` is a pytree that
+lives in a hook's state, so whole experiments stay one ``vmap``-ped program, and the
+spec's ``fraction`` and ``period`` may be traced (vary across trials). The same state is
+the in-memory cache of the persistent backend (:mod:`scarjax.persistent`), which writes
+the blocks :func:`select` picks to disk asynchronously (Sec 5.4.3 step 4).
+
+Order at a step ``k`` when both happen: a failure is handled first, then the checkpoint
+(a failure "immediately before" a checkpoint is the worst case of traditional
+checkpointing, Sec 5.5.5). Checkpoints fire at ``k = m · interval`` for ``m ≥ 1`` with
+``interval = max(1, round(r · C))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import partition as pt
+from scarjax import tree as tu
+from scarjax.hooks import Hook
+
+PyTree = Any
+
+__all__ = [
+    "STRATEGIES",
+    "Checkpoint",
+    "CheckpointState",
+    "init",
+    "interval",
+    "due",
+    "count",
+    "select",
+    "save",
+    "step",
+    "saver",
+]
+
+STRATEGIES = ("full", "priority", "round_robin", "random")
+
+
+def _concrete(x: Any) -> bool:
+    return x is not None and not tu.is_traced(x) and np.ndim(x) == 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """How the running checkpoint is kept (Sec 5.4.2).
+
+    Attributes:
+      strategy: one of :data:`STRATEGIES`.
+      fraction: ``r``, the fraction of blocks saved per checkpoint (``0 < r <= 1``; must
+        be 1 for ``'full'``). May be traced.
+      period: ``C``, the period of a full checkpoint in iterations: a checkpoint of
+        ``r`` of the blocks is taken every ``max(1, round(r·C))`` iterations. ``None``:
+        never save, the checkpoint stays at ``w⁽⁰⁾`` (then partial recovery is the
+        reset-to-init perturbation of Fig 5.6). May be traced.
+      norm: the norm for ``'priority'`` distances: ``'auto'`` (the algorithm's norm),
+        ``'l2'``, ``'l1'`` or a callable on a params pytree (see
+        :func:`scarjax.partition.block_distances`).
+    """
+
+    strategy: str = "full"
+    fraction: Any = 1.0
+    period: Any = None
+    norm: Any = "auto"
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if _concrete(self.fraction):
+            f = float(self.fraction)
+            if not 0.0 < f <= 1.0:
+                raise ValueError(f"fraction must be in (0, 1], got {self.fraction!r}")
+            if self.strategy == "full" and f != 1.0:
+                raise ValueError(
+                    f"strategy 'full' saves every block: fraction must be 1, got {self.fraction!r}"
+                )
+        if _concrete(self.period):
+            p = float(self.period)
+            if isinstance(self.period, bool) or not p.is_integer() or p < 1:
+                raise ValueError(f"period must be an integer >= 1 (iterations) or None, got {self.period!r}")
+        if not (self.norm in ("auto", "l2", "l1") or callable(self.norm)):
+            raise ValueError(f"norm must be 'auto', 'l2', 'l1' or a callable, got {self.norm!r}")
+
+    def replace(self, **changes: Any) -> "Checkpoint":
+        return dataclasses.replace(self, **changes)
+
+
+class CheckpointState(NamedTuple):
+    """The running checkpoint (also the PS nodes' in-memory cache of it, Sec 5.4.3).
+
+    Attributes:
+      saved: a :class:`~scarjax.State`: the last saved copy of every block (and of the
+        never-lost leaves, refreshed at every save).
+      saved_at: ``int32[num_blocks]``: iteration of each block's saved copy (0 = ``w⁽⁰⁾``).
+      cursor: ``int32``: the next block in round-robin order.
+      saves: ``int32``: number of checkpoints taken.
+    """
+
+    saved: Any
+    saved_at: jax.Array
+    cursor: jax.Array
+    saves: jax.Array
+
+
+def init(state: Any, partition: pt.Partition) -> CheckpointState:
+    """A running checkpoint initialised to ``state`` (``w⁽⁰⁾``, Sec 5.4.2)."""
+    return CheckpointState(
+        saved=state,
+        saved_at=jnp.zeros((partition.num_blocks,), jnp.int32),
+        cursor=jnp.zeros((), jnp.int32),
+        saves=jnp.zeros((), jnp.int32),
+    )
+
+
+def interval(spec: Checkpoint) -> jax.Array:
+    """Iterations between checkpoints, ``max(1, round(r·C))`` (Sec 5.4.2)."""
+    if spec.period is None:
+        raise ValueError("this checkpoint never saves (period=None)")
+    r = jnp.asarray(spec.fraction, jnp.float32)
+    return jnp.maximum(1, jnp.round(r * jnp.asarray(spec.period, jnp.float32))).astype(jnp.int32)
+
+
+def due(spec: Checkpoint, step: jax.Array) -> jax.Array:
+    """Whether a checkpoint is taken at ``step`` (``step = m·interval``, ``m >= 1``)."""
+    if spec.period is None:
+        return jnp.bool_(False)
+    step = jnp.asarray(step, jnp.int32)
+    return (step > 0) & (step % interval(spec) == 0)
+
+
+def count(spec: Checkpoint, num_blocks: int) -> jax.Array:
+    """Blocks saved per checkpoint: ``max(1, round(r·B))`` (``B`` for ``'full'``)."""
+    if spec.strategy == "full":
+        return jnp.asarray(num_blocks, jnp.int32)
+    r = jnp.asarray(spec.fraction, jnp.float32)
+    return jnp.clip(jnp.round(r * num_blocks), 1, num_blocks).astype(jnp.int32)
+
+
+def _norm_of(spec: Checkpoint, algorithm_norm: Callable | None) -> Any:
+    if spec.norm != "auto":
+        return spec.norm
+    if algorithm_norm is None or algorithm_norm is tu.l2_norm:
+        return "l2"
+    return algorithm_norm
+
+
+def select(
+    spec: Checkpoint,
+    ckpt: CheckpointState,
+    state: Any,
+    partition: pt.Partition,
+    key: jax.Array,
+    algorithm_norm: Callable | None = None,
+) -> jax.Array:
+    """``bool[num_blocks]``: the blocks the next checkpoint saves (Sec 5.4.3 steps 1–3).
+
+    ``'priority'`` ranks blocks by ``‖w_blk − saved_blk‖`` (ties broken at random) and
+    takes the top :func:`count`; ``'round_robin'`` takes the next ``count`` blocks
+    cyclically from ``ckpt.cursor``; ``'random'`` a uniform subset; ``'full'`` all.
+    """
+    B = partition.num_blocks
+    n = count(spec, B)
+    if spec.strategy == "full":
+        return jnp.ones((B,), bool)
+    if spec.strategy == "round_robin":
+        offset = (jnp.arange(B, dtype=jnp.int32) - ckpt.cursor) % B
+        return offset < n
+    tiebreak = jax.random.uniform(key, (B,))
+    if spec.strategy == "random":
+        score = tiebreak
+    else:
+        dist = pt.block_distances(partition, state.params, ckpt.saved.params, _norm_of(spec, algorithm_norm))
+        # Rank by distance, ties by the random key (lexsort: last key is primary).
+        order = jnp.lexsort((tiebreak, -dist))
+        rank = jnp.empty((B,), jnp.int32).at[order].set(jnp.arange(B, dtype=jnp.int32))
+        return rank < n
+    rank = jnp.argsort(jnp.argsort(score))
+    return rank < n
+
+
+def save(
+    ckpt: CheckpointState,
+    state: Any,
+    partition: pt.Partition,
+    block_mask: jax.Array,
+    step: jax.Array,
+    *,
+    advance: jax.Array | int = 0,
+) -> CheckpointState:
+    """Write the selected blocks of ``state`` into the running checkpoint (and refresh
+    the never-lost leaves); ``advance`` moves the round-robin cursor."""
+    block_mask = jnp.asarray(block_mask, bool)
+    saved = pt.restore(ckpt.saved, state, partition, block_mask)
+    # Never-lost leaves (id -1) are global state (e.g. the Adam step count): refreshed at
+    # every save so that a full recovery reloads a consistent copy.
+    saved = jax.tree.map(
+        lambda ids, s, x: jnp.where(ids < 0, x.astype(s.dtype), s), partition.blocks, saved, state
+    )
+    return CheckpointState(
+        saved=saved,
+        saved_at=jnp.where(block_mask, jnp.asarray(step, jnp.int32), ckpt.saved_at),
+        cursor=(ckpt.cursor + jnp.asarray(advance, jnp.int32)) % partition.num_blocks,
+        saves=ckpt.saves + 1,
+    )
+
+
+def step(
+    spec: Checkpoint,
+    ckpt: CheckpointState,
+    state: Any,
+    partition: pt.Partition,
+    k: jax.Array,
+    key: jax.Array,
+    algorithm_norm: Callable | None = None,
+) -> tuple[CheckpointState, jax.Array]:
+    """Take a checkpoint at iteration ``k`` if one is :func:`due`: returns the new
+    running checkpoint and the mask of blocks saved (all ``False`` when none)."""
+    B = partition.num_blocks
+    if spec.period is None:
+        return ckpt, jnp.zeros((B,), bool)
+    fire = due(spec, k)
+
+    def take(_):
+        mask = select(spec, ckpt, state, partition, key, algorithm_norm)
+        adv = count(spec, B) if spec.strategy == "round_robin" else 0
+        return save(ckpt, state, partition, mask, k, advance=adv), mask
+
+    def skip(_):
+        return ckpt, jnp.zeros((B,), bool)
+
+    return jax.lax.cond(fire, take, skip, None)
+
+
+def saver(partition: pt.Partition, spec: Checkpoint, *, name: str = "checkpoint") -> Hook:
+    """A write-point hook that only keeps a running checkpoint (never changes the state;
+    useful to measure checkpoint overhead). To combine it with failures use
+    :func:`scarjax.faults.scar`, which shares the checkpoint with the recovery."""
+    if not isinstance(partition, pt.Partition):
+        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+    if not isinstance(spec, Checkpoint):
+        raise TypeError(f"spec must be a Checkpoint, got {type(spec).__name__}")
+
+    def init_fn(state, key):
+        return init(state, partition)
+
+    def apply(state, hstate, ctx):
+        hstate, _ = step(spec, hstate, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
+        return state, hstate
+
+    return Hook(point="write", init=init_fn, apply=apply, name=name)
