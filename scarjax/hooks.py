@@ -159,19 +159,29 @@ def at(*steps: int) -> Schedule:
     return lambda step, key: jnp.any(step == arr)
 
 
-def every(k: int, start: int = 0) -> Schedule:
-    """Fire at ``start, start + k, start + 2k, …``."""
+def _window(step: jax.Array, start: int, stop: int | None) -> jax.Array:
+    ok = step >= start
+    return ok if stop is None else ok & (step < stop)
+
+
+def every(k: int, start: int = 0, stop: int | None = None) -> Schedule:
+    """Fire at ``start, start + k, start + 2k, …`` (before ``stop`` if given)."""
     _check_step("k", k, 1)
     _check_step("start", start)
-    return lambda step, key: (step >= start) & ((step - start) % k == 0)
+    if stop is not None:
+        _check_step("stop", stop)
+    return lambda step, key: _window(step, start, stop) & ((step - start) % k == 0)
 
 
-def with_probability(p: float, start: int = 0) -> Schedule:
-    """Fire independently with probability ``p`` at each step ``>= start`` (Fig 5.3c)."""
+def with_probability(p: float, start: int = 0, stop: int | None = None) -> Schedule:
+    """Fire independently with probability ``p`` at each step in ``[start, stop)``
+    (thesis Fig 5.3c: ``p = 0.001`` per iteration)."""
     if not tu.is_traced(p) and not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
     _check_step("start", start)
-    return lambda step, key: (step >= start) & jax.random.bernoulli(key, p)
+    if stop is not None:
+        _check_step("stop", stop)
+    return lambda step, key: _window(step, start, stop) & jax.random.bernoulli(key, p)
 
 
 def _as_schedule(when: Any) -> Schedule:

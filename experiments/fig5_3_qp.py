@@ -1,0 +1,110 @@
+"""Thesis Fig 5.3: rework of gradient descent on a 4-D quadratic program vs Thm 5.3.1.
+
+(a) rework vs ‖δ‖ and (b) vs Δ_T for one Gaussian perturbation at iteration 500;
+(c) rework vs Δ_T for perturbations with probability p = 0.001 at each iteration.
+1,000 trials per panel; ε is set so an unperturbed run converges in ~1,000 iterations;
+c is exact for the QP (and also estimated empirically, as the thesis does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import _common, _rework
+from scarjax import bounds, hooks
+from scarjax.models import quadratic
+
+NAME = "fig5_3_qp"
+DESCRIPTION = "Fig 5.3 (a,b,c): QP rework vs ‖δ‖ and Δ_T against the Thm 5.3.1 bound, 1,000 trials each"
+
+
+@dataclass
+class Config:
+    trials: int = 1000
+    steps: int = 3000
+    perturb_at: int = 500
+    converge_at: int = 1000
+    p: float = 0.001
+    std_range: tuple[float, float] = (1e-3, 2.0)
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> "Config":
+        return cls(trials=200)
+
+
+def _single(std_t):
+    std, T = std_t
+    return hooks.gaussian(std, when=lambda step, key: step == T)
+
+
+def run(config: Config, out_dir) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    qp = quadratic.fig53_problem()
+    c = quadratic.contraction(qp)
+    rng = np.random.default_rng(config.seed)
+    n = config.trials
+    stds = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
+    single = _rework.run_rework_trials(
+        qp, _single, (jnp.asarray(stds), jnp.full(n, config.perturb_at)), steps=config.steps,
+        converge_at=config.converge_at, seed=config.seed, exact_c=c,
+    )
+    stds_c = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
+    multi = _rework.run_rework_trials(
+        qp, lambda a: hooks.gaussian(a[0], when=hooks.with_probability(config.p, stop=config.converge_at)),
+        (jnp.asarray(stds_c),), steps=config.steps, converge_at=config.converge_at, seed=config.seed + 1, exact_c=c,
+    )
+    d0 = single.d0
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    span = _rework.span
+    xs = span(single.size)
+    _rework.scatter_panel(axes[0], single.size, single, "‖δ‖", xs, bounds.rework_bound(xs * c ** -config.perturb_at, d0, c), "(a) single perturbation at k=500")
+    dts = span(single.delta_T)
+    _rework.scatter_panel(axes[1], single.delta_T, single, "Δ_T", dts, bounds.rework_bound(dts, d0, c), "(b) single perturbation at k=500")
+    dts = span(multi.delta_T)
+    _rework.scatter_panel(axes[2], multi.delta_T, multi, "Δ_T", dts, bounds.rework_bound(dts, d0, c), f"(c) p={config.p} per iteration")
+    fig.suptitle(f"Fig 5.3 — GD on a 4-D QP, c={c:.4f}, {n} trials per panel", fontsize=10)
+    _common.save_figure(fig, out_dir, NAME)
+    results = {
+        "config": vars(config),
+        "c_exact": c,
+        "single": _rework.summarize(single),
+        "random_p": _rework.summarize(multi),
+    }
+    _common.save_results(out_dir, NAME, results)
+    return results
+
+
+def report(results: dict) -> str:
+    s, m = results["single"], results["random_p"]
+    f = _rework.fmt
+    return f"""## Fig 5.3 — rework of GD on a 4-D QP vs Thm 5.3.1 (`{NAME}`)
+
+![fig]({NAME}.png)
+
+Setup: GD on a 4-D QP with exact contraction c = {f(results['c_exact'], 5)} (empirical fit of the
+unperturbed run: {f(s['c_fit'], 5)}), ε set so an unperturbed run converges in
+{results['config']['converge_at']} iterations (ε = {f(s['eps'])}), {s['trials']} trials per panel, Gaussian
+perturbations with log-uniform scale. Rework is measured on ‖y − w*‖ against the
+unperturbed run with the same key.
+
+| panel | thesis | ours |
+|---|---|---|
+| (a,b) one perturbation at k = 500: trials at or under the bound | "empirical evidence of the tightness of the bound"; all under the red line | {f(s['share_under_bound'])} (within one iteration of integer rounding: {f(s['share_under_bound_plus_1'])}) |
+| (a,b) median actual/bound (bound ≥ 1 iteration) | bound "relatively tight" for QP | {f(s['median_actual_over_bound'])} |
+| (a,b) trials with negative rework | some (random δ can move y towards w*) | {f(s['share_negative_rework'])} |
+| (c) p = {results['config']['p']} per iteration: trials at or under the bound | under the bound | {f(m['share_under_bound'])} (+1: {f(m['share_under_bound_plus_1'])}; {m['perturbed_trials']} of {m['trials']} trials perturbed) |
+| (c) median actual/bound | – | {f(m['median_actual_over_bound'])} |
+
+The bound holds trial by trial up to the rounding of integer hitting times (max
+actual − bound: {f(s['max_actual_minus_bound'])} and {f(m['max_actual_minus_bound'])} iterations). The thesis does not
+publish its QP; ours has eigenvalues (1, 2, 4, 8), η = 0.005 and starts along the slowest
+eigenvector, so the baseline contracts at exactly c (the theorem's tightness condition).
+"""
