@@ -1,0 +1,60 @@
+"""Timing helpers for side-by-side benchmarks: warm up (compile), then median of repeats."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import jax
+
+
+def block(x: Any) -> Any:
+    return jax.block_until_ready(x)
+
+
+def median_time(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` (blocked until ready) over ``repeats`` runs after
+    ``warmup`` untimed runs (which include compilation)."""
+    for _ in range(warmup):
+        block(fn())
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        block(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
+    """Median times of several functions measured in interleaved rounds (A B A B …), so
+    that machine noise hits all of them alike; each is warmed up (compiled) first."""
+    for fn in fns.values():
+        block(fn())
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            block(fn())
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def environment() -> dict:
+    dev = jax.devices()[0]
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "device": getattr(dev, "device_kind", str(dev)),
+        "devices": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def emit(name: str, results: dict) -> None:
+    """Print the benchmark's JSON (one object) to stdout."""
+    print(json.dumps({"benchmark": name, "environment": environment(), **results}, indent=1))

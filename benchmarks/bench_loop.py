@@ -1,0 +1,109 @@
+"""Loop overhead and Monte-Carlo throughput of the core loop (issue 2 benchmarks).
+
+1. ``scarjax.run`` with no hooks vs a hand-written ``lax.scan`` + optax loop on the same
+   MLR problem, both recording the full-data loss every step (target ratio <= 1.05).
+2. 100 trials via ``scarjax.run_trials`` (one vmapped program) vs 100 sequential calls of
+   the same jitted single-trial program, on the QP and on MLR (target speed-up >= 10x).
+
+Run: ``python benchmarks/bench_loop.py [--quick]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import optax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
+
+import scarjax  # noqa: E402
+from scarjax.models import mlr, quadratic  # noqa: E402
+
+
+def hand_written_mlr(x, y, lr, l2, steps, batch_size):
+    """The same MLR training as scarjax.models.mlr, written directly: lax.scan + optax."""
+    opt = optax.sgd(lr)
+    xb = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], 1)
+    data = {"x": xb, "y": y}
+
+    def loss_fn(p, batch):
+        return mlr.cross_entropy(p, batch, l2)
+
+    @jax.jit
+    def train(key):
+        params = {"w": jnp.zeros((xb.shape[1], 10), jnp.float32)}
+        k_init, k_hooks, k_loop = jax.random.split(key, 3)
+
+        def step(carry, k):
+            params, opt_state = carry
+            kb = jax.random.split(jax.random.fold_in(k_loop, k))[0]
+            if batch_size is None:
+                batch = data
+            else:
+                idx = jax.random.randint(kb, (batch_size,), 0, xb.shape[0])
+                batch = jax.tree.map(lambda a: a[idx], data)
+            grads = jax.grad(loss_fn)(params, batch)
+            updates, opt_state = opt.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            return (params, opt_state), loss_fn(params, data)
+
+        (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(steps))
+        return params, losses
+
+    return train
+
+
+def main(quick: bool = False) -> dict:
+    from sklearn.datasets import load_digits
+
+    ds = load_digits()
+    x, y = jnp.asarray(ds.data / 16.0, jnp.float32), jnp.asarray(ds.target, jnp.int32)
+    steps = 200 if quick else 500
+    repeats = 3 if quick else 7
+    out: dict = {"steps": steps}
+
+    # 1. loop overhead.
+    overhead = {}
+    for bs in (None, 64):
+        alg = mlr.mlr(x, y, num_classes=10, batch_size=bs)
+        hand = hand_written_mlr(x, y, 1.0, 1e-2, steps, bs)
+        key = jax.random.key(0)
+        t = _timing.interleaved({
+            "scarjax": lambda: scarjax.run(alg, None, steps, key),
+            "hand": lambda: hand(key),
+        }, repeats=repeats)
+        overhead[f"batch_{bs or 'full'}"] = {"scarjax_s": t["scarjax"], "hand_written_s": t["hand"], "ratio": t["scarjax"] / t["hand"]}
+    out["loop_overhead_mlr"] = overhead
+
+    # 2. vmapped trials vs sequential jitted runs.
+    n = 100
+    keys = jax.random.split(jax.random.key(1), n)
+    trials = {}
+    problems = {
+        "qp": (quadratic.fig53_problem(), scarjax.hooks.gaussian(0.1, when=steps // 2)),
+        "mlr_batch64": (mlr.mlr(x, y, num_classes=10, batch_size=64), scarjax.hooks.gaussian(0.01, when=steps // 2)),
+        "mlr_full": (mlr.mlr(x, y, num_classes=10), scarjax.hooks.gaussian(0.01, when=steps // 2)),
+    }
+    for name, (alg, hook) in problems.items():
+        def sequential():
+            return [scarjax.run(alg, hook, steps, keys[i])[1].loss for i in range(n)]
+
+        def vmapped():
+            return scarjax.run_trials(alg, hook, steps, keys)[1].loss
+
+        t = _timing.interleaved({"sequential": sequential, "vmapped": vmapped}, repeats=max(1, repeats // 2))
+        trials[name] = {"trials": n, "sequential_s": t["sequential"], "run_trials_s": t["vmapped"], "speedup": t["sequential"] / t["vmapped"]}
+    out["monte_carlo_100_trials"] = trials
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    _timing.emit("bench_loop", main(args.quick))

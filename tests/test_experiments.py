@@ -1,0 +1,47 @@
+"""The reproduction pipeline: experiments at tiny sizes, the CLI, REPRODUCTION.md."""
+
+import json
+
+import pytest
+
+from scarjax import cli
+
+
+def test_registry_modules_follow_the_protocol():
+    for name, mod in cli.experiments().items():
+        assert mod.NAME == name and isinstance(mod.DESCRIPTION, str)
+        assert callable(mod.run) and callable(mod.report)
+        quick, full = mod.Config.quick(), mod.Config()
+        assert type(quick) is type(full)
+
+
+def test_cli_list(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "fig5_3_qp" in out and "fig5_5_mlr" in out
+
+
+def test_cli_unknown_experiment(capsys, tmp_path):
+    assert cli.main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
+
+
+def test_fig5_3_tiny_end_to_end(tmp_path):
+    from experiments import fig5_3_qp as m
+
+    cfg = m.Config(trials=16, steps=2000)
+    res = m.run(cfg, tmp_path)
+    assert res["single"]["share_under_bound_plus_1"] == 1.0
+    assert (tmp_path / "paper_figs" / "fig5_3_qp.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "results" / "fig5_3_qp.json").read_text())
+    assert saved["single"]["trials"] == 16
+    path = cli.write_reproduction(tmp_path, " --quick")
+    text = path.read_text()
+    assert "Fig 5.3" in text and "fig5_3_qp.png" in text
+
+
+def test_fig5_5_tiny_end_to_end(tmp_path):
+    from experiments import fig5_5_mlr as m
+
+    res = m.run(m.Config(trials=4, steps=250), tmp_path)
+    assert res["adversarial"]["restarted_bound"]["share_under_bound_plus_1"] == 1.0
+    assert "Fig 5.5" in m.report(json.loads((tmp_path / "results" / "fig5_5_mlr.json").read_text()))
