@@ -19,4 +19,7 @@ REGISTRY: tuple[str, ...] = (
     "experiments.fig5_3_qp",
     "experiments.fig5_5_mlr",
     "experiments.fig5_6_reset",
+    "experiments.pollux_efficiency",
+    "experiments.pollux_throughput",
+    "experiments.pollux_adaptive",
 )

@@ -40,7 +40,7 @@ class Config:
   lr_cnn: float = 0.1
   train_steps: int = 1500
   checkpoints: int = 10
-  pgns_decay: float = 0.99
+  pgns_decay: float = 0.95
   frozen_draws: int = 64             # fresh estimates at frozen checkpoint params (K=8 x 32)
   measure_problems: tuple[str, ...] = ("mlr", "cnn")  # Part B
   batch_multipliers: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -52,7 +52,7 @@ class Config:
 
   @classmethod
   def quick(cls) -> "Config":  # noqa: D102
-    return cls(problems=("mlr", "cnn"), train_steps=300, checkpoints=5, frozen_draws=32,
+    return cls(problems=("mlr", "cnn"), train_steps=300, checkpoints=4, frozen_draws=16,
                measure_problems=("mlr",), batch_multipliers=(1, 2, 4, 8, 16), lr_grid=8,
                seeds=4, n0=40, quick=True)
 

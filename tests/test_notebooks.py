@@ -16,3 +16,13 @@ def test_notebook_executes(path, tmp_path):
     client.execute()
     errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert EXPECTED[path.stem] in text
+
+
+# A line each notebook must print, so a notebook that silently skips its point fails.
+EXPECTED = {
+    "01_rework_cost": "predicted floor",
+    "02_goodput": "PGNS: running estimate",
+    "03_parameter_server": "recovered",
+}

@@ -422,6 +422,7 @@ class PGNSState(NamedTuple):
     nonfinite: number of steps skipped because the gradient was not finite.
     prev_grad: previous averaged gradient (differenced estimator), or ``()``.
     has_prev: whether ``prev_grad`` holds a gradient.
+    steps: number of updates seen (folded in or not).
   """
   count: jax.Array
   sqr_ema: jax.Array
@@ -432,6 +433,7 @@ class PGNSState(NamedTuple):
   nonfinite: jax.Array
   prev_grad: PyTree
   has_prev: jax.Array
+  steps: jax.Array
 
 
 class PGNSWrapperState(NamedTuple):
@@ -446,11 +448,11 @@ def _init_pgns(params, differenced: bool) -> PGNSState:
   return PGNSState(count=jnp.zeros([], jnp.int32), sqr_ema=z, var_ema=z, weight=z,
                    last=GradStats(z, z), biased=jnp.zeros([], bool),
                    nonfinite=jnp.zeros([], jnp.int32), prev_grad=prev,
-                   has_prev=jnp.zeros([], bool))
+                   has_prev=jnp.zeros([], bool), steps=jnp.zeros([], jnp.int32))
 
 
 def _update_pgns(grads, state: PGNSState, microbatch_size, precond, decay: float,
-                 differenced: bool):
+                 differenced: bool, warmup: int = 0):
   """Fold one step's micro-batch gradients into the smoothed statistics."""
   k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
   mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), grads)
@@ -473,7 +475,7 @@ def _update_pgns(grads, state: PGNSState, microbatch_size, precond, decay: float
   sqr_ema = jnp.where(reset, 0.0, state.sqr_ema)
   var_ema = jnp.where(reset, 0.0, state.var_ema)
   weight = jnp.where(reset, 0.0, state.weight)
-  use = valid & finite
+  use = valid & finite & (state.steps >= warmup)
   new = PGNSState(
       count=state.count + use.astype(jnp.int32),
       sqr_ema=jnp.where(use, decay * sqr_ema + (1 - decay) * stats.sqr, state.sqr_ema),
@@ -485,6 +487,7 @@ def _update_pgns(grads, state: PGNSState, microbatch_size, precond, decay: float
       prev_grad=(jax.tree.map(lambda m, p: jnp.where(finite, m, p).astype(p.dtype),
                               mean, state.prev_grad) if differenced else ()),
       has_prev=(state.has_prev | finite) if differenced else state.has_prev,
+      steps=state.steps + 1,
   )
   return mean, new
 
@@ -519,7 +522,11 @@ def track_pgns(microbatch_size: float | None = None, *, preconditioner: Precondi
       adaptive loop changes it).
     preconditioner: ``None``/``'identity'`` for ``P = I``, a diagonal pytree, or
       a callable ``params -> P``.  To take ``P`` from an optimizer use :func:`with_pgns`.
-    decay: moving-average factor in ``[0, 1)``.
+    decay: moving-average factor in ``[0, 1)``.  The per-step relative error of
+      ``sqr`` is about ``(phi / B) * sqrt(2 / (K - 1))`` for ``K`` micro-batches of
+      total ``B`` examples, so when ``phi >> B`` the horizon ``1 / (1 - decay)``
+      must span many steps (AdaptDL uses ``0.999`` per ``M0`` examples); a short
+      horizon tracks a changing ``phi`` faster but is noisier.
     differenced: keep the previous gradient so ``K = 1`` can use the
       differenced estimator (costs one copy of params in the state).
   """
@@ -550,8 +557,8 @@ def track_pgns(microbatch_size: float | None = None, *, preconditioner: Precondi
 
 def with_pgns(inner: optax.GradientTransformation, microbatch_size: float | None = None, *,
               preconditioner: str | Callable | PyTree = "auto", decay: float = 0.95,
-              differenced: bool = True, eps: float | None = None, b2: float | None = None
-              ) -> optax.GradientTransformationExtraArgs:
+              differenced: bool = True, eps: float | None = None, b2: float | None = None,
+              warmup: int = 10) -> optax.GradientTransformationExtraArgs:
   """Wrap an optax optimizer so that each update also estimates its PGNS (Eq 3.2).
 
   ``P`` comes from the wrapped optimizer's own state *before* the update
@@ -572,8 +579,13 @@ def with_pgns(inner: optax.GradientTransformation, microbatch_size: float | None
       ``init`` if it cannot), ``'identity'``, or a callable ``(inner_state, params) -> P``.
     decay, differenced: as in :func:`track_pgns`.
     eps, b2: override optax's default ``eps``/``b2`` when deriving ``P``.
+    warmup: number of initial updates whose statistics are discarded.  An
+      adaptive optimizer's ``P`` built from its first few squared gradients is
+      extreme (Adam's ``nu`` from one gradient gives ``P ~ 1/|g_i|``), and such
+      steps would dominate the averages; 10 is enough for the problems tested.
   """
   _check_decay(decay)
+  warmup = _checks.check_static_int("warmup", warmup, lo=0)
   if microbatch_size is not None:
     _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
   if not (preconditioner in ("auto", "identity") if isinstance(preconditioner, str)
@@ -598,7 +610,8 @@ def with_pgns(inner: optax.GradientTransformation, microbatch_size: float | None
     if microbatch_size is None:
       raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
     p = get_p(state.inner_state, params)
-    mean, pstate = _update_pgns(updates, state.pgns, microbatch_size, p, decay, differenced)
+    mean, pstate = _update_pgns(updates, state.pgns, microbatch_size, p, decay, differenced,
+                                warmup if p is not None else 0)
     out, inner_state = inner.update(mean, state.inner_state, params, **extra)
     return out, PGNSWrapperState(inner_state, pstate)
 
