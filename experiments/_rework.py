@@ -48,8 +48,10 @@ def run_rework_trials(
     """Run ``len(hook_args)`` perturbed trials (in vmapped chunks) and their paired baselines."""
     n = len(jax.tree.leaves(hook_args)[0])
     keys = jax.random.split(jax.random.key(seed), n)
+    from experiments._common import progress
+
     traces = []
-    for lo in range(0, n, chunk):
+    for lo in progress(range(0, n, chunk), desc="trials", total=-(-n // chunk)):
         k = keys[lo : lo + chunk]
         args = jax.tree.map(lambda a: a[lo : lo + chunk], hook_args)
         _, tr = scarjax.run_trials(algorithm, hook_factory, steps, k, hook_args=args)
@@ -89,6 +91,27 @@ def run_rework_trials(
         eps=eps,
         d0=float(np.mean(tr.initial_distance)),
     )
+
+
+def fired_at(make_hook: Callable[..., Any]) -> Callable[[Any], Any]:
+    """A ``hook_args -> hook`` factory for :func:`scarjax.run_trials`: ``(size, T)`` per trial
+    gives ``make_hook(size, when=<step == T>)``, so both vary across trials in one program."""
+
+    def factory(args):
+        size, T = args
+        return make_hook(size, when=lambda step, key: step == T)
+
+    return factory
+
+
+def pyplot():
+    """matplotlib's pyplot on the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 _BASELINES: dict = {}

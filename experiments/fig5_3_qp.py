@@ -36,24 +36,15 @@ class Config:
         return cls(trials=200)
 
 
-def _single(std_t):
-    std, T = std_t
-    return hooks.gaussian(std, when=lambda step, key: step == T)
-
-
 def run(config: Config, out_dir) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _rework.pyplot()
     qp = quadratic.fig53_problem()
     c = quadratic.contraction(qp)
     rng = np.random.default_rng(config.seed)
     n = config.trials
     stds = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
     single = _rework.run_rework_trials(
-        qp, _single, (jnp.asarray(stds), jnp.full(n, config.perturb_at)), steps=config.steps,
+        qp, _rework.fired_at(hooks.gaussian), (jnp.asarray(stds), jnp.full(n, config.perturb_at)), steps=config.steps,
         converge_at=config.converge_at, seed=config.seed, exact_c=c,
     )
     stds_c = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)

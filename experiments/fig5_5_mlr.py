@@ -44,22 +44,8 @@ def model(batch_size: int):
     return mlr.digits(batch_size=batch_size).replace(optimum=full.optimum)
 
 
-def _gaussian_at(args):
-    std, T = args
-    return hooks.gaussian(std, when=lambda step, key: step == T)
-
-
-def _adversarial_at(args):
-    size, T = args
-    return hooks.adversarial(size, when=lambda step, key: step == T)
-
-
 def run(config: Config, out_dir) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _rework.pyplot()
     alg = model(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials
@@ -67,8 +53,8 @@ def run(config: Config, out_dir) -> dict:
     stds = jnp.asarray(np.exp(rng.uniform(*np.log(config.std_range), size=n)), jnp.float32)
     sizes = jnp.asarray(np.exp(rng.uniform(*np.log(config.size_range), size=n)), jnp.float32)
     kw = dict(steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg))
-    rand = _rework.run_rework_trials(alg, _gaussian_at, (stds, T), **kw)
-    adv = _rework.run_rework_trials(alg, _adversarial_at, (sizes, T), **kw)
+    rand = _rework.run_rework_trials(alg, _rework.fired_at(hooks.gaussian), (stds, T), **kw)
+    adv = _rework.run_rework_trials(alg, _rework.fired_at(hooks.adversarial), (sizes, T), **kw)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, t, title in ((axes[0], rand, "(a) random Gaussian"), (axes[1], adv, "(b) adversarial (away from w*)")):
         xs = _rework.span(t.delta_T)

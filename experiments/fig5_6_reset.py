@@ -34,23 +34,14 @@ class Config:
         return cls(trials=40)
 
 
-def _reset_at(args):
-    fraction, T = args
-    return hooks.reset(fraction, when=lambda step, key: step == T)
-
-
 def run(config: Config, out_dir) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _rework.pyplot()
     alg = model(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
     t = _rework.run_rework_trials(
-        alg, _reset_at, (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
+        alg, _rework.fired_at(hooks.reset), (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
         steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg),
     )
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
