@@ -12,7 +12,7 @@ Core API (thesis Ch. 5, SCAR):
 * :mod:`scarjax.bounds` – Thm 5.3.1 and its variants (Appendix B).
 """
 
-from scarjax import bounds, hooks, models
+from scarjax import bounds, hooks, models, precision, revocation, staleness, workers
 from scarjax.algorithms import fixed_point, from_optax
 from scarjax.core import Algorithm, State, Trace, run, run_trials, split_trials
 from scarjax.hooks import chain
@@ -31,6 +31,10 @@ __all__ = [
     "hooks",
     "bounds",
     "models",
+    "precision",
+    "revocation",
+    "staleness",
+    "workers",
     "from_optax",
     "fixed_point",
     "rework_cost",

@@ -88,8 +88,8 @@ class Algorithm:
         ``grad(view, state, shard, key, progress) -> (message, count)``, the message one
         worker computes from its view and data shard having processed a fraction
         ``progress`` of its points, and the number of points it processed.
-      apply: optional server part: ``apply(message, state, key) -> (delta, aux_state)``
-        applied to the merged message.
+      apply: optional server part: ``apply(message, state, data, key) -> (delta,
+        aux_state)`` applied to the merged message.
       shard: optional ``shard(data, M) -> shards`` (leaves with a leading axis ``M``);
         ``None`` gives every worker all of ``data``.
     """
@@ -102,7 +102,7 @@ class Algorithm:
     optimum: Params | None = None
     name: str = "algorithm"
     grad: Callable[..., tuple[PyTree, jax.Array]] | None = None
-    apply: Callable[[PyTree, State, jax.Array], tuple[Params, State]] | None = None
+    apply: Callable[[PyTree, State, PyTree, jax.Array], tuple[Params, State]] | None = None
     shard: Callable[[PyTree, int], PyTree] | None = None
 
     @property
@@ -211,17 +211,28 @@ def _run_impl(
     norm = algorithm.norm
     has_opt = algorithm.optimum is not None
     by_point = {p: [i for i, h in enumerate(hooks) if h.point == p] for p in POINTS}
-    need_effect = measure_read_effect and bool(by_point["read"])
+    M = wk.num_workers(hooks)
+    progress_hooks = [
+        i for i, h in enumerate(hooks) if isinstance(h, wk.WorkerHook) and h.progress is not None
+    ]
+    need_effect = measure_read_effect and bool(by_point["read"] or progress_hooks)
 
-    def apply_point(point, value, get_params, hstates, ctx_base, keys, deltas):
+    if M is not None and not algorithm.has_workers:
+        raise ValueError(
+            f"hooks declare {M} data-parallel workers but algorithm {algorithm.name!r} has no "
+            "worker/server split (grad and apply); build it with scarjax.from_optax or give "
+            "it grad/apply (see scarjax.workers)"
+        )
+
+    def apply_point(point, value, get_params, hstates, ctx_base, keys, deltas, pnorm=norm):
         before_point = get_params(value)
         hstates = list(hstates)
         for i in by_point[point]:
             before = get_params(value)
             ctx = ctx_base._replace(key=keys[i])
             value, hstates[i] = hooks[i].apply(value, hstates[i], ctx)
-            deltas[names[i]] = norm(tu.tree_sub(get_params(value), before))
-        total = norm(tu.tree_sub(get_params(value), before_point)) if by_point[point] else jnp.zeros(())
+            deltas[names[i]] = pnorm(tu.tree_sub(get_params(value), before))
+        total = pnorm(tu.tree_sub(get_params(value), before_point)) if by_point[point] else jnp.zeros(())
         return value, tuple(hstates), total
 
     def step(carry, k):
@@ -238,16 +249,19 @@ def _run_impl(
             "write", state, lambda s: s.params, hstates, ctx, keys, deltas
         )
         ctx = ctx._replace(state=state)
-        # 2. read point: what the workers see.
-        view, hstates, d_read = apply_point(
-            "read", state.params, lambda p: p, hstates, ctx, keys, deltas
-        )
-        # 3. the algorithm's own update.
-        delta, new_state = algorithm.update(view, state, data, k_alg)
         outputs = {}
-        if need_effect:
-            fresh, _ = algorithm.update(state.params, state, data, k_alg)
-            outputs["read_effect"] = norm(tu.tree_sub(delta, fresh))
+        if M is None:
+            # 2. read point: what the workers see.
+            view, hstates, d_read = apply_point(
+                "read", state.params, lambda p: p, hstates, ctx, keys, deltas
+            )
+            # 3. the algorithm's own update.
+            delta, new_state = algorithm.update(view, state, data, k_alg)
+            if need_effect:
+                fresh, _ = algorithm.update(state.params, state, data, k_alg)
+                outputs["read_effect"] = norm(tu.tree_sub(delta, fresh))
+        else:
+            delta, new_state, hstates, d_read = worker_compute(state, hstates, ctx, keys, deltas, k_alg, outputs)
         # 4. update point: the computed Δ.
         delta, hstates, d_update = apply_point(
             "update", delta, lambda d: d, hstates, ctx, keys, deltas
@@ -261,6 +275,51 @@ def _run_impl(
         outputs["delta"] = deltas
         outputs["point_delta"] = {"read": d_read, "update": d_update, "write": d_write}
         return (new_state, hstates), outputs
+
+    if M is not None:
+        shards = None if algorithm.shard is None else algorithm.shard(data, M)
+        shard_axis = None if shards is None else 0
+        if shards is None:
+            shards = data
+        vgrad = jax.vmap(algorithm.grad, in_axes=(0, None, shard_axis, 0, 0))
+
+        def server(views, state, progress, k_alg):
+            # Workers compute on their views and shards; the barrier merges (Eq 5); the
+            # server applies. A step where no worker processed anything is skipped.
+            # The optimization barrier keeps XLA from specialising the workers' computation
+            # on how the views were produced (a broadcast of fresh parameters or a read from
+            # the ring buffer), so staleness 0 equals synchronous training bit for bit.
+            k_work, k_apply = jax.random.split(k_alg)
+            views = jax.lax.optimization_barrier(views)
+            messages, counts = vgrad(views, state, shards, jax.random.split(k_work, M), progress)
+            message, total = wk.merge(messages, counts)
+            delta, new_state = algorithm.apply(message, state, data, k_apply)
+            new_state = State(*new_state)
+            ok = total > 0
+            delta = jax.tree.map(lambda d: jnp.where(ok, d, jnp.zeros_like(d)), delta)
+            aux = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_state.aux, state.aux)
+            return delta, State(new_state.params, aux), total
+
+        def worker_compute(state, hstates, ctx, keys, deltas, k_alg, outputs):
+            # 2. read point: one view per worker, stacked.
+            fresh = wk.broadcast(state.params, M)
+            views, hstates, d_read = apply_point(
+                "read", fresh, lambda p: p, hstates, ctx, keys, deltas, wk.worker_norm(norm)
+            )
+            # Progress of each worker before the barrier (revocations).
+            progress = jnp.ones((M,), jnp.float32)
+            hstates = list(hstates)
+            for i in progress_hooks:
+                p_i, hstates[i] = hooks[i].progress(hstates[i], ctx._replace(key=keys[i]))
+                progress = progress * jnp.asarray(p_i, jnp.float32)
+            hstates = tuple(hstates)
+            # 3. workers, barrier, server.
+            delta, new_state, total = server(views, state, progress, k_alg)
+            outputs["points"] = total
+            if need_effect:
+                ref, _, _ = server(fresh, state, jnp.ones((M,), jnp.float32), k_alg)
+                outputs["read_effect"] = norm(tu.tree_sub(delta, ref))
+            return delta, new_state, hstates, d_read
 
     (final, _), out = jax.lax.scan(step, (state, hook_states), jnp.arange(steps))
     loss0 = algorithm.loss(state, data)
@@ -276,6 +335,7 @@ def _run_impl(
         point_delta=out["point_delta"],
         read_effect=out.get("read_effect"),
         initial_distance=initial_distance,
+        points=out.get("points"),
     )
     return final, trace
 

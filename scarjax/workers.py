@@ -6,7 +6,7 @@ An :class:`~scarjax.Algorithm` that provides the optional worker/server split
   computes from the parameters it read (``view``) and its own data shard: a message (for
   SGD the mean gradient over the points it processed) and the number of points it
   processed before the barrier (a float; ``0`` = it contributed nothing);
-* ``apply(message, state, key) -> (delta, State)`` – what the server does with the merged
+* ``apply(message, state, data, key) -> (delta, State)`` – what the server does with the merged
   message (for SGD: the optimizer step);
 * ``shard(data, workers) -> shards`` – how ``data`` is split among ``workers`` workers
   (a pytree whose leaves have a leading axis ``workers``); ``None`` replicates ``data``

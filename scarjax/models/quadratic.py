@@ -21,6 +21,18 @@ def _update(view, state, data, key):
     return -data["lr"] * (data["A"] @ (view - data["w_star"])), state
 
 
+def _grad(view, state, data, key, progress):
+    # Worker part (thesis Example 5.2.2 with M workers on a deterministic problem): every
+    # worker computes the full gradient A(view − w*) at the view it read; a worker that
+    # finished a fraction ``progress`` of its work carries that weight in the merge.
+    return data["A"] @ (view - data["w_star"]), jnp.clip(progress, 0.0, 1.0)
+
+
+def _apply(message, state, data, key):
+    # Server part: one gradient step with the merged gradient.
+    return -data["lr"] * message, state
+
+
 def _loss(state, data):
     r = state.params - data["w_star"]
     return 0.5 * r @ (data["A"] @ r)
@@ -58,7 +70,14 @@ def problem(A, w_star, lr: float, w0) -> Algorithm:
         "lr": jnp.asarray(lr, jnp.float32),
     }
     return Algorithm(
-        init=_init, update=_update, loss=_loss, data=data, optimum=data["w_star"], name=f"qp{d}"
+        init=_init,
+        update=_update,
+        loss=_loss,
+        data=data,
+        optimum=data["w_star"],
+        name=f"qp{d}",
+        grad=_grad,
+        apply=_apply,
     )
 
 

@@ -1,0 +1,72 @@
+"""Step time with reduced-precision hooks vs none on MLR/digits, side by side in one process.
+
+Cases: write-point rounding to 10 mantissa bits (nearest and stochastic), bfloat16 and
+float8 e4m3 storage (emulated and real casts), read-point bfloat16 communication,
+update-point QSGD (4 levels), and all three points at once. Printed: JSON with median
+per-step times (compile excluded) and ratios to the unhooked run.
+
+    python benchmarks/bench_precision.py [--steps 300] [--repeats 5] [--batch 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+
+import scarjax
+from scarjax import precision as P
+from scarjax.models import mlr
+
+
+def _time(alg, hooks, steps, repeats):
+    def go(seed):
+        state, tr = scarjax.run(alg, hooks, steps, seed)
+        jax.block_until_ready((state, tr))
+
+    go(0)
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        go(r + 1)
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=256, help="minibatch (0: full batch)")
+    args = ap.parse_args(argv)
+    alg = mlr.digits(lr=0.5, batch_size=args.batch or None)
+    cases = {
+        "none": None,
+        "write mantissa10 nearest": P.precision(P.mantissa(10)),
+        "write mantissa10 stochastic": P.precision(P.mantissa(10, stochastic=True)),
+        "write bfloat16 (emulated)": P.precision(P.float_format("bfloat16")),
+        "write bfloat16 (cast)": P.precision(P.float_format("bfloat16", emulate=False)),
+        "write float8_e4m3fn (cast)": P.precision(P.float_format("float8_e4m3fn", emulate=False)),
+        "read bfloat16": P.precision("bfloat16", point="read"),
+        "update qsgd4": P.precision(P.qsgd(4), point="update"),
+        "write+read+update": scarjax.chain(
+            P.precision(P.mantissa(10)), P.precision("bfloat16", point="read"), P.precision(P.qsgd(4), point="update")
+        ),
+    }
+    t = {k: _time(alg, h, args.steps, args.repeats) for k, h in cases.items()}
+    out = {
+        "benchmark": "precision_hooks_vs_none_mlr_digits",
+        "device": str(jax.devices()[0]),
+        "steps": args.steps,
+        "batch": args.batch,
+        "step_time_s": t,
+        "ratio_to_none": {k: v / t["none"] for k, v in t.items()},
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

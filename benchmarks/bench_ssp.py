@@ -1,0 +1,72 @@
+"""Step time of stale-synchronous (SSP) reads with M = 8 workers vs synchronous data-parallel
+training on MLR/digits, measured side by side in one process.
+
+The ring buffer of past versions lives in the scan carry and is written with one
+dynamic_update_slice per step; if it were copied every step, the step time would grow
+with the buffer size s + 1. Printed: JSON with median per-step times (compile excluded,
+median of repeats) and their ratios to synchronous.
+
+    python benchmarks/bench_ssp.py [--steps 300] [--repeats 5] [--batch 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+
+import scarjax
+from scarjax import staleness, workers
+from scarjax.models import mlr
+
+
+def _time(alg, hooks, steps, repeats):
+    def go(seed):
+        state, tr = scarjax.run(alg, hooks, steps, seed)
+        jax.block_until_ready((state, tr))
+
+    go(0)  # compile
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        go(r + 1)
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=256, help="global minibatch (0: full batch)")
+    ap.add_argument("--workers", type=int, default=8)
+    args = ap.parse_args(argv)
+    M = args.workers
+    alg = mlr.digits(lr=0.5, batch_size=args.batch or None)
+    cases = {
+        "plain (no workers)": None,
+        f"sync M={M}": workers.data_parallel(M),
+        f"ssp M={M} s=1": staleness.ssp(M, 1),
+        f"ssp M={M} s=8": staleness.ssp(M, 8),
+        f"ssp M={M} s=32": staleness.ssp(M, 32),
+        f"async M={M} max_delay=128": staleness.asynchronous(M, 4.0, max_delay=128),
+    }
+    t = {k: _time(alg, h, args.steps, args.repeats) for k, h in cases.items()}
+    sync = t[f"sync M={M}"]
+    out = {
+        "benchmark": "ssp_vs_sync_mlr_digits",
+        "device": str(jax.devices()[0]),
+        "steps": args.steps,
+        "batch": args.batch,
+        "step_time_s": t,
+        "ratio_to_sync": {k: v / sync for k, v in t.items()},
+        "ssp_s32_over_s1": t[f"ssp M={M} s=32"] / t[f"ssp M={M} s=1"],
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

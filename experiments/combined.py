@@ -1,0 +1,233 @@
+"""Several perturbation sources in one run, and whether their Δ_T add up (thesis Eq 5.2,
+Thm 5.3.1; Examples 5.2.1, 5.2.2, Sec 5.4).
+
+MLR on digits (full batch) with M = 8 data-parallel workers under three sources at once:
+stale reads (SSP, s = 4), low-precision storage (14 mantissa bits, every step) and a
+parameter-server failure at iteration T that loses half the weight rows, recovered
+partially from the running checkpoint (``scarjax.faults.scar``, saved every 50
+iterations). Every subset of interest (none, each alone, all three) runs in one compiled
+program (sources switched on and off by traced flags).
+
+The theory: the perturbation of the combined run is the sum of the sources' δ, so
+‖δ_ℓ‖ ≤ Σ_s ‖δ_ℓ^{(s)}‖ and Δ_T ≤ Σ_s Δ_T^{(s)} (triangle inequality in Thm 5.3.1's
+sum), and the rework is bounded by log(1 + Σ_s Δ_T^{(s)}/d0)/log(1/c).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import scarjax
+from experiments import _common
+from experiments._perturbed import revive, CAVEAT, bound_checks, finite, problem
+from scarjax import bounds, rework, staleness
+from scarjax import checkpoint as ck
+from scarjax import faults
+from scarjax import partition as pt
+from scarjax import precision as P
+
+NAME = "combined"
+DESCRIPTION = "Stale reads + low-precision storage + partial-recovery failure in one run: per-source Δ_T add up (MLR, M=8)"
+
+CASES = ("none", "stale", "precision", "failure", "all")
+FLAGS = {"none": (0, 0, 0), "stale": (1, 0, 0), "precision": (0, 1, 0), "failure": (0, 0, 1), "all": (1, 1, 1)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    workers: int = 8
+    staleness: int = 4
+    mantissa_bits: int = 14
+    fail_at: int = 100
+    lost_fraction: float = 0.5
+    checkpoint_period: int = 50
+    trials: int = 8
+    steps: int = 900
+    eps_iters: int = 300
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> "Config":
+        return cls(trials=2, steps=400, eps_iters=150, fail_at=60)
+
+
+def _factory(cfg, partition):
+    def hooks(flags):
+        f_stale, f_prec, f_fail = flags
+        stale = staleness.ssp(cfg.workers, cfg.staleness * f_stale, max_staleness=cfg.staleness, name="stale")
+        prec = P.precision(P.mantissa(jnp.where(f_prec > 0, cfg.mantissa_bits, 23)), name="precision")
+        fail = faults.scar(
+            partition,
+            checkpoint=ck.Checkpoint("full", 1.0, cfg.checkpoint_period),
+            failure=faults.Failure(fraction=cfg.lost_fraction * f_fail, at=cfg.fail_at),
+            recovery="partial",
+            name="failure",
+        )
+        return scarjax.chain(fail, prec, stale)
+
+    return hooks
+
+
+def _log_dt(norms, c, T):
+    n = np.nan_to_num(np.asarray(norms, np.float64), nan=np.inf)
+    return float(bounds.log_delta_T(n, c, T=T)) if np.all(np.isfinite(n)) else np.inf
+
+
+def run(config: Config, out_dir) -> dict:
+    cfg = config
+    alg, c = problem("mlr")
+    state = alg.init(jax.random.key(0), alg.data)
+    partition = pt.by_row(state, num_servers=8)
+    flags = jnp.repeat(jnp.asarray([FLAGS[k] for k in CASES], jnp.int32), cfg.trials, axis=0)
+    keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), len(CASES))
+    _, tr = scarjax.run_trials(alg, _factory(cfg, partition), cfg.steps, keys, hook_args=(flags[:, 0], flags[:, 1], flags[:, 2]),
+                               measure_read_effect=True)
+    dist = finite(tr.distance)
+    d0 = float(tr.initial_distance[0])
+    base = dist[: cfg.trials]
+    eps = float(rework.calibrate_eps(base[0], cfg.eps_iters))
+    k_y = rework.iterations_to(dist, eps)
+    kappa_w = float(cfg.eps_iters)
+    L = cfg.steps + 1
+    zero = np.zeros((dist.shape[0], 1))
+    # Per-source norms indexed by ℓ of Eq 5.2: write-point sources at k, read effect at k + 1.
+    src = {
+        "failure": np.concatenate([np.asarray(tr.delta["failure"]), zero], -1),
+        "precision": np.concatenate([np.asarray(tr.delta["precision"]), zero], -1),
+        "stale": np.concatenate([zero, np.asarray(tr.read_effect)], -1),
+    }
+    total = np.asarray(tr.perturbation_norms(), np.float64)
+    results = {"config": dataclasses.asdict(cfg), "c": c, "d0": d0, "eps": eps, "cases": {}}
+    T_all = None
+    for j, case in enumerate(CASES):
+        rows = range(j * cfg.trials, (j + 1) * cfg.trials)
+        rec = {"rework": [], "iters": [], "iters_bound": [], "log_delta_T": [], "log_delta_T_sources": {}, "bound": [], "bound_sum": []}
+        for i in rows:
+            T = int(min(k_y[i], L - 1)) if np.isfinite(k_y[i]) else L - 1
+            ldt = _log_dt(total[i], c, T)
+            per = {s: _log_dt(src[s][i], c, T) for s in src}
+            lsum = float(np.logaddexp.reduce([v for v in per.values()]))
+            rec["rework"].append(float(k_y[i] - kappa_w))
+            rec["iters"].append(float(k_y[i]))
+            rec["iters_bound"].append(float((np.logaddexp(np.log(d0), ldt) - np.log(eps)) / np.log(1 / c)))
+            rec["log_delta_T"].append(ldt)
+            for s, v in per.items():
+                rec["log_delta_T_sources"].setdefault(s, []).append(v)
+            rec["bound"].append(float(np.logaddexp(0.0, ldt - np.log(d0)) / np.log(1 / c)))
+            rec["bound_sum"].append(float(np.logaddexp(0.0, lsum - np.log(d0)) / np.log(1 / c)))
+        rec["final_error"] = dist[list(rows), -1].tolist()
+        results["cases"][case] = rec
+    # Δ_T of each source measured in its own run, over the combined run's horizon.
+    T_all = [int(min(k_y[i], L - 1)) if np.isfinite(k_y[i]) else L - 1 for i in range(len(CASES) * cfg.trials)][-cfg.trials:]
+    solo = {}
+    for s, case in (("stale", "stale"), ("precision", "precision"), ("failure", "failure")):
+        j = CASES.index(case)
+        solo[s] = [_log_dt(src[s][j * cfg.trials + t], c, T_all[t]) for t in range(cfg.trials)]
+    results["solo_log_delta_T"] = solo
+    results["distance_mean"] = {case: dist[j * cfg.trials : (j + 1) * cfg.trials].mean(0)[:: max(1, cfg.steps // 300)].tolist()
+                                for j, case in enumerate(CASES)}
+    _common.save_results(out_dir, NAME, results)
+    _figure(results, out_dir)
+    return results
+
+
+def _figure(results, out_dir):
+    import matplotlib.pyplot as plt
+
+    cfg = results["config"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    stride = max(1, cfg["steps"] // 300)
+    for case in CASES:
+        y = np.asarray(results["distance_mean"][case], float)
+        axes[0].semilogy(np.arange(len(y)) * stride, y, label=case)
+    axes[0].axhline(results["eps"], color="k", ls=":", lw=0.8, label="ε")
+    axes[0].set_xlabel("iteration")
+    axes[0].set_ylabel("‖w − w*‖ (mean over trials)")
+    axes[0].set_title("MLR, M=8: each source alone and all together")
+    axes[0].legend(fontsize=7)
+    rec = results["cases"]["all"]
+    srcs = list(rec["log_delta_T_sources"])
+    vals = [np.mean(np.exp(rec["log_delta_T_sources"][s])) for s in srcs]
+    solo = [np.mean(np.exp(results["solo_log_delta_T"][s])) for s in srcs]
+    x = np.arange(len(srcs) + 2)
+    axes[1].bar(x[: len(srcs)] - 0.2, vals, 0.4, label="in the combined run")
+    axes[1].bar(x[: len(srcs)] + 0.2, solo, 0.4, label="in its own run")
+    axes[1].bar(x[-2], sum(vals), 0.4, color="C2", label="Σ sources")
+    axes[1].bar(x[-1], np.mean(np.exp(rec["log_delta_T"])), 0.4, color="C3", label="combined run's Δ_T")
+    axes[1].set_xticks(x, srcs + ["Σ", "combined"])
+    axes[1].set_yscale("log")
+    axes[1].set_title("Δ_T per source (up to the combined run's hitting time)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    _common.save_figure(fig, out_dir, NAME)
+
+
+def _e(lx):
+    return "∞" if not np.isfinite(lx) else f"{np.exp(lx):.3g}"
+
+
+def _m(v):
+    a = np.asarray(v, float)
+    fin = a[np.isfinite(a)]
+    return (f"{fin.mean():.3g}" if fin.size else "∞") + (f" [{int((~np.isfinite(a)).sum())} never]" if (~np.isfinite(a)).any() else "")
+
+
+def report(results: dict) -> str:
+    results = revive(results)
+    cfg = results["config"]
+    rec = results["cases"]["all"]
+    srcs = list(rec["log_delta_T_sources"])
+    per = {s: np.exp(np.asarray(rec["log_delta_T_sources"][s], float)) for s in srcs}
+    tot = np.exp(np.asarray(rec["log_delta_T"], float))
+    ssum = sum(per.values())
+    solo = {s: np.exp(np.asarray(results["solo_log_delta_T"][s], float)) for s in srcs}
+    ok_sub = bool(np.all(tot <= ssum * (1 + 1e-6)))
+    lines = [
+        "## Combined perturbations: stale reads + low-precision storage + partial recovery (thesis Eq 5.2, Thm 5.3.1)",
+        "",
+        "**Claim.** SCAR treats every source as one perturbation δ of the iterate (Eq 5.2), so sources compose: "
+        "the combined δ_ℓ is the sum of the sources' δ_ℓ, Δ_T is subadditive over sources, and Thm 5.3.1 with "
+        "Σ_s Δ_T^{(s)} bounds the combined rework.",
+        "",
+        f"**Measured** (MLR/digits full batch, c = {results['c']:.4f}, M = {cfg['workers']}; SSP s = {cfg['staleness']}; "
+        f"parameters stored with {cfg['mantissa_bits']} mantissa bits every step; at iteration {cfg['fail_at']} a failure "
+        f"loses {cfg['lost_fraction']:.0%} of the weight rows, recovered partially from a checkpoint saved every "
+        f"{cfg['checkpoint_period']} iterations (scarjax.faults.scar); {cfg['trials']} trials; Δ_T up to the combined "
+        "run's hitting time of ε):",
+        "",
+        "| source | Δ_T in the combined run | Δ_T in its own run |",
+        "|---|---|---|",
+    ]
+    for s in srcs:
+        lines.append(f"| {s} | {per[s].mean():.3g} | {solo[s].mean():.3g} |")
+    lines += [
+        f"| **Σ sources** | {ssum.mean():.3g} | {sum(solo.values()).mean():.3g} |",
+        f"| **combined run (all points)** | {tot.mean():.3g} | |",
+        "",
+        "| case | measured rework | Thm 5.3.1 bound (own Δ_T) | bound from Σ_s Δ_T^{(s)} | final error |",
+        "|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        r = results["cases"][case]
+        lines.append(f"| {case} | {_m(r['rework'])} | {_m(r['bound'])} | {_m(r['bound_sum'])} | {np.mean(r['final_error']):.2e} |")
+    rw_all = np.asarray(results["cases"]["all"]["rework"], float)
+    rw_sum = sum(np.asarray(results["cases"][c]["rework"], float) for c in ("stale", "precision", "failure"))
+    ok_r, ok_i, n = bound_checks([results["cases"][c] for c in CASES])
+    lines += [
+        "",
+        f"Σ_s Δ_T^{{(s)}} ≥ the combined run's Δ_T in {'every' if ok_sub else '**not every**'} trial (ratio "
+        f"{np.mean(tot / ssum):.3f}: the loop's per-point totals already add the sources, and the failure and the "
+        "rounding coincide at a single write step, so the triangle inequality is essentially tight here). Inside "
+        "the combined run each source's Δ_T is "
+        + ", ".join(f"{s} {per[s].mean() / max(solo[s].mean(), 1e-300):.2f}×" for s in srcs)
+        + " its Δ_T alone (a source's δ depends on where the others have moved the iterate). "
+        f"The measured combined rework ({_m(rw_all)}) compares with the sum of the single-source reworks "
+        f"({_m(rw_sum)}). Over the {n} trials, the iteration bound held in {ok_i} and the rework bound in {ok_r}. "
+        + CAVEAT,
+    ]
+    lines += ["", f"![{NAME}]({NAME}.png)"]
+    return "\n".join(lines)

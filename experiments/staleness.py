@@ -1,0 +1,185 @@
+"""Rework and final error vs the staleness bound s, SSP vs asynchronous (thesis Example
+5.2.2, Sec 2.2 / 4.2.1), with the measured Δ_T and the Thm 5.3.1 bound.
+
+M = 8 data-parallel workers (full-batch shards) read parameter versions up to s
+iterations old: SSP draws each worker's delay uniformly in [0, s] at every step;
+asynchronous execution draws a truncated geometric delay with the same mean s/2 (tail up
+to 4·max s). The perturbation of Example 5.2.2, δ_{k+1} = mean stale gradient step − fresh
+gradient step, is measured at every step (``measure_read_effect``) and summed into Δ_T.
+One compiled program per problem sweeps both consistency models and every s (traced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import scarjax
+from experiments import _common
+from experiments._perturbed import revive, CAVEAT, bound_checks, problem, summarise
+from scarjax import rework, staleness
+
+NAME = "staleness"
+DESCRIPTION = "Rework and final error vs staleness bound s (SSP vs async), QP and MLR, with measured Δ_T and Thm 5.3.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    s_values: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
+    workers: int = 8
+    trials: int = 4
+    qp_steps: int = 3000
+    qp_eps_iters: int = 1000
+    mlr_steps: int = 900
+    mlr_eps_iters: int = 300
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> "Config":
+        return cls(s_values=(0, 2, 8, 32), trials=2, qp_steps=1500, qp_eps_iters=500, mlr_steps=400, mlr_eps_iters=150)
+
+
+def _hooks(args, M, smax):
+    # SSP (delays uniform in [0, s] per worker per step) or asynchronous (truncated
+    # geometric delays with the same mean s/2, up to 4·smax), picked by a traced flag so
+    # that one compiled program covers both models and every s.
+    s, is_async = args
+    D = 4 * smax
+
+    def delays(step, key, st):
+        ssp_d = jax.random.randint(key, (M,), 0, s + 1)
+        async_d = staleness.truncated_geometric(key, (M,), 1.0 / (1.0 + s / 2.0), D)
+        return jnp.where(is_async, async_d, ssp_d)
+
+    return staleness.stale_reads(M, D + 1, delays, name="stale")
+
+
+def _sweep(alg, c, cfg, steps, eps_iters):
+    M = cfg.workers
+    smax = max(cfg.s_values)
+    n = len(cfg.s_values) * cfg.trials
+    s_arr = jnp.tile(jnp.repeat(jnp.asarray(cfg.s_values, jnp.int32), cfg.trials), 2)
+    is_async = jnp.repeat(jnp.asarray([False, True]), n)
+    keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), 2 * len(cfg.s_values))
+    _, tr = scarjax.run_trials(
+        alg, lambda a: _hooks(a, M, smax), steps, keys, hook_args=(s_arr, is_async), measure_read_effect=True
+    )
+    d0 = float(tr.initial_distance[0])
+    # ε from the SSP s = 0 trial: synchronous training exactly.
+    i0 = cfg.s_values.index(0) * cfg.trials
+    eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), eps_iters))
+    summ = summarise(tr, eps, float(eps_iters), c, d0)
+    res = {}
+    for b, mode in enumerate(("ssp", "async")):
+        out = {"eps": eps, "kappa_w": float(eps_iters), "d0": d0, "c": c, "by_s": {}}
+        for j, s in enumerate(cfg.s_values):
+            sl = slice(b * n + j * cfg.trials, b * n + (j + 1) * cfg.trials)
+            out["by_s"][str(s)] = {k: v[sl] for k, v in summ.items()}
+        res[mode] = out
+    return res
+
+
+def run(config: Config, out_dir) -> dict:
+    cfg = config
+    results = {"config": dataclasses.asdict(cfg), "problems": {}}
+    if 0 not in cfg.s_values:
+        raise ValueError(f"s_values must include 0 (the synchronous reference), got {cfg.s_values}")
+    for p in _common.progress(("qp", "mlr"), "staleness"):
+        alg, c = problem(p)
+        steps, eps_iters = (cfg.qp_steps, cfg.qp_eps_iters) if p == "qp" else (cfg.mlr_steps, cfg.mlr_eps_iters)
+        results["problems"][p] = _sweep(alg, c, cfg, steps, eps_iters)
+    _common.save_results(out_dir, NAME, results)
+    _figure(results, out_dir)
+    return results
+
+
+def _stat(d, key, s):
+    v = np.asarray(d["by_s"][str(s)][key], np.float64)
+    fin = v[np.isfinite(v)]
+    return (float(fin.mean()) if fin.size else np.inf), int((~np.isfinite(v)).sum())
+
+
+def _figure(results, out_dir):
+    import matplotlib.pyplot as plt
+
+    s_values = results["config"]["s_values"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for row, p in enumerate(("qp", "mlr")):
+        for mode, col in (("ssp", "C0"), ("async", "C3")):
+            d = results["problems"][p][mode]
+            xs = np.asarray(s_values, float)
+            rw = [_stat(d, "rework", s)[0] for s in s_values]
+            bd = [_stat(d, "bound", s)[0] for s in s_values]
+            fe = [_stat(d, "final_error", s)[0] for s in s_values]
+            axes[row, 0].plot(xs, rw, "o-", color=col, label=f"{mode}: measured")
+            axes[row, 0].plot(xs, bd, "--", color=col, label=f"{mode}: Thm 5.3.1 bound (measured Δ_T)")
+            axes[row, 1].semilogy(xs, fe, "o-", color=col, label=mode)
+        axes[row, 0].set_xscale("symlog", linthresh=1)
+        axes[row, 1].set_xscale("symlog", linthresh=1)
+        axes[row, 0].set_title(f"{p.upper()}: rework vs staleness bound s (M=8)")
+        axes[row, 1].set_title(f"{p.upper()}: final error ‖w − w*‖")
+        axes[row, 0].set_xlabel("s")
+        axes[row, 1].set_xlabel("s")
+        axes[row, 0].set_ylabel("iterations")
+        axes[row, 0].legend(fontsize=7)
+        axes[row, 1].legend(fontsize=7)
+    fig.tight_layout()
+    _common.save_figure(fig, out_dir, NAME)
+
+
+def _fmt(x):
+    return "∞" if not np.isfinite(x) else (f"{x:.3g}" if abs(x) < 1e4 else f"{x:.2e}")
+
+
+def report(results: dict) -> str:
+    results = revive(results)
+    s_values = results["config"]["s_values"]
+    lines = [
+        "## Staleness: SSP and asynchronous reads (thesis Example 5.2.2)",
+        "",
+        "**Claim.** Stale reads are perturbations δ_{k+1} = (1/M)Σ∇(w̃_m) − ∇(w) (Example 5.2.2); SSP keeps "
+        "them small by bounding the staleness (Sec 4.2.1), and Thm 5.3.1 bounds the rework by "
+        "log(1 + Δ_T/‖w0 − w*‖)/log(1/c). The thesis gives no staleness figure; we check the bound on "
+        "every run and that s = 0 is synchronous training exactly.",
+        "",
+        f"**Measured** (M = {results['config']['workers']} workers, full-batch shards; SSP: delays uniform in [0, s] "
+        "per worker per step; async: truncated geometric with the same mean s/2; "
+        f"{results['config']['trials']} trials; rework = extra iterations to the ε the synchronous run reaches at "
+        f"{results['config']['qp_eps_iters']} (QP) / {results['config']['mlr_eps_iters']} (MLR) iterations; "
+        "bound = Thm 5.3.1 with Δ_T summed from the measured per-step δ up to the hitting time):",
+        "",
+        "| problem | model | " + " | ".join(f"s={s}" for s in s_values) + " |",
+        "|---|---|" + "---|" * len(s_values),
+    ]
+    for p in ("qp", "mlr"):
+        for mode in ("ssp", "async"):
+            d = results["problems"][p][mode]
+            cells = []
+            for s in s_values:
+                rw, n_inf = _stat(d, "rework", s)
+                bd, _ = _stat(d, "bound", s)
+                fe, _ = _stat(d, "final_error", s)
+                cells.append(f"{_fmt(rw)} ≤ {_fmt(bd)} (err {fe:.1e})" + (f" [{n_inf} never]" if n_inf else ""))
+            lines.append(f"| {p.upper()} (c={d['c']:.4f}) | {mode} | " + " | ".join(cells) + " |")
+    recs = [results["problems"][p][m]["by_s"][str(s)] for p in ("qp", "mlr") for m in ("ssp", "async") for s in s_values]
+    ok_r, ok_i, n = bound_checks(recs)
+    lines += [
+        "",
+        f"Cells: mean measured rework ≤ mean bound (final distance to w*); '[k never]': k trials never reached ε. "
+        f"Over the {n} trials that reached ε, the iteration bound held in {ok_i} and the rework bound in {ok_r}. "
+        + CAVEAT,
+        "",
+        "With s = 0 the measured δ is zero up to float rounding (~1e-10) and the rework 0: SSP with s = 0 equals "
+        "synchronous data-parallel training bit for bit (tests/test_staleness.py). On the QP, staleness *speeds up* "
+        "convergence (negative rework): averaging gradients from older, farther iterates acts like momentum along the "
+        "slow eigen-direction. On MLR (lr = 1, close to the stability edge) SSP with uniform delays in [0, s] "
+        "oscillates from s ≈ 8 on, while asynchronous execution with the same mean delay converges: geometric delays "
+        "put most of their mass on small delays. The bound is loose for large s because staleness perturbs every "
+        "step, so Δ_T grows like c^{-T}·δ/(1−c): Thm 5.3.1 is a statement about perturbations that stop; the "
+        "every-step case is B.1.1's floor (see the precision experiment).",
+    ]
+    lines += ["", f"![{NAME}]({NAME}.png)"]
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""Revoked and partial workers at the barrier (Sync-on-the-fly; thesis Sec 5.2).
+
+On transient resources a worker can be revoked in the middle of an iteration. Under a
+fixed (BSP) barrier its contribution is lost; Sync-on-the-fly (Zhao et al.) instead lets
+the barrier average over whatever partial gradients the live and revoked workers have
+flushed, Eq 5:
+
+    θ(w) = (1/|B|) Σ_{xᵢ ∈ B} g(w, xᵢ),   B = the points actually processed.
+
+:func:`revocations` declares ``M`` data-parallel workers (worker mode of the loop, see
+:mod:`scarjax.workers`) and draws, at every step, each worker's *progress*: the fraction
+of its points it finished before the barrier (``1`` when not revoked). A revoked worker
+contributes the partial gradient over the points it finished (``partial=True``, flushing)
+or nothing (``partial=False``); the merge weights each contribution by its point count,
+so the merged gradient is the mean over all processed points whichever worker processed
+them. The resulting perturbation of the update, ``Δ − Δ_sync``, is measured with
+``run(..., measure_read_effect=True)`` (``trace.read_effect``); ``trace.points`` records
+the points merged at each barrier.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import tree as tu
+from scarjax.workers import WorkerHook, check_workers
+
+__all__ = ["revocations"]
+
+
+def revocations(
+    workers: int,
+    rate: float | None = None,
+    *,
+    schedule: Any = None,
+    partial: bool = True,
+    downtime: int = 0,
+    name: str = "revocations",
+) -> WorkerHook:
+    """Revoke workers mid-iteration, at a rate or from a schedule (Sync-on-the-fly).
+
+    Args:
+      workers: ``M`` data-parallel workers (static).
+      rate: probability that a given worker is revoked during a given iteration
+        (independently per worker and step); the revoked worker had finished a fraction
+        ``U(0, 1)`` of its points. In ``[0, 1]``; may be traced (vary it across trials with
+        ``run_trials(..., hook_args=...)``).
+      schedule: instead of ``rate``: an array ``[T, M]`` of progress fractions in
+        ``[0, 1]`` (``1`` = finished, ``0`` = revoked before its first point); row ``k``
+        applies to iteration ``k``; iterations ``k >= T`` run unrevoked.
+      partial: ``True`` – a revoked worker flushes its partial gradient (Sync-on-the-fly
+        Eq 5); ``False`` – its whole contribution is lost. May be a traced bool in rate
+        mode (flushing and dropping compared in one program).
+      downtime: iterations a revoked worker stays away after the one it was revoked in
+        (contributing nothing) before a replacement takes over its shard (static int >= 0;
+        rate mode only).
+
+    Raises ``ValueError`` naming the argument for bad values (exactly one of ``rate`` and
+    ``schedule`` must be given).
+    """
+    check_workers(workers)
+    if (rate is None) == (schedule is None):
+        raise ValueError("give exactly one of rate and schedule")
+    if isinstance(downtime, bool) or not isinstance(downtime, (int, np.integer)) or downtime < 0:
+        raise ValueError(f"downtime must be an int >= 0, got {downtime!r}")
+    if schedule is not None:
+        arr = np.asarray(schedule, np.float32)
+        if arr.ndim != 2 or arr.shape[1] != workers:
+            raise ValueError(f"schedule must have shape [T, {workers}], got {arr.shape}")
+        if not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 1:
+            raise ValueError("schedule entries must be progress fractions in [0, 1]")
+        if downtime:
+            raise ValueError("downtime applies to rate mode only; encode it in the schedule")
+        if tu.is_traced(partial):
+            raise ValueError("partial must be a concrete bool in schedule mode")
+        table = jnp.asarray(arr)
+        T = arr.shape[0]
+
+        def progress(hstate, ctx):
+            row = jax.lax.dynamic_index_in_dim(table, jnp.clip(ctx.step, 0, T - 1), 0, keepdims=False)
+            p = jnp.where(ctx.step < T, row, 1.0)
+            if not partial:
+                p = jnp.where(p < 1.0, 0.0, 1.0)
+            return p, hstate
+
+        init = lambda state, key: ()  # noqa: E731
+    else:
+        if not tu.is_traced(rate) and not 0.0 <= float(rate) <= 1.0:
+            raise ValueError(f"rate must be a probability in [0, 1], got {rate!r}")
+
+        def progress(hstate, ctx):
+            k_rev, k_frac = jax.random.split(jax.random.fold_in(ctx.key, 7))
+            revoked = jax.random.bernoulli(k_rev, rate, (workers,))
+            done = jnp.where(partial, jax.random.uniform(k_frac, (workers,)), 0.0)
+            down = hstate > 0
+            p = jnp.where(down, 0.0, jnp.where(revoked, done, 1.0))
+            new = jnp.where(down, hstate - 1, jnp.where(revoked, downtime, 0))
+            return p, new.astype(jnp.int32)
+
+        init = lambda state, key: jnp.zeros((workers,), jnp.int32)  # noqa: E731
+
+    return WorkerHook(
+        point="update",
+        init=init,
+        apply=lambda value, hstate, ctx: (value, hstate),
+        name=name,
+        workers=workers,
+        progress=progress,
+    )
