@@ -1,5 +1,12 @@
-"""Model factories returning :class:`~scarjax.Algorithm` instances (thesis Sec 5.5.1)."""
+"""Model factories returning :class:`~scarjax.Algorithm` instances (thesis Sec 5.5.1).
 
-from scarjax.models import mlr, quadratic
+* :mod:`quadratic` – gradient descent on a strongly convex QP (Fig 5.3);
+* :mod:`mlr` – multinomial logistic regression by (minibatch) SGD;
+* :mod:`mf` – matrix factorisation by alternating least squares;
+* :mod:`lda` – latent Dirichlet allocation by collapsed Gibbs sampling;
+* :mod:`cnn` – a small convolutional network (flax nnx) trained with Adam.
+"""
 
-__all__ = ["mlr", "quadratic"]
+from scarjax.models import cnn, lda, mf, mlr, quadratic
+
+__all__ = ["cnn", "lda", "mf", "mlr", "quadratic"]
