@@ -105,14 +105,17 @@ def test_thm_531_rework_bound(seed, d, c):
     assert rework <= bound + 1.0
 
 
-@given(seed=st.integers(0, 10_000), d=st.sampled_from([1, 2, 4]), c=st.floats(0.8, 0.97), size=st.floats(0.05, 3.0), T=st.integers(0, 100))
-def test_thm_531_is_tight_for_worst_case_sequence(seed, d, c, size, T):
+@given(seed=st.integers(0, 10_000), d=st.sampled_from([1, 2, 4]), c=st.floats(0.8, 0.97), size=st.floats(0.05, 3.0), t_frac=st.floats(0.0, 0.9))
+def test_thm_531_is_tight_for_worst_case_sequence(seed, d, c, size, t_frac):
     """A perturbation pushing straight away from w* along the slowest direction attains
-    the bound: measured rework is within one iteration (integer hitting times) of it."""
+    the bound: measured rework is within one iteration (integer hitting times) of it.
+    The perturbation strikes before the baseline converges (as in the thesis's
+    experiments), where float32 resolves the distances."""
     qp = _problem(seed, d, c, slowest=True)
     c_exact = quadratic.contraction(qp)
     _, base = scarjax.run(qp, None, STEPS, 0)
     n = int(min(250, math.log(1e-3) / math.log(c_exact)))
+    T = int(t_frac * n)
     eps = float(scarjax.calibrate_eps(base, n))
     _, tr = scarjax.run_trials(qp, _adversarial_at, STEPS, jax.random.split(jax.random.key(0), 1), hook_args=(jnp.array([size]), jnp.array([T])))
     tr = scarjax.split_trials(tr, 0)
