@@ -12,7 +12,7 @@ Core API (thesis Ch. 5, SCAR):
 * :mod:`scarjax.bounds` – Thm 5.3.1 and its variants (Appendix B).
 """
 
-from scarjax import bounds, hooks, models, precision, revocation, staleness, workers
+from scarjax import bounds, hooks, models, precision, ps, revocation, staleness, workers
 from scarjax.algorithms import fixed_point, from_optax
 from scarjax.core import Algorithm, State, Trace, run, run_trials, split_trials
 from scarjax.hooks import chain
@@ -32,6 +32,7 @@ __all__ = [
     "bounds",
     "models",
     "precision",
+    "ps",
     "revocation",
     "staleness",
     "workers",
