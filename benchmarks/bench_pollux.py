@@ -29,245 +29,315 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ADAPTDL_VENV = Path(os.environ.get("ADAPTDL_VENV", "/tmp/adaptdl-venv"))
-ADAPTDL_PINS = ["torch==2.13.0", "numpy==1.23.5", "scipy<1.12", "adaptdl==0.2.11", "requests", "setuptools<70"]
+ADAPTDL_PINS = [
+    "torch==2.13.0",
+    "numpy==1.23.5",
+    "scipy<1.12",
+    "adaptdl==0.2.11",
+    "requests",
+    "setuptools<70",
+]
 
 
 def setup_adaptdl_venv(path: Path = ADAPTDL_VENV) -> Path:
-  """Create (once) a virtualenv with AdaptDL and the old NumPy it needs; return its python."""
-  py = path / "bin" / "python"
-  ok = py.exists() and subprocess.run([str(py), "-c", "import adaptdl.goodput, requests, pkg_resources"],
-                                      capture_output=True).returncode == 0
-  if not ok:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", *ADAPTDL_PINS], check=True)
-  return py
+    """Create (once) a virtualenv with AdaptDL and the old NumPy it needs; return its python."""
+    py = path / "bin" / "python"
+    ok = (
+        py.exists()
+        and subprocess.run(
+            [str(py), "-c", "import adaptdl.goodput, requests, pkg_resources"], capture_output=True
+        ).returncode
+        == 0
+    )
+    if not ok:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *ADAPTDL_PINS], check=True)
+    return py
 
 
 # ----------------------------------------------------------------------------- 1. overhead
 
+
 def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) -> dict:
-  import jax
-  import optax
+    import jax
+    import optax
 
-  from scarjax import pollux as px
-  from scarjax.pollux import _problems
+    from scarjax import pollux as px
+    from scarjax.pollux import _problems
 
-  out = {}
-  for name, prob in (("mlr", _problems.mlr()), ("cnn", _problems.cnn())):
-    n_reps = reps if name == "mlr" else max(reps // 10, 20)
-    plain_opt = optax.adam(1e-3)
-    pgns_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b)
+    out = {}
+    for name, prob in (("mlr", _problems.mlr()), ("cnn", _problems.cnn())):
+        n_reps = reps if name == "mlr" else max(reps // 10, 20)
+        plain_opt = optax.adam(1e-3)
+        pgns_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b)
 
-    def run_plain(params, state, key, n):
-      def body(c, key):
-        p, s = c
-        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 1, k * b)
-        g = jax.grad(prob.loss)(p, xb[0], yb[0])
-        u, s = plain_opt.update(g, s, p)
-        return (optax.apply_updates(p, u), s), None
-      return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+        def run_plain(params, state, key, n):
+            def body(c, key):
+                p, s = c
+                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 1, k * b)
+                g = jax.grad(prob.loss)(p, xb[0], yb[0])
+                u, s = plain_opt.update(g, s, p)
+                return (optax.apply_updates(p, u), s), None
 
-    def run_pgns(params, state, key, n):
-      def body(c, key):
-        p, s = c
-        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
-        g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb)
-        u, s = pgns_opt.update(g, s, p)
-        return (optax.apply_updates(p, u), s), None
-      return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
 
-    fp = jax.jit(run_plain, static_argnums=3)
-    fq = jax.jit(run_pgns, static_argnums=3)
-    sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
-    jax.block_until_ready(fp(prob.params, sp, jax.random.PRNGKey(0), n_reps))
-    jax.block_until_ready(fq(prob.params, sq, jax.random.PRNGKey(0), n_reps))
-    tp, tq = [], []
-    for r in range(rounds):  # interleaved: both see the same machine noise
-      key = jax.random.PRNGKey(r)
-      t0 = time.perf_counter()
-      jax.block_until_ready(fp(prob.params, sp, key, n_reps))
-      tp.append((time.perf_counter() - t0) / n_reps)
-      t0 = time.perf_counter()
-      jax.block_until_ready(fq(prob.params, sq, key, n_reps))
-      tq.append((time.perf_counter() - t0) / n_reps)
-    out[name] = {"microbatches": k, "microbatch_size": b, "plain_step_s": float(np.min(tp)),
-                 "pgns_step_s": float(np.min(tq)),
-                 "overhead_ratio": float(np.min(tq) / np.min(tp)),
-                 "overhead_ratio_median": float(np.median(np.array(tq) / np.array(tp)))}
-  return out
+        def run_pgns(params, state, key, n):
+            def body(c, key):
+                p, s = c
+                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
+                g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb)
+                u, s = pgns_opt.update(g, s, p)
+                return (optax.apply_updates(p, u), s), None
+
+            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+
+        fp = jax.jit(run_plain, static_argnums=3)
+        fq = jax.jit(run_pgns, static_argnums=3)
+        sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
+        jax.block_until_ready(fp(prob.params, sp, jax.random.PRNGKey(0), n_reps))
+        jax.block_until_ready(fq(prob.params, sq, jax.random.PRNGKey(0), n_reps))
+        tp, tq = [], []
+        for r in range(rounds):  # interleaved: both see the same machine noise
+            key = jax.random.PRNGKey(r)
+            t0 = time.perf_counter()
+            jax.block_until_ready(fp(prob.params, sp, key, n_reps))
+            tp.append((time.perf_counter() - t0) / n_reps)
+            t0 = time.perf_counter()
+            jax.block_until_ready(fq(prob.params, sq, key, n_reps))
+            tq.append((time.perf_counter() - t0) / n_reps)
+        out[name] = {
+            "microbatches": k,
+            "microbatch_size": b,
+            "plain_step_s": float(np.min(tp)),
+            "pgns_step_s": float(np.min(tq)),
+            "overhead_ratio": float(np.min(tq) / np.min(tp)),
+            "overhead_ratio_median": float(np.median(np.array(tq) / np.array(tp))),
+        }
+    return out
 
 
 # ------------------------------------------------------------------ 2. AdaptDL comparison
 
-TRUE = dict(alpha_grad=2e-3, beta_grad=6e-5, alpha_sync_local=4e-3, beta_sync_local=1e-3,
-            alpha_sync_node=1.5e-2, beta_sync_node=3e-3, gamma=1.5)
+TRUE = dict(
+    alpha_grad=2e-3,
+    beta_grad=6e-5,
+    alpha_sync_local=4e-3,
+    beta_sync_local=1e-3,
+    alpha_sync_node=1.5e-2,
+    beta_sync_node=3e-3,
+    gamma=1.5,
+)
 
 
 def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
-  """Per-(N, K, m) measurements of the accumulation step and the sync step, as AdaptDL
-  records them, plus the T_iter records (s = 0 and s = 2) built from the same numbers."""
-  import jax.numpy as jnp
+    """Per-(N, K, m) measurements of the accumulation step and the sync step, as AdaptDL
+    records them, plus the T_iter records (s = 0 and s = 2) built from the same numbers."""
+    import jax.numpy as jnp
 
-  from scarjax import pollux as px
-  from scarjax.pollux.throughput import _overlap, _t_grad, _t_sync
+    from scarjax import pollux as px
+    from scarjax.pollux.throughput import _overlap, _t_grad, _t_sync
 
-  p = px.ThroughputParams(**TRUE)
-  rng = np.random.default_rng(seed)
-  base = [(n, k, m) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (4, 16)]
-          for m in (8, 32, 128, 512)]
-  n, k, m = (np.array(c, float) for c in zip(*base))
-  tg = np.asarray(_t_grad(p, jnp.asarray(m)))
-  to = np.asarray(_overlap(jnp.asarray(tg), _t_sync(p, jnp.asarray(n), jnp.asarray(k)), p.gamma))
-  t_accum = tg * np.exp(noise * rng.standard_normal(tg.size))
-  t_optim = to * np.exp(noise * rng.standard_normal(to.size))
-  return dict(nodes=n, replicas=k, local_bsz=m, t_accum=t_accum, t_optim=t_optim, truth=p)
+    p = px.ThroughputParams(**TRUE)
+    rng = np.random.default_rng(seed)
+    base = [
+        (n, k, m) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (4, 16)] for m in (8, 32, 128, 512)
+    ]
+    n, k, m = (np.array(c, float) for c in zip(*base))
+    tg = np.asarray(_t_grad(p, jnp.asarray(m)))
+    to = np.asarray(_overlap(jnp.asarray(tg), _t_sync(p, jnp.asarray(n), jnp.asarray(k)), p.gamma))
+    t_accum = tg * np.exp(noise * rng.standard_normal(tg.size))
+    t_optim = to * np.exp(noise * rng.standard_normal(to.size))
+    return dict(nodes=n, replicas=k, local_bsz=m, t_accum=t_accum, t_optim=t_optim, truth=p)
 
 
 def measured_data(path: Path) -> dict | None:
-  if not path.exists():
-    return None
-  recs = [r for r in json.loads(path.read_text())["records"] if "t_accum" in r]
-  if not recs:
-    return None
-  g = {k: np.array([r[k] for r in recs], float) for k in
-       ("nodes", "replicas", "local_bsz", "t_accum", "t_optim")}
-  g["truth"] = None
-  return g
+    if not path.exists():
+        return None
+    recs = [r for r in json.loads(path.read_text())["records"] if "t_accum" in r]
+    if not recs:
+        return None
+    g = {
+        k: np.array([r[k] for r in recs], float)
+        for k in ("nodes", "replicas", "local_bsz", "t_accum", "t_optim")
+    }
+    g["truth"] = None
+    return g
 
 
 def _records(d: dict, s_values=(0, 2)):
-  """T_iter records for scarjax: T_iter = s * t_accum + t_optim (Eq 3.8, same numbers)."""
-  cols = {k: [] for k in ("nodes", "replicas", "local_bsz", "accum_steps", "t_iter")}
-  for s in s_values:
-    cols["nodes"].append(d["nodes"])
-    cols["replicas"].append(d["replicas"])
-    cols["local_bsz"].append(d["local_bsz"])
-    cols["accum_steps"].append(np.full(d["nodes"].size, float(s)))
-    cols["t_iter"].append(s * d["t_accum"] + d["t_optim"])
-  return {k: np.concatenate(v) for k, v in cols.items()}
+    """T_iter records for scarjax: T_iter = s * t_accum + t_optim (Eq 3.8, same numbers)."""
+    cols = {k: [] for k in ("nodes", "replicas", "local_bsz", "accum_steps", "t_iter")}
+    for s in s_values:
+        cols["nodes"].append(d["nodes"])
+        cols["replicas"].append(d["replicas"])
+        cols["local_bsz"].append(d["local_bsz"])
+        cols["accum_steps"].append(np.full(d["nodes"].size, float(s)))
+        cols["t_iter"].append(s * d["t_accum"] + d["t_optim"])
+    return {k: np.concatenate(v) for k, v in cols.items()}
 
 
 def _err(pred, obs):
-  pred, obs = np.asarray(pred, float), np.asarray(obs, float)
-  return {"rmsle": float(np.sqrt(np.mean(np.log(pred / obs) ** 2))),
-          "mean_rel_error": float(np.mean(np.abs(pred - obs) / obs))}
+    pred, obs = np.asarray(pred, float), np.asarray(obs, float)
+    return {
+        "rmsle": float(np.sqrt(np.mean(np.log(pred / obs) ** 2))),
+        "mean_rel_error": float(np.mean(np.abs(pred - obs) / obs)),
+    }
 
 
 def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_pgns=None) -> dict:
-  import jax
-  import jax.numpy as jnp
+    import jax
+    import jax.numpy as jnp
 
-  from scarjax import pollux as px
+    from scarjax import pollux as px
 
-  rec = _records(data)
-  # scarjax fit: first call (includes jit compilation) and warm calls
-  t0 = time.perf_counter()
-  fit = px.fit_throughput(rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"],
-                          rec["t_iter"])
-  first = time.perf_counter() - t0
-  warm = []
-  for _ in range(repeats):
+    rec = _records(data)
+    # scarjax fit: first call (includes jit compilation) and warm calls
     t0 = time.perf_counter()
-    fit = px.fit_throughput(rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"],
-                            rec["t_iter"])
-    warm.append(time.perf_counter() - t0)
+    fit = px.fit_throughput(
+        rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"], rec["t_iter"]
+    )
+    first = time.perf_counter() - t0
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fit = px.fit_throughput(
+            rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"], rec["t_iter"]
+        )
+        warm.append(time.perf_counter() - t0)
 
-  # optimisation problem: same model and PGNS for both
-  phi, m0 = 500.0, 32
-  nodes = np.array([1, 1, 1, 2, 2, 4, 4, 8])
-  reps = np.array([1, 2, 4, 4, 8, 16, 32, 64])
-  max_bsz, max_m = 4096, 256
-  perf = fit.params
-  adl_perf = [perf.alpha_grad, perf.beta_grad, perf.alpha_sync_node, perf.beta_sync_node,
-              perf.alpha_sync_local, perf.beta_sync_local, perf.gamma]
-  req = {"repeats": repeats,
-         "fit_data": {k: np.asarray(data[k]).tolist() for k in
-                      ("nodes", "replicas", "local_bsz", "t_accum", "t_optim")},
-         "predict": {k: rec[k].tolist() for k in ("nodes", "replicas", "local_bsz", "accum_steps")},
-         # AdaptDL's GradParams(sqr, var): efficiency = Eq 3.3 with phi = var * M0 / sqr.
-         "optimize": {"perf_params": [float(v) for v in adl_perf], "sqr": 1.0, "var": phi / m0,
-                      "init_batch_size": m0, "nodes": nodes.tolist(), "replicas": reps.tolist(),
-                      "max_batch_size": max_bsz, "max_local_bsz": max_m},
-         "torch_pgns": torch_pgns}
-  proc = subprocess.run([str(py), str(HERE / "adaptdl" / "run_adaptdl.py")],
-                        input=json.dumps(req), capture_output=True, text=True, timeout=900)
-  if proc.returncode != 0:
-    return {"error": proc.stderr[-3000:]}
-  adl = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("@@")][-1][2:])
+    # optimisation problem: same model and PGNS for both
+    phi, m0 = 500.0, 32
+    nodes = np.array([1, 1, 1, 2, 2, 4, 4, 8])
+    reps = np.array([1, 2, 4, 4, 8, 16, 32, 64])
+    max_bsz, max_m = 4096, 256
+    perf = fit.params
+    adl_perf = [
+        perf.alpha_grad,
+        perf.beta_grad,
+        perf.alpha_sync_node,
+        perf.beta_sync_node,
+        perf.alpha_sync_local,
+        perf.beta_sync_local,
+        perf.gamma,
+    ]
+    req = {
+        "repeats": repeats,
+        "fit_data": {
+            k: np.asarray(data[k]).tolist() for k in ("nodes", "replicas", "local_bsz", "t_accum", "t_optim")
+        },
+        "predict": {k: rec[k].tolist() for k in ("nodes", "replicas", "local_bsz", "accum_steps")},
+        # AdaptDL's GradParams(sqr, var): efficiency = Eq 3.3 with phi = var * M0 / sqr.
+        "optimize": {
+            "perf_params": [float(v) for v in adl_perf],
+            "sqr": 1.0,
+            "var": phi / m0,
+            "init_batch_size": m0,
+            "nodes": nodes.tolist(),
+            "replicas": reps.tolist(),
+            "max_batch_size": max_bsz,
+            "max_local_bsz": max_m,
+        },
+        "torch_pgns": torch_pgns,
+    }
+    proc = subprocess.run(
+        [str(py), str(HERE / "adaptdl" / "run_adaptdl.py")],
+        input=json.dumps(req),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-3000:]}
+    adl = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("@@")][-1][2:])
 
-  ours_pred = np.asarray(px.t_iter(fit.params, rec["nodes"], rec["replicas"], rec["local_bsz"],
-                                   rec["accum_steps"]))
-  res = {"data": label, "records_scarjax": int(rec["t_iter"].size),
-         "records_adaptdl": int(data["nodes"].size),
-         "fit": {"scarjax_first_call_s": first, "scarjax_s": float(np.median(warm)),
-                 "adaptdl_s": float(np.median(adl["fit_seconds"])),
-                 "speedup_vs_adaptdl": float(np.median(adl["fit_seconds"]) / np.median(warm)),
-                 "scarjax_error_vs_obs": _err(ours_pred, rec["t_iter"]),
-                 "adaptdl_error_vs_obs": _err(adl["pred_t_iter"], rec["t_iter"])}}
-  if data.get("truth") is not None:
-    truth = np.asarray(px.t_iter(data["truth"], rec["nodes"], rec["replicas"], rec["local_bsz"],
-                                 rec["accum_steps"]))
-    res["fit"]["scarjax_error_vs_truth"] = _err(ours_pred, truth)
-    res["fit"]["adaptdl_error_vs_truth"] = _err(adl["pred_t_iter"], truth)
+    ours_pred = np.asarray(
+        px.t_iter(fit.params, rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"])
+    )
+    res = {
+        "data": label,
+        "records_scarjax": int(rec["t_iter"].size),
+        "records_adaptdl": int(data["nodes"].size),
+        "fit": {
+            "scarjax_first_call_s": first,
+            "scarjax_s": float(np.median(warm)),
+            "adaptdl_s": float(np.median(adl["fit_seconds"])),
+            "speedup_vs_adaptdl": float(np.median(adl["fit_seconds"]) / np.median(warm)),
+            "scarjax_error_vs_obs": _err(ours_pred, rec["t_iter"]),
+            "adaptdl_error_vs_obs": _err(adl["pred_t_iter"], rec["t_iter"]),
+        },
+    }
+    if data.get("truth") is not None:
+        truth = np.asarray(
+            px.t_iter(data["truth"], rec["nodes"], rec["replicas"], rec["local_bsz"], rec["accum_steps"])
+        )
+        res["fit"]["scarjax_error_vs_truth"] = _err(ours_pred, truth)
+        res["fit"]["adaptdl_error_vs_truth"] = _err(adl["pred_t_iter"], truth)
 
-  # ours: exact search; first call compiles
-  kw = dict(max_batch_size=max_bsz, max_local_bsz=max_m)
-  t0 = time.perf_counter()
-  cfg = px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes), jnp.asarray(reps), **kw)
-  jax.block_until_ready(cfg)
-  first = time.perf_counter() - t0
-  warm = []
-  for _ in range(repeats):
+    # ours: exact search; first call compiles
+    kw = dict(max_batch_size=max_bsz, max_local_bsz=max_m)
     t0 = time.perf_counter()
-    cfg = jax.block_until_ready(px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes),
-                                                       jnp.asarray(reps), **kw))
-    warm.append(time.perf_counter() - t0)
-  a_m = np.asarray(adl["optimize"]["local_bsz"])
-  a_s = np.asarray(adl["optimize"]["accum_steps"])
-  a_ok = a_m * reps * (a_s + 1) <= max_bsz
-  a_gp = np.where(a_ok, np.asarray(px.goodput(perf, phi, m0, nodes, reps, np.maximum(a_m, 1), a_s)),
-                  0.0)
-  res["optimize"] = {
-      "allocations": len(reps),
-      "scarjax_first_call_s": first, "scarjax_s": float(np.median(warm)),
-      "adaptdl_s": float(np.median(adl["optimize_seconds"])),
-      "speedup_vs_adaptdl": float(np.median(adl["optimize_seconds"]) / np.median(warm)),
-      "scarjax_goodput": np.asarray(cfg.goodput).tolist(),
-      "adaptdl_goodput_same_model": a_gp.tolist(),
-      "goodput_ratio_scarjax_over_adaptdl": float(np.mean(np.asarray(cfg.goodput) /
-                                                          np.maximum(a_gp, 1e-12))),
-      "scarjax_config": [list(map(int, c)) for c in zip(np.asarray(cfg.local_bsz),
-                                                        np.asarray(cfg.accum_steps))],
-      "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)]}
-  if "torch_pgns" in adl:
-    res["adaptdl_torch_pgns"] = adl["torch_pgns"]
-  if "torch_pgns_error" in adl:
-    res["adaptdl_torch_pgns_error"] = adl["torch_pgns_error"]
-  return res
+    cfg = px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes), jnp.asarray(reps), **kw)
+    jax.block_until_ready(cfg)
+    first = time.perf_counter() - t0
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        cfg = jax.block_until_ready(
+            px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes), jnp.asarray(reps), **kw)
+        )
+        warm.append(time.perf_counter() - t0)
+    a_m = np.asarray(adl["optimize"]["local_bsz"])
+    a_s = np.asarray(adl["optimize"]["accum_steps"])
+    a_ok = a_m * reps * (a_s + 1) <= max_bsz
+    a_gp = np.where(a_ok, np.asarray(px.goodput(perf, phi, m0, nodes, reps, np.maximum(a_m, 1), a_s)), 0.0)
+    res["optimize"] = {
+        "allocations": len(reps),
+        "scarjax_first_call_s": first,
+        "scarjax_s": float(np.median(warm)),
+        "adaptdl_s": float(np.median(adl["optimize_seconds"])),
+        "speedup_vs_adaptdl": float(np.median(adl["optimize_seconds"]) / np.median(warm)),
+        "scarjax_goodput": np.asarray(cfg.goodput).tolist(),
+        "adaptdl_goodput_same_model": a_gp.tolist(),
+        "goodput_ratio_scarjax_over_adaptdl": float(
+            np.mean(np.asarray(cfg.goodput) / np.maximum(a_gp, 1e-12))
+        ),
+        "scarjax_config": [
+            list(map(int, c)) for c in zip(np.asarray(cfg.local_bsz), np.asarray(cfg.accum_steps))
+        ],
+        "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)],
+    }
+    if "torch_pgns" in adl:
+        res["adaptdl_torch_pgns"] = adl["torch_pgns"]
+    if "torch_pgns_error" in adl:
+        res["adaptdl_torch_pgns_error"] = adl["torch_pgns_error"]
+    return res
 
 
 def main(argv=None) -> dict:
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--no-adaptdl", action="store_true")
-  ap.add_argument("--measured", default="results/pollux_throughput.json")
-  ap.add_argument("--reps", type=int, default=300)
-  args = ap.parse_args(argv)
-  out = {"pgns_overhead": bench_overhead(reps=args.reps)}
-  if not args.no_adaptdl:
-    try:
-      py = setup_adaptdl_venv()
-    except Exception as e:  # noqa: BLE001
-      out["adaptdl"] = {"error": f"could not set up the AdaptDL venv: {e}"}
-    else:
-      out["adaptdl_synthetic"] = bench_vs_adaptdl(
-          synthetic_data(), "synthetic (Eq 3.8 + 5% log-normal noise)", py,
-          torch_pgns={"batch": 256, "steps": 60})
-      md = measured_data(Path(args.measured))
-      if md is not None:
-        out["adaptdl_measured"] = bench_vs_adaptdl(md, f"measured ({args.measured})", py)
-  print(json.dumps(out, indent=1))
-  return out
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-adaptdl", action="store_true")
+    ap.add_argument("--measured", default="results/pollux_throughput.json")
+    ap.add_argument("--reps", type=int, default=300)
+    args = ap.parse_args(argv)
+    out = {"pgns_overhead": bench_overhead(reps=args.reps)}
+    if not args.no_adaptdl:
+        try:
+            py = setup_adaptdl_venv()
+        except Exception as e:  # noqa: BLE001
+            out["adaptdl"] = {"error": f"could not set up the AdaptDL venv: {e}"}
+        else:
+            out["adaptdl_synthetic"] = bench_vs_adaptdl(
+                synthetic_data(),
+                "synthetic (Eq 3.8 + 5% log-normal noise)",
+                py,
+                torch_pgns={"batch": 256, "steps": 60},
+            )
+            md = measured_data(Path(args.measured))
+            if md is not None:
+                out["adaptdl_measured"] = bench_vs_adaptdl(md, f"measured ({args.measured})", py)
+    print(json.dumps(out, indent=1))
+    return out
 
 
 if __name__ == "__main__":
-  main()
+    main()

@@ -50,14 +50,14 @@ params, state = prob.params, opt.init(prob.params)
 
 @jax.jit
 def step(params, state, key):
-  xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
-  grads = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
-  updates, state = opt.update(grads, state, params)
-  return optax.apply_updates(params, updates), state
+    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
+    grads = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
+    updates, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
 
 
 for i in range(200):
-  params, state = step(params, state, jax.random.PRNGKey(i))
+    params, state = step(params, state, jax.random.PRNGKey(i))
 phi = float(px.pgns_from_state(state))
 
 # Exact reference from per-example gradients over the whole data set, same P.
@@ -72,9 +72,9 @@ print(f"PGNS: running estimate {phi:.1f}, exact (per-example, same P) {phi_exact
 
 # %%
 try:
-  px.with_pgns(optax.lion(1e-3)).init(prob.params)
+    px.with_pgns(optax.lion(1e-3)).init(prob.params)
 except ValueError as e:
-  print("ValueError:", str(e)[:110], "...")
+    print("ValueError:", str(e)[:110], "...")
 
 # %% [markdown]
 # ## 2. Efficiency and goodput
@@ -93,11 +93,18 @@ print(np.round(np.asarray(px.efficiency(Ms, phi, M0)), 3))
 # RMSLE with `jax.grad`, bounds alpha, beta >= 0, gamma in [1, 10]).
 
 # %%
-true = px.ThroughputParams(alpha_grad=2e-3, beta_grad=6e-5, alpha_sync_local=4e-3,
-                           beta_sync_local=1e-3, alpha_sync_node=1.5e-2, beta_sync_node=3e-3,
-                           gamma=1.5)
-cfg = [(n, k, m, s) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8)]
-       for m in (16, 64, 256) for s in (0, 1)]
+true = px.ThroughputParams(
+    alpha_grad=2e-3,
+    beta_grad=6e-5,
+    alpha_sync_local=4e-3,
+    beta_sync_local=1e-3,
+    alpha_sync_node=1.5e-2,
+    beta_sync_node=3e-3,
+    gamma=1.5,
+)
+cfg = [
+    (n, k, m, s) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8)] for m in (16, 64, 256) for s in (0, 1)
+]
 n, k, m, s = (np.array(c, float) for c in zip(*cfg))
 rng = np.random.default_rng(0)
 t_obs = np.asarray(px.t_iter(true, n, k, m, s)) * np.exp(0.03 * rng.standard_normal(n.size))
@@ -110,8 +117,13 @@ print({f: round(v, 5) for f, v in fit.params._asdict().items()})
 # model is optimistic about scaling out (here only single-device data):
 
 # %%
-one = px.fit_throughput(np.ones(3), np.ones(3), [16, 64, 256], np.zeros(3),
-                        np.asarray(px.t_iter(true, 1, 1, jnp.array([16, 64, 256]), 0)))
+one = px.fit_throughput(
+    np.ones(3),
+    np.ones(3),
+    [16, 64, 256],
+    np.zeros(3),
+    np.asarray(px.t_iter(true, 1, 1, jnp.array([16, 64, 256]), 0)),
+)
 print("pinned:", one.pinned)
 
 # %% [markdown]
@@ -120,12 +132,20 @@ print("pinned:", one.pinned)
 # vectorised over allocations:
 
 # %%
-best = px.optimize_batch_size(fit.params, phi, M0, nodes=jnp.array([1, 1, 2]),
-                              replicas=jnp.array([1, 4, 8]), max_batch_size=2048,
-                              max_local_bsz=128)
+best = px.optimize_batch_size(
+    fit.params,
+    phi,
+    M0,
+    nodes=jnp.array([1, 1, 2]),
+    replicas=jnp.array([1, 4, 8]),
+    max_batch_size=2048,
+    max_local_bsz=128,
+)
 for i in range(3):
-  print(f"K={[1, 4, 8][i]}: m*={int(best.local_bsz[i])}, s*={int(best.accum_steps[i])}, "
-        f"M={int(best.total_batch_size[i])}, efficiency={float(best.efficiency[i]):.2f}")
+    print(
+        f"K={[1, 4, 8][i]}: m*={int(best.local_bsz[i])}, s*={int(best.accum_steps[i])}, "
+        f"M={int(best.total_batch_size[i])}, efficiency={float(best.efficiency[i]):.2f}"
+    )
 print("AdaScale gain at M=256:", float(px.lr_scale("adascale", 256, M0, phi=phi)))
 
 # %% [markdown]
@@ -133,14 +153,25 @@ print("AdaScale gain at M=256:", float(px.lr_scale("adascale", 256, M0, phi=phi)
 # re-fits, re-tunes every 40 steps, and reports progress in statistical epochs.
 
 # %%
-agent_cfg = px.AgentConfig(base_batch_size=M0, max_batch_size=1024, max_local_bsz=128,
-                           replicas=4, retune_every=40, local_bsz_step=16)
+agent_cfg = px.AgentConfig(
+    base_batch_size=M0, max_batch_size=1024, max_local_bsz=128, replicas=4, retune_every=40, local_bsz_step=16
+)
 res = {}
 for label, retune in (("fixed", 0), ("adaptive", 40)):
-  agent_cfg.retune_every = retune
-  opt = optax.chain(px.with_pgns(optax.sgd(4.0)), px.scale_by_lr_rule("adascale", M0))
-  h = px.train_adaptive(prob.loss, prob.params, opt, (prob.x, prob.y), agent_cfg,
-                        jax.random.PRNGKey(0), time_budget=1.0, clock=true)
-  res[label] = h
-  print(f"{label:8s}: loss {h['eval'][-1]:.3f} after 1 s, "
-        f"{h['stat_epochs'][-1]:.1f} statistical epochs, final M={h['batch_size'][-1]}")
+    agent_cfg.retune_every = retune
+    opt = optax.chain(px.with_pgns(optax.sgd(4.0)), px.scale_by_lr_rule("adascale", M0))
+    h = px.train_adaptive(
+        prob.loss,
+        prob.params,
+        opt,
+        (prob.x, prob.y),
+        agent_cfg,
+        jax.random.PRNGKey(0),
+        time_budget=1.0,
+        clock=true,
+    )
+    res[label] = h
+    print(
+        f"{label:8s}: loss {h['eval'][-1]:.3f} after 1 s, "
+        f"{h['stat_epochs'][-1]:.1f} statistical epochs, final M={h['batch_size'][-1]}"
+    )

@@ -9,26 +9,83 @@ Modules:
   agent       the job-level PolluxAgent loop (Sec 3.4.1)
 """
 
-from scarjax.pollux.efficiency import (efficiency, efficiency_from_stats, goodput,
-                                       statistical_epochs)
-from scarjax.pollux.pgns import (GradStats, PGNSState, PGNSWrapperState, differenced_stats,
-                                 exact_stats, find_pgns_state, microbatch_stats, noise_scale,
-                                 per_example_grads, pgns_from_state, preconditioner,
-                                 smoothed_stats, track_pgns, two_batch_stats, with_pgns)
-from scarjax.pollux.throughput import (FitResult, ThroughputParams, fit_throughput, placement,
-                                       priors, rmsle, t_grad, t_iter, t_sync, throughput,
-                                       total_batch_size)
-from scarjax.pollux.tuning import (BatchConfig, LRScaleState, lr_scale, optimize_batch_size,
-                                   scale_by_lr_rule, set_learning_rate)
+from scarjax.pollux.efficiency import efficiency, efficiency_from_stats, goodput, statistical_epochs
+from scarjax.pollux.pgns import (
+    GradStats,
+    PGNSState,
+    PGNSWrapperState,
+    differenced_stats,
+    exact_stats,
+    find_pgns_state,
+    microbatch_stats,
+    noise_scale,
+    per_example_grads,
+    pgns_from_state,
+    preconditioner,
+    smoothed_stats,
+    track_pgns,
+    two_batch_stats,
+    with_pgns,
+)
+from scarjax.pollux.throughput import (
+    FitResult,
+    ThroughputParams,
+    fit_throughput,
+    placement,
+    priors,
+    rmsle,
+    t_grad,
+    t_iter,
+    t_sync,
+    throughput,
+    total_batch_size,
+)
+from scarjax.pollux.tuning import (
+    BatchConfig,
+    LRScaleState,
+    lr_scale,
+    optimize_batch_size,
+    scale_by_lr_rule,
+    set_learning_rate,
+)
 
 __all__ = [
-    "BatchConfig", "FitResult", "GradStats", "LRScaleState", "PGNSState", "PGNSWrapperState",
-    "ThroughputParams", "differenced_stats", "efficiency", "efficiency_from_stats",
-    "exact_stats", "find_pgns_state", "fit_throughput", "goodput", "lr_scale",
-    "microbatch_stats", "noise_scale", "optimize_batch_size", "per_example_grads",
-    "pgns_from_state", "placement", "preconditioner", "priors", "rmsle", "scale_by_lr_rule",
-    "set_learning_rate", "smoothed_stats", "statistical_epochs", "t_grad", "t_iter", "t_sync",
-    "throughput", "total_batch_size", "track_pgns", "two_batch_stats", "with_pgns",
+    "BatchConfig",
+    "FitResult",
+    "GradStats",
+    "LRScaleState",
+    "PGNSState",
+    "PGNSWrapperState",
+    "ThroughputParams",
+    "differenced_stats",
+    "efficiency",
+    "efficiency_from_stats",
+    "exact_stats",
+    "find_pgns_state",
+    "fit_throughput",
+    "goodput",
+    "lr_scale",
+    "microbatch_stats",
+    "noise_scale",
+    "optimize_batch_size",
+    "per_example_grads",
+    "pgns_from_state",
+    "placement",
+    "preconditioner",
+    "priors",
+    "rmsle",
+    "scale_by_lr_rule",
+    "set_learning_rate",
+    "smoothed_stats",
+    "statistical_epochs",
+    "t_grad",
+    "t_iter",
+    "t_sync",
+    "throughput",
+    "total_batch_size",
+    "track_pgns",
+    "two_batch_stats",
+    "with_pgns",
 ]
 
 from scarjax.pollux.agent import AgentConfig, PolluxAgent, train_adaptive  # noqa: E402

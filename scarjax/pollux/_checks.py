@@ -15,69 +15,77 @@ import numpy as np
 
 
 def is_traced(x: Any) -> bool:
-  """True if ``x`` (or any leaf of it) is a JAX tracer."""
-  return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
+    """True if ``x`` (or any leaf of it) is a JAX tracer."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
 
 
 def concrete(x: Any) -> np.ndarray | None:
-  """``x`` as a float64 NumPy array, or ``None`` if it is traced."""
-  if is_traced(x):
-    return None
-  try:
-    return np.asarray(x, dtype=np.float64)
-  except (TypeError, ValueError) as e:
-    raise TypeError(f"expected a number or array, got {type(x).__name__}: {x!r}") from e
+    """``x`` as a float64 NumPy array, or ``None`` if it is traced."""
+    if is_traced(x):
+        return None
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"expected a number or array, got {type(x).__name__}: {x!r}") from e
 
 
 def _show(a: np.ndarray) -> str:
-  if a.size == 1:
-    return repr(float(a.reshape(())))
-  bad = a.reshape(-1)
-  return f"array of shape {a.shape} (e.g. {bad[:4].tolist()})"
+    if a.size == 1:
+        return repr(float(a.reshape(())))
+    bad = a.reshape(-1)
+    return f"array of shape {a.shape} (e.g. {bad[:4].tolist()})"
 
 
 def check_finite(name: str, x: Any) -> None:
-  a = concrete(x)
-  if a is not None and not np.all(np.isfinite(a)):
-    raise ValueError(f"{name} must be finite, got {_show(a[~np.isfinite(a)])}")
+    a = concrete(x)
+    if a is not None and not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got {_show(a[~np.isfinite(a)])}")
 
 
-def check_range(name: str, x: Any, *, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False) -> None:
-  """Raise ``ValueError`` naming ``name`` unless every element lies in the range."""
-  a = concrete(x)
-  if a is None:
-    return
-  if np.any(np.isnan(a)):
-    raise ValueError(f"{name} must not be NaN, got {_show(a)}")
-  if not allow_inf and not np.all(np.isfinite(a)):
-    raise ValueError(f"{name} must be finite, got {_show(a[~np.isfinite(a)])}")
-  ok = np.ones(a.shape, bool)
-  if lo is not None:
-    ok &= (a > lo) if lo_open else (a >= lo)
-  if hi is not None:
-    ok &= (a < hi) if hi_open else (a <= hi)
-  if not np.all(ok):
-    left = "(" if lo_open else "["
-    right = ")" if hi_open else "]"
-    rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-    raise ValueError(f"{name} must lie in {rng}, got {_show(a[~ok])}")
+def check_range(
+    name: str,
+    x: Any,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    allow_inf: bool = False,
+) -> None:
+    """Raise ``ValueError`` naming ``name`` unless every element lies in the range."""
+    a = concrete(x)
+    if a is None:
+        return
+    if np.any(np.isnan(a)):
+        raise ValueError(f"{name} must not be NaN, got {_show(a)}")
+    if not allow_inf and not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got {_show(a[~np.isfinite(a)])}")
+    ok = np.ones(a.shape, bool)
+    if lo is not None:
+        ok &= (a > lo) if lo_open else (a >= lo)
+    if hi is not None:
+        ok &= (a < hi) if hi_open else (a <= hi)
+    if not np.all(ok):
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+        raise ValueError(f"{name} must lie in {rng}, got {_show(a[~ok])}")
 
 
 def check_integer(name: str, x: Any, *, lo: int | None = None, hi: int | None = None) -> None:
-  a = concrete(x)
-  if a is None:
-    return
-  if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-    raise ValueError(f"{name} must be integer-valued, got {_show(a)}")
-  check_range(name, a, lo=lo, hi=hi)
+    a = concrete(x)
+    if a is None:
+        return
+    if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+        raise ValueError(f"{name} must be integer-valued, got {_show(a)}")
+    check_range(name, a, lo=lo, hi=hi)
 
 
 def check_static_int(name: str, x: Any, *, lo: int | None = None, hi: int | None = None) -> int:
-  """A Python ``int`` used as a static (shape-determining) argument."""
-  if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-    raise TypeError(f"{name} must be a Python int, got {type(x).__name__}: {x!r}")
-  x = int(x)
-  if (lo is not None and x < lo) or (hi is not None and x > hi):
-    raise ValueError(f"{name} must lie in [{lo}, {'inf' if hi is None else hi}], got {x}")
-  return x
+    """A Python ``int`` used as a static (shape-determining) argument."""
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be a Python int, got {type(x).__name__}: {x!r}")
+    x = int(x)
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        raise ValueError(f"{name} must lie in [{lo}, {'inf' if hi is None else hi}], got {x}")
+    return x

@@ -19,96 +19,96 @@ import numpy as np
 
 
 class Problem(NamedTuple):
-  name: str
-  params: Any
-  loss: Callable[..., jax.Array]          # (params, x[B, ...], y[B]) -> scalar
-  example_loss: Callable[..., jax.Array]  # (params, x[...], y[]) -> scalar
-  accuracy: Callable[..., jax.Array]
-  x: jax.Array
-  y: jax.Array
+    name: str
+    params: Any
+    loss: Callable[..., jax.Array]  # (params, x[B, ...], y[B]) -> scalar
+    example_loss: Callable[..., jax.Array]  # (params, x[...], y[]) -> scalar
+    accuracy: Callable[..., jax.Array]
+    x: jax.Array
+    y: jax.Array
 
 
 @functools.lru_cache(maxsize=2)
 def _digits(image: bool):
-  from sklearn.datasets import load_digits  # offline, ships with scikit-learn
-  d = load_digits()
-  x = (d.data / 16.0).astype(np.float32)
-  x = x - x.mean(axis=0)
-  if image:
-    x = x.reshape(-1, 8, 8, 1)
-  return x, d.target.astype(np.int32)
+    from sklearn.datasets import load_digits  # offline, ships with scikit-learn
+
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    x = x - x.mean(axis=0)
+    if image:
+        x = x.reshape(-1, 8, 8, 1)
+    return x, d.target.astype(np.int32)
 
 
 def digits(image: bool = False) -> tuple[jax.Array, jax.Array]:
-  """scikit-learn's 8x8 digits (1797 examples, 10 classes), centred, as JAX arrays."""
-  x, y = _digits(image)
-  return jnp.asarray(x), jnp.asarray(y)
+    """scikit-learn's 8x8 digits (1797 examples, 10 classes), centred, as JAX arrays."""
+    x, y = _digits(image)
+    return jnp.asarray(x), jnp.asarray(y)
 
 
 def _xent(logits, y):
-  return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], axis=-1)[..., 0]
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], axis=-1)[..., 0]
 
 
 def _make(name, params, apply, x, y) -> Problem:
-  def loss(p, xb, yb):
-    return jnp.mean(_xent(apply(p, xb), yb))
+    def loss(p, xb, yb):
+        return jnp.mean(_xent(apply(p, xb), yb))
 
-  def example_loss(p, xi, yi):
-    return loss(p, xi[None], yi[None])
+    def example_loss(p, xi, yi):
+        return loss(p, xi[None], yi[None])
 
-  def accuracy(p, xb, yb):
-    return jnp.mean(jnp.argmax(apply(p, xb), -1) == yb)
+    def accuracy(p, xb, yb):
+        return jnp.mean(jnp.argmax(apply(p, xb), -1) == yb)
 
-  return Problem(name, params, loss, example_loss, accuracy, x, y)
+    return Problem(name, params, loss, example_loss, accuracy, x, y)
 
 
 def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
-  """Multinomial logistic regression on digits (64 -> 10, 650 parameters)."""
-  x, y = digits(False)
-  key = jax.random.PRNGKey(0) if key is None else key
-  params = {"w": scale * jax.random.normal(key, (64, 10)), "b": jnp.zeros(10)}
+    """Multinomial logistic regression on digits (64 -> 10, 650 parameters)."""
+    x, y = digits(False)
+    key = jax.random.PRNGKey(0) if key is None else key
+    params = {"w": scale * jax.random.normal(key, (64, 10)), "b": jnp.zeros(10)}
 
-  def apply(p, xb):
-    return xb @ p["w"] + p["b"]
+    def apply(p, xb):
+        return xb @ p["w"] + p["b"]
 
-  return _make("mlr", params, apply, x, y)
+    return _make("mlr", params, apply, x, y)
 
 
 def cnn(key: jax.Array | None = None) -> Problem:
-  """A small flax-nnx CNN on 8x8x1 digits: conv3x3(8)-relu-conv3x3(16)-relu-pool-dense(10).
+    """A small flax-nnx CNN on 8x8x1 digits: conv3x3(8)-relu-conv3x3(16)-relu-pool-dense(10).
 
-  The nnx module is split once into a static graph and a params pytree, so the
-  loss is a pure function of params (vmap/grad friendly).
-  """
-  from flax import nnx
+    The nnx module is split once into a static graph and a params pytree, so the
+    loss is a pure function of params (vmap/grad friendly).
+    """
+    from flax import nnx
 
-  class SmallCNN(nnx.Module):
+    class SmallCNN(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.c1 = nnx.Conv(1, 8, (3, 3), rngs=rngs)
+            self.c2 = nnx.Conv(8, 16, (3, 3), strides=(2, 2), rngs=rngs)
+            self.out = nnx.Linear(16 * 16, 10, rngs=rngs)
 
-    def __init__(self, rngs: nnx.Rngs):
-      self.c1 = nnx.Conv(1, 8, (3, 3), rngs=rngs)
-      self.c2 = nnx.Conv(8, 16, (3, 3), strides=(2, 2), rngs=rngs)
-      self.out = nnx.Linear(16 * 16, 10, rngs=rngs)
+        def __call__(self, xb):
+            h = jax.nn.relu(self.c1(xb))
+            h = jax.nn.relu(self.c2(h))
+            return self.out(h.reshape(h.shape[0], -1))
 
-    def __call__(self, xb):
-      h = jax.nn.relu(self.c1(xb))
-      h = jax.nn.relu(self.c2(h))
-      return self.out(h.reshape(h.shape[0], -1))
+    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**30))
+    graphdef, params = nnx.split(SmallCNN(nnx.Rngs(seed)), nnx.Param)
+    params = jax.tree.map(jnp.asarray, nnx.to_pure_dict(params))
 
-  seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**30))
-  graphdef, params = nnx.split(SmallCNN(nnx.Rngs(seed)), nnx.Param)
-  params = jax.tree.map(jnp.asarray, nnx.to_pure_dict(params))
+    def apply(p, xb):
+        state = nnx.State(p) if not isinstance(p, nnx.State) else p
+        model = nnx.merge(graphdef, state)
+        return model(xb)
 
-  def apply(p, xb):
-    state = nnx.State(p) if not isinstance(p, nnx.State) else p
-    model = nnx.merge(graphdef, state)
-    return model(xb)
-
-  x, y = digits(True)
-  return _make("cnn", params, apply, x, y)
+    x, y = digits(True)
+    return _make("cnn", params, apply, x, y)
 
 
 def sample_microbatches(key, x, y, num_micro: int, micro_size: int):
-  """``num_micro`` micro-batches of ``micro_size`` examples drawn uniformly *with replacement*
-  (the sampling under which the estimators of App. A.1 are exactly unbiased)."""
-  idx = jax.random.randint(key, (num_micro, micro_size), 0, x.shape[0])
-  return x[idx], y[idx]
+    """``num_micro`` micro-batches of ``micro_size`` examples drawn uniformly *with replacement*
+    (the sampling under which the estimators of App. A.1 are exactly unbiased)."""
+    idx = jax.random.randint(key, (num_micro, micro_size), 0, x.shape[0])
+    return x[idx], y[idx]

@@ -60,172 +60,201 @@ Preconditioner = PyTree | None  # a diagonal with the structure of params, or No
 
 
 class GradStats(NamedTuple):
-  """Gradient statistics of Eq 3.2: ``sqr ~ |P g|^2``, ``var ~ tr(P Sigma P^T)``.
+    """Gradient statistics of Eq 3.2: ``sqr ~ |P g|^2``, ``var ~ tr(P Sigma P^T)``.
 
-  ``var`` is per *example* (the covariance of single-example gradients), so
-  the variance of a batch-``M`` gradient is ``var / M`` and ``phi = var / sqr``.
-  """
-  sqr: jax.Array
-  var: jax.Array
+    ``var`` is per *example* (the covariance of single-example gradients), so
+    the variance of a batch-``M`` gradient is ``var / M`` and ``phi = var / sqr``.
+    """
+
+    sqr: jax.Array
+    var: jax.Array
 
 
 # ---------------------------------------------------------------------------
 # Estimators
 # ---------------------------------------------------------------------------
 
+
 def _sq_norm(tree: PyTree, precond: Preconditioner = None) -> jax.Array:
-  """``|P x|^2`` summed over all leaves (``P`` diagonal or identity)."""
-  leaves = jax.tree.leaves(tree)
-  if precond is None:
-    return sum(jnp.sum(jnp.square(x)) for x in leaves)
-  pleaves = jax.tree.leaves(precond)
-  if len(pleaves) != len(leaves):
-    raise ValueError(
-        f"preconditioner has {len(pleaves)} leaves but the gradient has {len(leaves)}; "
-        "it must be a diagonal with the structure of params")
-  return sum(jnp.sum(jnp.square(p * x)) for p, x in zip(pleaves, leaves))
+    """``|P x|^2`` summed over all leaves (``P`` diagonal or identity)."""
+    leaves = jax.tree.leaves(tree)
+    if precond is None:
+        return sum(jnp.sum(jnp.square(x)) for x in leaves)
+    pleaves = jax.tree.leaves(precond)
+    if len(pleaves) != len(leaves):
+        raise ValueError(
+            f"preconditioner has {len(pleaves)} leaves but the gradient has {len(leaves)}; "
+            "it must be a diagonal with the structure of params"
+        )
+    return sum(jnp.sum(jnp.square(p * x)) for p, x in zip(pleaves, leaves))
 
 
 def _stacked_sq_norms(grads: PyTree, precond: Preconditioner) -> jax.Array:
-  """``|P g_k|^2`` for every slice ``k`` of the leading axis (shape ``[K]``)."""
-  return jax.vmap(lambda g: _sq_norm(g, precond))(grads)
+    """``|P g_k|^2`` for every slice ``k`` of the leading axis (shape ``[K]``)."""
+    return jax.vmap(lambda g: _sq_norm(g, precond))(grads)
 
 
 def _leading_axis(grads: PyTree, name: str) -> int:
-  leaves = jax.tree.leaves(grads)
-  if not leaves:
-    raise ValueError(f"{name} is an empty pytree")
-  sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for x in leaves}
-  if None in sizes or len(sizes) != 1:
-    raise ValueError(
-        f"{name} must be stacked per micro-batch: every leaf needs the same leading axis K, "
-        f"got leading sizes {sorted(s for s in sizes if s is not None)} "
-        f"{'(and scalars)' if None in sizes else ''}")
-  return int(sizes.pop())
+    leaves = jax.tree.leaves(grads)
+    if not leaves:
+        raise ValueError(f"{name} is an empty pytree")
+    sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for x in leaves}
+    if None in sizes or len(sizes) != 1:
+        raise ValueError(
+            f"{name} must be stacked per micro-batch: every leaf needs the same leading axis K, "
+            f"got leading sizes {sorted(s for s in sizes if s is not None)} "
+            f"{'(and scalars)' if None in sizes else ''}"
+        )
+    return int(sizes.pop())
 
 
 def two_batch_stats(small_sq: jax.Array, big_sq: jax.Array, small_batch, big_batch) -> GradStats:
-  """The two-batch identities of App. A.1 ([150] McCandlish et al., App. A.1).
+    """The two-batch identities of App. A.1 ([150] McCandlish et al., App. A.1).
 
-  Given ``small_sq`` an unbiased estimate of ``E|P g_b|^2`` at batch size ``b``
-  and ``big_sq`` of ``E|P g_B|^2`` at ``B > b``, returns unbiased estimates of
-  ``|Pg|^2`` and ``tr(P Sigma P^T)`` (Eq 3.2 numerator and denominator).
-  """
-  b = jnp.asarray(small_batch, jnp.result_type(small_sq, float))
-  big = jnp.asarray(big_batch, b.dtype)
-  sqr = (big * big_sq - b * small_sq) / (big - b)
-  var = (small_sq - big_sq) / (1.0 / b - 1.0 / big)
-  return GradStats(sqr, var)
+    Given ``small_sq`` an unbiased estimate of ``E|P g_b|^2`` at batch size ``b``
+    and ``big_sq`` of ``E|P g_B|^2`` at ``B > b``, returns unbiased estimates of
+    ``|Pg|^2`` and ``tr(P Sigma P^T)`` (Eq 3.2 numerator and denominator).
+    """
+    b = jnp.asarray(small_batch, jnp.result_type(small_sq, float))
+    big = jnp.asarray(big_batch, b.dtype)
+    sqr = (big * big_sq - b * small_sq) / (big - b)
+    var = (small_sq - big_sq) / (1.0 / b - 1.0 / big)
+    return GradStats(sqr, var)
 
 
 def microbatch_stats(grads: PyTree, microbatch_size, precond: Preconditioner = None) -> GradStats:
-  """Unbiased PGNS statistics from ``K >= 2`` micro-batch gradients (Eq 3.2, App. A.1).
+    """Unbiased PGNS statistics from ``K >= 2`` micro-batch gradients (Eq 3.2, App. A.1).
 
-  Args:
-    grads: pytree whose leaves are stacked along a leading axis ``K >= 2``, the
-      gradient of each micro-batch (or replica), all taken at the same params,
-      e.g. ``jax.vmap(jax.grad(loss), (None, 0))(params, microbatches)``.
-    microbatch_size: ``b``, examples per micro-batch (scalar, may be traced).
-    precond: diagonal pre-conditioner ``P`` with the structure of params
-      (e.g. from :func:`preconditioner`), or ``None`` for ``P = I`` (plain GNS).
+    Args:
+      grads: pytree whose leaves are stacked along a leading axis ``K >= 2``, the
+        gradient of each micro-batch (or replica), all taken at the same params,
+        e.g. ``jax.vmap(jax.grad(loss), (None, 0))(params, microbatches)``.
+      microbatch_size: ``b``, examples per micro-batch (scalar, may be traced).
+      precond: diagonal pre-conditioner ``P`` with the structure of params
+        (e.g. from :func:`preconditioner`), or ``None`` for ``P = I`` (plain GNS).
 
-  Returns:
-    :class:`GradStats` with ``sqr`` unbiased for ``|Pg|^2`` and ``var`` unbiased for
-    ``tr(P Sigma P^T)``; either may be negative for a single sample.
-  """
-  k = _leading_axis(grads, "grads")
-  if k < 2:
-    raise ValueError(f"microbatch_stats needs K >= 2 micro-batch gradients, got K={k}; "
-                     "use differenced_stats for a single replica")
-  _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
-  small = jnp.mean(_stacked_sq_norms(grads, precond))
-  big = _sq_norm(jax.tree.map(lambda g: jnp.mean(g, axis=0), grads), precond)
-  b = jnp.asarray(microbatch_size, small.dtype)
-  return two_batch_stats(small, big, b, k * b)
+    Returns:
+      :class:`GradStats` with ``sqr`` unbiased for ``|Pg|^2`` and ``var`` unbiased for
+      ``tr(P Sigma P^T)``; either may be negative for a single sample.
+    """
+    k = _leading_axis(grads, "grads")
+    if k < 2:
+        raise ValueError(
+            f"microbatch_stats needs K >= 2 micro-batch gradients, got K={k}; "
+            "use differenced_stats for a single replica"
+        )
+    _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
+    small = jnp.mean(_stacked_sq_norms(grads, precond))
+    big = _sq_norm(jax.tree.map(lambda g: jnp.mean(g, axis=0), grads), precond)
+    b = jnp.asarray(microbatch_size, small.dtype)
+    return two_batch_stats(small, big, b, k * b)
 
 
-def differenced_stats(prev_grad: PyTree, grad: PyTree, batch_size,
-                      precond: Preconditioner = None) -> GradStats:
-  """Differenced (biased) PGNS statistics from two consecutive gradients (Sec 3.3.1).
+def differenced_stats(
+    prev_grad: PyTree, grad: PyTree, batch_size, precond: Preconditioner = None
+) -> GradStats:
+    """Differenced (biased) PGNS statistics from two consecutive gradients (Sec 3.3.1).
 
-  For a single replica without accumulation only one gradient per step exists;
-  the two-batch identities are applied to ``g^(t-1)`` and ``g^(t)`` as if they
-  were two micro-batches of size ``batch_size``.  **Biased**: the change in the
-  true gradient between the two parameter values inflates ``var`` (and deflates
-  ``sqr``), so ``phi`` is over-estimated when the learning rate is large.
-  """
-  _checks.check_range("batch_size", batch_size, lo=0, lo_open=True)
-  s1, s2 = _sq_norm(prev_grad, precond), _sq_norm(grad, precond)
-  big = _sq_norm(jax.tree.map(lambda a, b: 0.5 * (a + b), prev_grad, grad), precond)
-  b = jnp.asarray(batch_size, s1.dtype)
-  return two_batch_stats(0.5 * (s1 + s2), big, b, 2 * b)
+    For a single replica without accumulation only one gradient per step exists;
+    the two-batch identities are applied to ``g^(t-1)`` and ``g^(t)`` as if they
+    were two micro-batches of size ``batch_size``.  **Biased**: the change in the
+    true gradient between the two parameter values inflates ``var`` (and deflates
+    ``sqr``), so ``phi`` is over-estimated when the learning rate is large.
+    """
+    _checks.check_range("batch_size", batch_size, lo=0, lo_open=True)
+    s1, s2 = _sq_norm(prev_grad, precond), _sq_norm(grad, precond)
+    big = _sq_norm(jax.tree.map(lambda a, b: 0.5 * (a + b), prev_grad, grad), precond)
+    b = jnp.asarray(batch_size, s1.dtype)
+    return two_batch_stats(0.5 * (s1 + s2), big, b, 2 * b)
 
 
 def exact_stats(per_example_grads: PyTree, precond: Preconditioner = None) -> GradStats:
-  """Exact ``|Pg|^2`` and ``tr(P Sigma P^T)`` from per-example gradients (reference).
+    """Exact ``|Pg|^2`` and ``tr(P Sigma P^T)`` from per-example gradients (reference).
 
-  ``per_example_grads`` is stacked over *all* ``N`` examples of the data set
-  (e.g. ``jax.vmap(jax.grad(loss_one), (None, 0))(params, data)``); the true
-  gradient is their mean and ``Sigma`` their population covariance, the
-  covariance of one uniformly drawn example.  Defines the ground truth of Eq 3.2.
-  """
-  n = _leading_axis(per_example_grads, "per_example_grads")
-  if n < 2:
-    raise ValueError(f"exact_stats needs at least 2 per-example gradients, got {n}")
-  g = jax.tree.map(lambda x: jnp.mean(x, axis=0), per_example_grads)
-  sqr = _sq_norm(g, precond)
-  centred = jax.tree.map(lambda x, m: x - m, per_example_grads, g)
-  var = jnp.mean(_stacked_sq_norms(centred, precond))
-  return GradStats(sqr, var)
+    ``per_example_grads`` is stacked over *all* ``N`` examples of the data set
+    (e.g. ``jax.vmap(jax.grad(loss_one), (None, 0))(params, data)``); the true
+    gradient is their mean and ``Sigma`` their population covariance, the
+    covariance of one uniformly drawn example.  Defines the ground truth of Eq 3.2.
+    """
+    n = _leading_axis(per_example_grads, "per_example_grads")
+    if n < 2:
+        raise ValueError(f"exact_stats needs at least 2 per-example gradients, got {n}")
+    g = jax.tree.map(lambda x: jnp.mean(x, axis=0), per_example_grads)
+    sqr = _sq_norm(g, precond)
+    centred = jax.tree.map(lambda x, m: x - m, per_example_grads, g)
+    var = jnp.mean(_stacked_sq_norms(centred, precond))
+    return GradStats(sqr, var)
 
 
 def noise_scale(stats: GradStats) -> jax.Array:
-  """``phi = tr(P Sigma P^T) / |P g|^2`` (Eq 3.2 / Eq A.6).
+    """``phi = tr(P Sigma P^T) / |P g|^2`` (Eq 3.2 / Eq A.6).
 
-  Estimates are clipped so the result is always in ``[0, inf]``: a negative
-  ``var`` counts as 0, and ``sqr <= 0`` (noise swamps the signal, e.g. at an
-  optimum) gives ``phi = inf``, for which Eq 3.3 gives efficiency 1 at every
-  batch size.  Never NaN for finite inputs.
-  """
-  sqr = jnp.asarray(stats.sqr)
-  var = jnp.maximum(jnp.asarray(stats.var), 0.0)
-  safe = jnp.where(sqr > 0, sqr, 1.0)
-  return jnp.where(sqr > 0, var / safe, jnp.inf)
+    Estimates are clipped so the result is always in ``[0, inf]``: a negative
+    ``var`` counts as 0, and ``sqr <= 0`` (noise swamps the signal, e.g. at an
+    optimum) gives ``phi = inf``, for which Eq 3.3 gives efficiency 1 at every
+    batch size.  Never NaN for finite inputs.
+    """
+    sqr = jnp.asarray(stats.sqr)
+    var = jnp.maximum(jnp.asarray(stats.var), 0.0)
+    safe = jnp.where(sqr > 0, sqr, 1.0)
+    return jnp.where(sqr > 0, var / safe, jnp.inf)
 
 
 def per_example_grads(loss_fn: Callable[..., jax.Array], params: PyTree, *batch) -> PyTree:
-  """``vmap(grad)`` helper: gradients of ``loss_fn(params, *example)`` for every example.
+    """``vmap(grad)`` helper: gradients of ``loss_fn(params, *example)`` for every example.
 
-  ``loss_fn`` must take unbatched examples (one row of each array in ``batch``).
-  """
-  return jax.vmap(jax.grad(loss_fn), in_axes=(None,) + (0,) * len(batch))(params, *batch)
+    ``loss_fn`` must take unbatched examples (one row of each array in ``batch``).
+    """
+    return jax.vmap(jax.grad(loss_fn), in_axes=(None,) + (0,) * len(batch))(params, *batch)
 
 
 # ---------------------------------------------------------------------------
 # Pre-conditioner from an optax optimizer state
 # ---------------------------------------------------------------------------
 
+
 def _optax_types(*names: str) -> tuple[type, ...]:
-  out = []
-  for n in names:
-    t = getattr(optax, n, None)
-    if t is None:
-      t = getattr(optax._src.transform, n, None)  # pylint: disable=protected-access
-    if isinstance(t, type):
-      out.append(t)
-  return tuple(out)
+    out = []
+    for n in names:
+        t = getattr(optax, n, None)
+        if t is None:
+            t = getattr(optax._src.transform, n, None)  # pylint: disable=protected-access
+        if isinstance(t, type):
+            out.append(t)
+    return tuple(out)
 
 
 _IDENTITY_STATES = _optax_types(
-    "EmptyState", "TraceState", "ScaleByScheduleState", "ScaleState", "AddDecayedWeightsState",
-    "ClipState", "ClipByGlobalNormState", "AddNoiseState", "EmaState", "ZeroNansState",
-    "NonNegativeParamsState", "MonitorState", "SnapshotState", "AdaptiveGradClipState")
+    "EmptyState",
+    "TraceState",
+    "ScaleByScheduleState",
+    "ScaleState",
+    "AddDecayedWeightsState",
+    "ClipState",
+    "ClipByGlobalNormState",
+    "AddNoiseState",
+    "EmaState",
+    "ZeroNansState",
+    "NonNegativeParamsState",
+    "MonitorState",
+    "SnapshotState",
+    "AdaptiveGradClipState",
+)
 _NOT_DERIVABLE = _optax_types(
-    "ScaleByLionState", "FactoredState", "ScaleBySM3State", "ScaleByNovogradState",
-    "ScaleByAdanState", "ScaleByTrustRatioState", "ScaleByRpropState", "ScaleByLBFGSState",
-    "ScaleByAdaDeltaState", "ScaleByBacktrackingLinesearchState",
-    "ScaleByZoomLinesearchState", "ScaleByDistanceOverGradientsState",
-    "ScaleByOptimisticGradientState")
+    "ScaleByLionState",
+    "FactoredState",
+    "ScaleBySM3State",
+    "ScaleByNovogradState",
+    "ScaleByAdanState",
+    "ScaleByTrustRatioState",
+    "ScaleByRpropState",
+    "ScaleByLBFGSState",
+    "ScaleByAdaDeltaState",
+    "ScaleByBacktrackingLinesearchState",
+    "ScaleByZoomLinesearchState",
+    "ScaleByDistanceOverGradientsState",
+    "ScaleByOptimisticGradientState",
+)
 _PARTIAL = _optax_types("MaskedState", "MultiTransformState", "PartitionState")
 
 _ADAM = _optax_types("ScaleByAdamState")
@@ -237,170 +266,179 @@ _RSTD = _optax_types("ScaleByRStdDevState", "ScaleByRStdDevWithCountState")
 
 
 def _hp(hyper: dict, name: str, override, default: float):
-  if override is not None:
-    return override
-  if name in hyper:
-    return hyper[name]
-  return default
+    if override is not None:
+        return override
+    if name in hyper:
+        return hyper[name]
+    return default
 
 
 def _bias_corr(count, decay):
-  """``1 - decay**count``, with 1 where ``count == 0`` (no update seen yet)."""
-  c = jnp.asarray(count, jnp.float32)
-  return jnp.where(c > 0, 1.0 - jnp.asarray(decay, jnp.float32) ** c, 1.0)
+    """``1 - decay**count``, with 1 where ``count == 0`` (no update seen yet)."""
+    c = jnp.asarray(count, jnp.float32)
+    return jnp.where(c > 0, 1.0 - jnp.asarray(decay, jnp.float32) ** c, 1.0)
 
 
 def _with_count(count, p_tree):
-  """Before the first update the second moments are empty: use ``P = I``."""
-  started = jnp.asarray(count) > 0
-  return jax.tree.map(lambda p: jnp.where(started, p, jnp.ones_like(p)), p_tree)
+    """Before the first update the second moments are empty: use ``P = I``."""
+    started = jnp.asarray(count) > 0
+    return jax.tree.map(lambda p: jnp.where(started, p, jnp.ones_like(p)), p_tree)
 
 
 def _diag_from(state, hyper: dict, eps, b2) -> PyTree:
-  """The diagonal ``P`` of one optax state, mirroring optax 0.2.x default updates."""
-  if isinstance(state, _ADAM):  # adam, adamw, nadam, ...: m_hat / (sqrt(nu_hat + eps_root) + eps)
-    e = _hp(hyper, "eps", eps, 1e-8)
-    er = hyper.get("eps_root", 0.0)
-    bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
-    return _with_count(state.count,
-                       jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc + er) + e), state.nu))
-  if isinstance(state, _AMSGRAD):
-    e = _hp(hyper, "eps", eps, 1e-8)
-    er = hyper.get("eps_root", 0.0)
-    return _with_count(state.count,
-                       jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n + er) + e), state.nu_max))
-  if isinstance(state, _BELIEF):  # adabelief: nu already contains eps_root
-    e = _hp(hyper, "eps", eps, 1e-16)
-    bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
-    return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc) + e), state.nu))
-  if isinstance(state, _RSS):  # adagrad
-    e = _hp(hyper, "eps", eps, 1e-7)
-    return jax.tree.map(lambda t: jnp.where(t > 0, jax.lax.rsqrt(t + e), 0.0),
-                        state.sum_of_squares)
-  if isinstance(state, _RMS):  # rmsprop (eps_in_sqrt=True, optax's default)
-    e = _hp(hyper, "eps", eps, 1e-8)
-    if "count" in state._fields:
-      bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
-      return jax.tree.map(lambda n: jax.lax.rsqrt(n / bc + e), state.nu)
-    return jax.tree.map(lambda n: jax.lax.rsqrt(n + e), state.nu)
-  if isinstance(state, _RSTD):  # centred rmsprop
-    e = _hp(hyper, "eps", eps, 1e-8)
-    if "count" in state._fields:
-      bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
-      return jax.tree.map(lambda m, n: jax.lax.rsqrt(n / bc - jnp.square(m / bc) + e),
-                          state.mu, state.nu)
-    return jax.tree.map(lambda m, n: jax.lax.rsqrt(n - jnp.square(m) + e), state.mu, state.nu)
-  raise AssertionError(type(state))
+    """The diagonal ``P`` of one optax state, mirroring optax 0.2.x default updates."""
+    if isinstance(state, _ADAM):  # adam, adamw, nadam, ...: m_hat / (sqrt(nu_hat + eps_root) + eps)
+        e = _hp(hyper, "eps", eps, 1e-8)
+        er = hyper.get("eps_root", 0.0)
+        bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
+        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc + er) + e), state.nu))
+    if isinstance(state, _AMSGRAD):
+        e = _hp(hyper, "eps", eps, 1e-8)
+        er = hyper.get("eps_root", 0.0)
+        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n + er) + e), state.nu_max))
+    if isinstance(state, _BELIEF):  # adabelief: nu already contains eps_root
+        e = _hp(hyper, "eps", eps, 1e-16)
+        bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
+        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc) + e), state.nu))
+    if isinstance(state, _RSS):  # adagrad
+        e = _hp(hyper, "eps", eps, 1e-7)
+        return jax.tree.map(lambda t: jnp.where(t > 0, jax.lax.rsqrt(t + e), 0.0), state.sum_of_squares)
+    if isinstance(state, _RMS):  # rmsprop (eps_in_sqrt=True, optax's default)
+        e = _hp(hyper, "eps", eps, 1e-8)
+        if "count" in state._fields:
+            bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
+            return jax.tree.map(lambda n: jax.lax.rsqrt(n / bc + e), state.nu)
+        return jax.tree.map(lambda n: jax.lax.rsqrt(n + e), state.nu)
+    if isinstance(state, _RSTD):  # centred rmsprop
+        e = _hp(hyper, "eps", eps, 1e-8)
+        if "count" in state._fields:
+            bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
+            return jax.tree.map(
+                lambda m, n: jax.lax.rsqrt(n / bc - jnp.square(m / bc) + e), state.mu, state.nu
+            )
+        return jax.tree.map(lambda m, n: jax.lax.rsqrt(n - jnp.square(m) + e), state.mu, state.nu)
+    raise AssertionError(type(state))
 
 
 _DIAG = _ADAM + _AMSGRAD + _BELIEF + _RSS + _RMS + _RSTD
 
 
 def _is_namedtuple(x) -> bool:
-  return isinstance(x, tuple) and hasattr(x, "_fields")
+    return isinstance(x, tuple) and hasattr(x, "_fields")
 
 
 def _collect(state, hyper: dict, eps, b2, found: list, path: str) -> None:
-  inj = _optax_types("InjectHyperparamsState", "InjectStatefulHyperparamsState")
-  if isinstance(state, PGNSWrapperState):
-    _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
-  elif isinstance(state, PGNSState):
-    return
-  elif inj and isinstance(state, inj):
-    hp = dict(hyper)
-    hp.update({k: v for k, v in state.hyperparams.items()})
-    _collect(state.inner_state, hp, eps, b2, found, path + ".inner_state")
-  elif isinstance(state, _optax_types("MultiStepsState")):
-    _collect(state.inner_opt_state, hyper, eps, b2, found, path + ".inner_opt_state")
-  elif isinstance(state, _optax_types("ApplyIfFiniteState", "ConditionallyTransformState",
-                                      "ConditionallyMaskState")):
-    _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
-  elif isinstance(state, _optax_types("LookaheadState")):
-    _collect(state.fast_state, hyper, eps, b2, found, path + ".fast_state")
-  elif isinstance(state, _DIAG):
-    found.append((path, type(state).__name__, _diag_from(state, hyper, eps, b2)))
-  elif isinstance(state, _IDENTITY_STATES):
-    return
-  elif isinstance(state, _NOT_DERIVABLE):
-    raise ValueError(
-        f"cannot derive a diagonal pre-conditioner P from optimizer state {type(state).__name__} "
-        f"at opt_state{path}: this optimizer is not pre-conditioned SGD (App. A.1). Pass "
-        "preconditioner='identity' to use the plain gradient noise scale, or a callable "
-        "(inner_state, params) -> P")
-  elif isinstance(state, _PARTIAL):
-    inner: list = []
-    _collect(tuple(x for x in state if _is_namedtuple(x) or isinstance(x, (tuple, list, dict))),
-             hyper, eps, b2, inner, path)
-    if not inner:
-      return  # nothing pre-conditioned inside the mask/partition
-    raise ValueError(
-        f"cannot derive a pre-conditioner through {type(state).__name__} at opt_state{path} "
-        "(it applies different transforms to different parameters); pass an explicit "
-        "preconditioner callable")
-  elif _is_namedtuple(state):
-    if any(hasattr(leaf, "shape") and getattr(leaf, "ndim", 0) > 0
-           for leaf in jax.tree.leaves(state)):
-      raise ValueError(
-          f"unknown optimizer state {type(state).__name__} at opt_state{path} holds per-parameter "
-          "arrays, so its pre-conditioner cannot be derived; pass preconditioner='identity' or a "
-          "callable (inner_state, params) -> P")
-  elif isinstance(state, (tuple, list)):
-    for i, s in enumerate(state):
-      _collect(s, hyper, eps, b2, found, f"{path}[{i}]")
-  elif isinstance(state, dict):
-    for k, s in state.items():
-      _collect(s, hyper, eps, b2, found, f"{path}[{k!r}]")
-  elif state is None:
-    return
-  else:
-    raise TypeError(f"opt_state{path} is not an optax state (got {type(state).__name__})")
+    inj = _optax_types("InjectHyperparamsState", "InjectStatefulHyperparamsState")
+    if isinstance(state, PGNSWrapperState):
+        _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
+    elif isinstance(state, PGNSState):
+        return
+    elif inj and isinstance(state, inj):
+        hp = dict(hyper)
+        hp.update({k: v for k, v in state.hyperparams.items()})
+        _collect(state.inner_state, hp, eps, b2, found, path + ".inner_state")
+    elif isinstance(state, _optax_types("MultiStepsState")):
+        _collect(state.inner_opt_state, hyper, eps, b2, found, path + ".inner_opt_state")
+    elif isinstance(
+        state, _optax_types("ApplyIfFiniteState", "ConditionallyTransformState", "ConditionallyMaskState")
+    ):
+        _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
+    elif isinstance(state, _optax_types("LookaheadState")):
+        _collect(state.fast_state, hyper, eps, b2, found, path + ".fast_state")
+    elif isinstance(state, _DIAG):
+        found.append((path, type(state).__name__, _diag_from(state, hyper, eps, b2)))
+    elif isinstance(state, _IDENTITY_STATES):
+        return
+    elif isinstance(state, _NOT_DERIVABLE):
+        raise ValueError(
+            f"cannot derive a diagonal pre-conditioner P from optimizer state {type(state).__name__} "
+            f"at opt_state{path}: this optimizer is not pre-conditioned SGD (App. A.1). Pass "
+            "preconditioner='identity' to use the plain gradient noise scale, or a callable "
+            "(inner_state, params) -> P"
+        )
+    elif isinstance(state, _PARTIAL):
+        inner: list = []
+        _collect(
+            tuple(x for x in state if _is_namedtuple(x) or isinstance(x, (tuple, list, dict))),
+            hyper,
+            eps,
+            b2,
+            inner,
+            path,
+        )
+        if not inner:
+            return  # nothing pre-conditioned inside the mask/partition
+        raise ValueError(
+            f"cannot derive a pre-conditioner through {type(state).__name__} at opt_state{path} "
+            "(it applies different transforms to different parameters); pass an explicit "
+            "preconditioner callable"
+        )
+    elif _is_namedtuple(state):
+        if any(hasattr(leaf, "shape") and getattr(leaf, "ndim", 0) > 0 for leaf in jax.tree.leaves(state)):
+            raise ValueError(
+                f"unknown optimizer state {type(state).__name__} at opt_state{path} holds per-parameter "
+                "arrays, so its pre-conditioner cannot be derived; pass preconditioner='identity' or a "
+                "callable (inner_state, params) -> P"
+            )
+    elif isinstance(state, (tuple, list)):
+        for i, s in enumerate(state):
+            _collect(s, hyper, eps, b2, found, f"{path}[{i}]")
+    elif isinstance(state, dict):
+        for k, s in state.items():
+            _collect(s, hyper, eps, b2, found, f"{path}[{k!r}]")
+    elif state is None:
+        return
+    else:
+        raise TypeError(f"opt_state{path} is not an optax state (got {type(state).__name__})")
 
 
 def preconditioner(opt_state, *, eps: float | None = None, b2: float | None = None) -> Preconditioner:
-  """The diagonal pre-conditioner ``P`` of Eq 3.2, read from an optax optimizer's state.
+    """The diagonal pre-conditioner ``P`` of Eq 3.2, read from an optax optimizer's state.
 
-  Footnote 3 / App. A.1: adaptive optimizers are SGD (with momentum) applied to
-  ``P g``.  Supported, mirroring optax's update rules with default options:
+    Footnote 3 / App. A.1: adaptive optimizers are SGD (with momentum) applied to
+    ``P g``.  Supported, mirroring optax's update rules with default options:
 
-  ==========================  ===================================================
-  optimizer (optax state)     ``P``
-  ==========================  ===================================================
-  sgd, sgd+momentum (Trace)   ``None`` (identity: momentum does not precondition)
-  adam / adamw / nadam        ``1 / (sqrt(nu / (1 - b2^t) + eps_root) + eps)``
-  amsgrad                     ``1 / (sqrt(nu_max + eps_root) + eps)``
-  adabelief                   ``1 / (sqrt(s / (1 - b2^t)) + eps)``
-  adagrad (ScaleByRss)        ``rsqrt(sum g^2 + eps)`` (0 where the sum is 0)
-  rmsprop (ScaleByRms)        ``rsqrt(nu + eps)``; centred: ``rsqrt(nu - mu^2 + eps)``
-  ==========================  ===================================================
+    ==========================  ===================================================
+    optimizer (optax state)     ``P``
+    ==========================  ===================================================
+    sgd, sgd+momentum (Trace)   ``None`` (identity: momentum does not precondition)
+    adam / adamw / nadam        ``1 / (sqrt(nu / (1 - b2^t) + eps_root) + eps)``
+    amsgrad                     ``1 / (sqrt(nu_max + eps_root) + eps)``
+    adabelief                   ``1 / (sqrt(s / (1 - b2^t)) + eps)``
+    adagrad (ScaleByRss)        ``rsqrt(sum g^2 + eps)`` (0 where the sum is 0)
+    rmsprop (ScaleByRms)        ``rsqrt(nu + eps)``; centred: ``rsqrt(nu - mu^2 + eps)``
+    ==========================  ===================================================
 
-  Hyper-parameters are read from ``inject_hyperparams`` states when present,
-  else ``eps``/``b2`` given here, else optax's defaults.  Before the first
-  update (``count == 0``) Adam-type states give ``P = I``.  Wrappers
-  (``inject_hyperparams``, ``MultiSteps``, ``apply_if_finite``, lookahead,
-  :func:`with_pgns`) are looked through.
+    Hyper-parameters are read from ``inject_hyperparams`` states when present,
+    else ``eps``/``b2`` given here, else optax's defaults.  Before the first
+    update (``count == 0``) Adam-type states give ``P = I``.  Wrappers
+    (``inject_hyperparams``, ``MultiSteps``, ``apply_if_finite``, lookahead,
+    :func:`with_pgns`) are looked through.
 
-  Returns:
-    A pytree with the structure of params, or ``None`` (identity) if the state
-    has no pre-conditioning component.
+    Returns:
+      A pytree with the structure of params, or ``None`` (identity) if the state
+      has no pre-conditioning component.
 
-  Only *stateful* components can be seen: stateless per-layer rescalings (the
-  trust ratio of LAMB/LARS, gradient clipping) are not part of ``P``.
+    Only *stateful* components can be seen: stateless per-layer rescalings (the
+    trust ratio of LAMB/LARS, gradient clipping) are not part of ``P``.
 
-  Raises:
-    ValueError: for optimizers whose update is not a fixed diagonal
-      pre-conditioning of the gradient (lion, adafactor, SM3, novograd, LAMB/LARS
-      trust ratios, L-BFGS, ...), for masked/partitioned optimizers, for unknown
-      states holding per-parameter arrays, and when two pre-conditioners are found.
-  """
-  found: list = []
-  _collect(opt_state, {}, eps, b2, found, "")
-  if not found:
-    return None
-  if len(found) > 1:
-    where = ", ".join(f"{name} at opt_state{p}" for p, name, _ in found)
-    raise ValueError(f"ambiguous pre-conditioner: found {len(found)} ({where}); "
-                     "pass an explicit preconditioner callable")
-  return found[0][2]
+    Raises:
+      ValueError: for optimizers whose update is not a fixed diagonal
+        pre-conditioning of the gradient (lion, adafactor, SM3, novograd, LAMB/LARS
+        trust ratios, L-BFGS, ...), for masked/partitioned optimizers, for unknown
+        states holding per-parameter arrays, and when two pre-conditioners are found.
+    """
+    found: list = []
+    _collect(opt_state, {}, eps, b2, found, "")
+    if not found:
+        return None
+    if len(found) > 1:
+        where = ", ".join(f"{name} at opt_state{p}" for p, name, _ in found)
+        raise ValueError(
+            f"ambiguous pre-conditioner: found {len(found)} ({where}); "
+            "pass an explicit preconditioner callable"
+        )
+    return found[0][2]
 
 
 _derive_preconditioner = preconditioner  # with_pgns's argument of the same name shadows it
@@ -410,250 +448,285 @@ _derive_preconditioner = preconditioner  # with_pgns's argument of the same name
 # Smoothed statistics as an optax gradient transformation
 # ---------------------------------------------------------------------------
 
-class PGNSState(NamedTuple):
-  """State of :func:`track_pgns`: bias-corrected moving averages of :class:`GradStats`.
 
-  Attributes:
-    count: number of estimates folded into the averages.
-    sqr_ema, var_ema: un-normalised exponential moving averages of ``sqr``, ``var``.
-    weight: the matching average of ones (``1 - decay^count``), the bias correction.
-    last: the raw (unsmoothed) statistics of the latest step.
-    biased: whether the averages come from the differenced (biased) estimator.
-    nonfinite: number of steps skipped because the gradient was not finite.
-    prev_grad: previous averaged gradient (differenced estimator), or ``()``.
-    has_prev: whether ``prev_grad`` holds a gradient.
-    steps: number of updates seen (folded in or not).
-  """
-  count: jax.Array
-  sqr_ema: jax.Array
-  var_ema: jax.Array
-  weight: jax.Array
-  last: GradStats
-  biased: jax.Array
-  nonfinite: jax.Array
-  prev_grad: PyTree
-  has_prev: jax.Array
-  steps: jax.Array
+class PGNSState(NamedTuple):
+    """State of :func:`track_pgns`: bias-corrected moving averages of :class:`GradStats`.
+
+    Attributes:
+      count: number of estimates folded into the averages.
+      sqr_ema, var_ema: un-normalised exponential moving averages of ``sqr``, ``var``.
+      weight: the matching average of ones (``1 - decay^count``), the bias correction.
+      last: the raw (unsmoothed) statistics of the latest step.
+      biased: whether the averages come from the differenced (biased) estimator.
+      nonfinite: number of steps skipped because the gradient was not finite.
+      prev_grad: previous averaged gradient (differenced estimator), or ``()``.
+      has_prev: whether ``prev_grad`` holds a gradient.
+      steps: number of updates seen (folded in or not).
+    """
+
+    count: jax.Array
+    sqr_ema: jax.Array
+    var_ema: jax.Array
+    weight: jax.Array
+    last: GradStats
+    biased: jax.Array
+    nonfinite: jax.Array
+    prev_grad: PyTree
+    has_prev: jax.Array
+    steps: jax.Array
 
 
 class PGNSWrapperState(NamedTuple):
-  """State of :func:`with_pgns`: the wrapped optimizer's state and the PGNS statistics."""
-  inner_state: Any
-  pgns: PGNSState
+    """State of :func:`with_pgns`: the wrapped optimizer's state and the PGNS statistics."""
+
+    inner_state: Any
+    pgns: PGNSState
 
 
 def _init_pgns(params, differenced: bool) -> PGNSState:
-  z = jnp.zeros([], jnp.float32)
-  prev = jax.tree.map(jnp.zeros_like, params) if differenced else ()
-  return PGNSState(count=jnp.zeros([], jnp.int32), sqr_ema=z, var_ema=z, weight=z,
-                   last=GradStats(z, z), biased=jnp.zeros([], bool),
-                   nonfinite=jnp.zeros([], jnp.int32), prev_grad=prev,
-                   has_prev=jnp.zeros([], bool), steps=jnp.zeros([], jnp.int32))
+    z = jnp.zeros([], jnp.float32)
+    prev = jax.tree.map(jnp.zeros_like, params) if differenced else ()
+    return PGNSState(
+        count=jnp.zeros([], jnp.int32),
+        sqr_ema=z,
+        var_ema=z,
+        weight=z,
+        last=GradStats(z, z),
+        biased=jnp.zeros([], bool),
+        nonfinite=jnp.zeros([], jnp.int32),
+        prev_grad=prev,
+        has_prev=jnp.zeros([], bool),
+        steps=jnp.zeros([], jnp.int32),
+    )
 
 
-def _update_pgns(grads, state: PGNSState, microbatch_size, precond, decay: float,
-                 differenced: bool, warmup: int = 0):
-  """Fold one step's micro-batch gradients into the smoothed statistics."""
-  k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
-  mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), grads)
-  b = jnp.asarray(microbatch_size, jnp.float32)
-  if k >= 2:
-    stats = microbatch_stats(grads, b, precond)
-    valid = jnp.asarray(True)
-    biased = jnp.asarray(False)
-  elif differenced:
-    stats = differenced_stats(state.prev_grad, mean, b, precond)
-    valid = state.has_prev
-    biased = jnp.asarray(True)
-  else:
-    raise ValueError("a single micro-batch gradient (K=1) needs differenced=True, "
-                     "or pass K >= 2 stacked micro-batch gradients")
-  stats = GradStats(jnp.asarray(stats.sqr, jnp.float32), jnp.asarray(stats.var, jnp.float32))
-  finite = jnp.isfinite(stats.sqr) & jnp.isfinite(stats.var)
-  # Unbiased estimates replace averages accumulated from biased ones (as AdaptDL does).
-  reset = state.biased & ~biased
-  sqr_ema = jnp.where(reset, 0.0, state.sqr_ema)
-  var_ema = jnp.where(reset, 0.0, state.var_ema)
-  weight = jnp.where(reset, 0.0, state.weight)
-  use = valid & finite & (state.steps >= warmup)
-  new = PGNSState(
-      count=state.count + use.astype(jnp.int32),
-      sqr_ema=jnp.where(use, decay * sqr_ema + (1 - decay) * stats.sqr, state.sqr_ema),
-      var_ema=jnp.where(use, decay * var_ema + (1 - decay) * stats.var, state.var_ema),
-      weight=jnp.where(use, decay * weight + (1 - decay), state.weight),
-      last=GradStats(jnp.where(finite, stats.sqr, jnp.nan), jnp.where(finite, stats.var, jnp.nan)),
-      biased=jnp.where(use, biased, state.biased),
-      nonfinite=state.nonfinite + (valid & ~finite).astype(jnp.int32),
-      prev_grad=(jax.tree.map(lambda m, p: jnp.where(finite, m, p).astype(p.dtype),
-                              mean, state.prev_grad) if differenced else ()),
-      has_prev=(state.has_prev | finite) if differenced else state.has_prev,
-      steps=state.steps + 1,
-  )
-  return mean, new
+def _update_pgns(
+    grads, state: PGNSState, microbatch_size, precond, decay: float, differenced: bool, warmup: int = 0
+):
+    """Fold one step's micro-batch gradients into the smoothed statistics."""
+    k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
+    mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), grads)
+    b = jnp.asarray(microbatch_size, jnp.float32)
+    if k >= 2:
+        stats = microbatch_stats(grads, b, precond)
+        valid = jnp.asarray(True)
+        biased = jnp.asarray(False)
+    elif differenced:
+        stats = differenced_stats(state.prev_grad, mean, b, precond)
+        valid = state.has_prev
+        biased = jnp.asarray(True)
+    else:
+        raise ValueError(
+            "a single micro-batch gradient (K=1) needs differenced=True, "
+            "or pass K >= 2 stacked micro-batch gradients"
+        )
+    stats = GradStats(jnp.asarray(stats.sqr, jnp.float32), jnp.asarray(stats.var, jnp.float32))
+    finite = jnp.isfinite(stats.sqr) & jnp.isfinite(stats.var)
+    # Unbiased estimates replace averages accumulated from biased ones (as AdaptDL does).
+    reset = state.biased & ~biased
+    sqr_ema = jnp.where(reset, 0.0, state.sqr_ema)
+    var_ema = jnp.where(reset, 0.0, state.var_ema)
+    weight = jnp.where(reset, 0.0, state.weight)
+    use = valid & finite & (state.steps >= warmup)
+    new = PGNSState(
+        count=state.count + use.astype(jnp.int32),
+        sqr_ema=jnp.where(use, decay * sqr_ema + (1 - decay) * stats.sqr, state.sqr_ema),
+        var_ema=jnp.where(use, decay * var_ema + (1 - decay) * stats.var, state.var_ema),
+        weight=jnp.where(use, decay * weight + (1 - decay), state.weight),
+        last=GradStats(jnp.where(finite, stats.sqr, jnp.nan), jnp.where(finite, stats.var, jnp.nan)),
+        biased=jnp.where(use, biased, state.biased),
+        nonfinite=state.nonfinite + (valid & ~finite).astype(jnp.int32),
+        prev_grad=(
+            jax.tree.map(lambda m, p: jnp.where(finite, m, p).astype(p.dtype), mean, state.prev_grad)
+            if differenced
+            else ()
+        ),
+        has_prev=(state.has_prev | finite) if differenced else state.has_prev,
+        steps=state.steps + 1,
+    )
+    return mean, new
 
 
 def _check_decay(decay):
-  _checks.check_range("decay", decay, lo=0.0, hi=1.0, hi_open=True)
+    _checks.check_range("decay", decay, lo=0.0, hi=1.0, hi_open=True)
 
 
-def track_pgns(microbatch_size: float | None = None, *, preconditioner: Preconditioner | str = None,
-               decay: float = 0.95, differenced: bool = True
-               ) -> optax.GradientTransformationExtraArgs:
-  """Optax transform that estimates the PGNS (Eq 3.2) and averages micro-batch gradients.
+def track_pgns(
+    microbatch_size: float | None = None,
+    *,
+    preconditioner: Preconditioner | str = None,
+    decay: float = 0.95,
+    differenced: bool = True,
+) -> optax.GradientTransformationExtraArgs:
+    """Optax transform that estimates the PGNS (Eq 3.2) and averages micro-batch gradients.
 
-  Place it first in an ``optax.chain``; ``update`` takes the *stacked* micro-batch
-  gradients (leading axis ``K``) and returns their mean, so everything after it
-  sees an ordinary gradient::
+    Place it first in an ``optax.chain``; ``update`` takes the *stacked* micro-batch
+    gradients (leading axis ``K``) and returns their mean, so everything after it
+    sees an ordinary gradient::
 
-    opt = optax.chain(track_pgns(microbatch_size=32), optax.sgd(0.1))
-    grads_k = jax.vmap(jax.grad(loss), (None, 0))(params, microbatches)  # [K, ...]
-    updates, state = opt.update(grads_k, state, params)
-    phi = pgns_from_state(state)
+      opt = optax.chain(track_pgns(microbatch_size=32), optax.sgd(0.1))
+      grads_k = jax.vmap(jax.grad(loss), (None, 0))(params, microbatches)  # [K, ...]
+      updates, state = opt.update(grads_k, state, params)
+      phi = pgns_from_state(state)
 
-  With ``K >= 2`` the unbiased :func:`microbatch_stats` is used; with ``K = 1``
-  (one replica, no accumulation) the biased :func:`differenced_stats` over
-  consecutive steps (``state.biased`` is then True).  The statistics are
-  smoothed by bias-corrected exponential moving averages with factor ``decay``
-  (``phi`` is the ratio of the averages, not the average of ratios).
+    With ``K >= 2`` the unbiased :func:`microbatch_stats` is used; with ``K = 1``
+    (one replica, no accumulation) the biased :func:`differenced_stats` over
+    consecutive steps (``state.biased`` is then True).  The statistics are
+    smoothed by bias-corrected exponential moving averages with factor ``decay``
+    (``phi`` is the ratio of the averages, not the average of ratios).
 
-  Args:
-    microbatch_size: examples per micro-batch ``b``; may instead be passed to
-      ``update`` as the extra argument ``microbatch_size=`` (e.g. when an
-      adaptive loop changes it).
-    preconditioner: ``None``/``'identity'`` for ``P = I``, a diagonal pytree, or
-      a callable ``params -> P``.  To take ``P`` from an optimizer use :func:`with_pgns`.
-    decay: moving-average factor in ``[0, 1)``.  The per-step relative error of
-      ``sqr`` is about ``(phi / B) * sqrt(2 / (K - 1))`` for ``K`` micro-batches of
-      total ``B`` examples, so when ``phi >> B`` the horizon ``1 / (1 - decay)``
-      must span many steps (AdaptDL uses ``0.999`` per ``M0`` examples); a short
-      horizon tracks a changing ``phi`` faster but is noisier.
-    differenced: keep the previous gradient so ``K = 1`` can use the
-      differenced estimator (costs one copy of params in the state).
-  """
-  _check_decay(decay)
-  if microbatch_size is not None:
-    _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
-  if isinstance(preconditioner, str) and preconditioner != "identity":
-    raise ValueError(f"preconditioner must be None, 'identity', a pytree or a callable, "
-                     f"got {preconditioner!r}; use with_pgns(optimizer) for 'auto'")
+    Args:
+      microbatch_size: examples per micro-batch ``b``; may instead be passed to
+        ``update`` as the extra argument ``microbatch_size=`` (e.g. when an
+        adaptive loop changes it).
+      preconditioner: ``None``/``'identity'`` for ``P = I``, a diagonal pytree, or
+        a callable ``params -> P``.  To take ``P`` from an optimizer use :func:`with_pgns`.
+      decay: moving-average factor in ``[0, 1)``.  The per-step relative error of
+        ``sqr`` is about ``(phi / B) * sqrt(2 / (K - 1))`` for ``K`` micro-batches of
+        total ``B`` examples, so when ``phi >> B`` the horizon ``1 / (1 - decay)``
+        must span many steps (AdaptDL uses ``0.999`` per ``M0`` examples); a short
+        horizon tracks a changing ``phi`` faster but is noisier.
+      differenced: keep the previous gradient so ``K = 1`` can use the
+        differenced estimator (costs one copy of params in the state).
+    """
+    _check_decay(decay)
+    if microbatch_size is not None:
+        _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
+    if isinstance(preconditioner, str) and preconditioner != "identity":
+        raise ValueError(
+            f"preconditioner must be None, 'identity', a pytree or a callable, "
+            f"got {preconditioner!r}; use with_pgns(optimizer) for 'auto'"
+        )
 
-  def init_fn(params):
-    return _init_pgns(params, differenced)
+    def init_fn(params):
+        return _init_pgns(params, differenced)
 
-  def update_fn(updates, state, params=None, *, microbatch_size=microbatch_size, **extra):
-    del extra
-    if microbatch_size is None:
-      raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
-    if preconditioner is None or isinstance(preconditioner, str):
-      p = None
-    elif callable(preconditioner):
-      p = preconditioner(params)
-    else:
-      p = preconditioner
-    return _update_pgns(updates, state, microbatch_size, p, decay, differenced)
+    def update_fn(updates, state, params=None, *, microbatch_size=microbatch_size, **extra):
+        del extra
+        if microbatch_size is None:
+            raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
+        if preconditioner is None or isinstance(preconditioner, str):
+            p = None
+        elif callable(preconditioner):
+            p = preconditioner(params)
+        else:
+            p = preconditioner
+        return _update_pgns(updates, state, microbatch_size, p, decay, differenced)
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def with_pgns(inner: optax.GradientTransformation, microbatch_size: float | None = None, *,
-              preconditioner: str | Callable | PyTree = "auto", decay: float = 0.95,
-              differenced: bool = True, eps: float | None = None, b2: float | None = None,
-              warmup: int = 10) -> optax.GradientTransformationExtraArgs:
-  """Wrap an optax optimizer so that each update also estimates its PGNS (Eq 3.2).
+def with_pgns(
+    inner: optax.GradientTransformation,
+    microbatch_size: float | None = None,
+    *,
+    preconditioner: str | Callable | PyTree = "auto",
+    decay: float = 0.95,
+    differenced: bool = True,
+    eps: float | None = None,
+    b2: float | None = None,
+    warmup: int = 10,
+) -> optax.GradientTransformationExtraArgs:
+    """Wrap an optax optimizer so that each update also estimates its PGNS (Eq 3.2).
 
-  ``P`` comes from the wrapped optimizer's own state *before* the update
-  (:func:`preconditioner`), so the estimate does not use the gradient it is
-  measuring.  ``update`` takes the stacked micro-batch gradients (leading axis
-  ``K``), averages them, updates the statistics (see :func:`track_pgns`) and
-  applies ``inner`` to the average::
+    ``P`` comes from the wrapped optimizer's own state *before* the update
+    (:func:`preconditioner`), so the estimate does not use the gradient it is
+    measuring.  ``update`` takes the stacked micro-batch gradients (leading axis
+    ``K``), averages them, updates the statistics (see :func:`track_pgns`) and
+    applies ``inner`` to the average::
 
-    opt = with_pgns(optax.adam(1e-3), microbatch_size=32)
-    state = opt.init(params)
-    updates, state = opt.update(grads_k, state, params)
-    phi = pgns_from_state(state)
+      opt = with_pgns(optax.adam(1e-3), microbatch_size=32)
+      state = opt.init(params)
+      updates, state = opt.update(grads_k, state, params)
+      phi = pgns_from_state(state)
 
-  Args:
-    inner: any optax optimizer.
-    microbatch_size: examples per micro-batch (or pass ``microbatch_size=`` to update).
-    preconditioner: ``'auto'`` (derive from ``inner``'s state; raises ValueError at
-      ``init`` if it cannot), ``'identity'``, or a callable ``(inner_state, params) -> P``.
-    decay, differenced: as in :func:`track_pgns`.
-    eps, b2: override optax's default ``eps``/``b2`` when deriving ``P``.
-    warmup: number of initial updates whose statistics are discarded.  An
-      adaptive optimizer's ``P`` built from its first few squared gradients is
-      extreme (Adam's ``nu`` from one gradient gives ``P ~ 1/|g_i|``), and such
-      steps would dominate the averages; 10 is enough for the problems tested.
-  """
-  _check_decay(decay)
-  warmup = _checks.check_static_int("warmup", warmup, lo=0)
-  if microbatch_size is not None:
-    _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
-  if not (preconditioner in ("auto", "identity") if isinstance(preconditioner, str)
-          else callable(preconditioner)):
-    raise ValueError(f"preconditioner must be 'auto', 'identity' or a callable, "
-                     f"got {preconditioner!r}")
-  inner = optax.with_extra_args_support(inner)
+    Args:
+      inner: any optax optimizer.
+      microbatch_size: examples per micro-batch (or pass ``microbatch_size=`` to update).
+      preconditioner: ``'auto'`` (derive from ``inner``'s state; raises ValueError at
+        ``init`` if it cannot), ``'identity'``, or a callable ``(inner_state, params) -> P``.
+      decay, differenced: as in :func:`track_pgns`.
+      eps, b2: override optax's default ``eps``/``b2`` when deriving ``P``.
+      warmup: number of initial updates whose statistics are discarded.  An
+        adaptive optimizer's ``P`` built from its first few squared gradients is
+        extreme (Adam's ``nu`` from one gradient gives ``P ~ 1/|g_i|``), and such
+        steps would dominate the averages; 10 is enough for the problems tested.
+    """
+    _check_decay(decay)
+    warmup = _checks.check_static_int("warmup", warmup, lo=0)
+    if microbatch_size is not None:
+        _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
+    if not (
+        preconditioner in ("auto", "identity")
+        if isinstance(preconditioner, str)
+        else callable(preconditioner)
+    ):
+        raise ValueError(f"preconditioner must be 'auto', 'identity' or a callable, got {preconditioner!r}")
+    inner = optax.with_extra_args_support(inner)
 
-  def get_p(inner_state, params):
-    if preconditioner == "identity":
-      return None
-    if preconditioner == "auto":
-      return _derive_preconditioner(inner_state, eps=eps, b2=b2)
-    return preconditioner(inner_state, params)
+    def get_p(inner_state, params):
+        if preconditioner == "identity":
+            return None
+        if preconditioner == "auto":
+            return _derive_preconditioner(inner_state, eps=eps, b2=b2)
+        return preconditioner(inner_state, params)
 
-  def init_fn(params):
-    inner_state = inner.init(params)
-    get_p(inner_state, params)  # fail early, outside jit, if P cannot be derived
-    return PGNSWrapperState(inner_state, _init_pgns(params, differenced))
+    def init_fn(params):
+        inner_state = inner.init(params)
+        get_p(inner_state, params)  # fail early, outside jit, if P cannot be derived
+        return PGNSWrapperState(inner_state, _init_pgns(params, differenced))
 
-  def update_fn(updates, state, params=None, *, microbatch_size=microbatch_size, **extra):
-    if microbatch_size is None:
-      raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
-    p = get_p(state.inner_state, params)
-    mean, pstate = _update_pgns(updates, state.pgns, microbatch_size, p, decay, differenced,
-                                warmup if p is not None else 0)
-    out, inner_state = inner.update(mean, state.inner_state, params, **extra)
-    return out, PGNSWrapperState(inner_state, pstate)
+    def update_fn(updates, state, params=None, *, microbatch_size=microbatch_size, **extra):
+        if microbatch_size is None:
+            raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
+        p = get_p(state.inner_state, params)
+        mean, pstate = _update_pgns(
+            updates, state.pgns, microbatch_size, p, decay, differenced, warmup if p is not None else 0
+        )
+        out, inner_state = inner.update(mean, state.inner_state, params, **extra)
+        return out, PGNSWrapperState(inner_state, pstate)
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def find_pgns_state(opt_state) -> PGNSState:
-  """The (first) :class:`PGNSState` inside an optimizer state (chains, wrappers)."""
-  found = []
+    """The (first) :class:`PGNSState` inside an optimizer state (chains, wrappers)."""
+    found = []
 
-  def visit(x):
-    if isinstance(x, PGNSState):
-      found.append(x)
-      return
-    if isinstance(x, PGNSWrapperState):
-      found.append(x.pgns)
-      return
-    if isinstance(x, (tuple, list)):
-      for y in x:
-        visit(y)
-    elif isinstance(x, dict):
-      for y in x.values():
-        visit(y)
+    def visit(x):
+        if isinstance(x, PGNSState):
+            found.append(x)
+            return
+        if isinstance(x, PGNSWrapperState):
+            found.append(x.pgns)
+            return
+        if isinstance(x, (tuple, list)):
+            for y in x:
+                visit(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                visit(y)
 
-  visit(opt_state)
-  if not found:
-    raise ValueError("no PGNS statistics in this optimizer state; build the optimizer with "
-                     "track_pgns(...) or with_pgns(...)")
-  return found[0]
+    visit(opt_state)
+    if not found:
+        raise ValueError(
+            "no PGNS statistics in this optimizer state; build the optimizer with "
+            "track_pgns(...) or with_pgns(...)"
+        )
+    return found[0]
 
 
 def smoothed_stats(opt_state) -> GradStats:
-  """Bias-corrected averages of :class:`GradStats` held in an optimizer state.
+    """Bias-corrected averages of :class:`GradStats` held in an optimizer state.
 
-  Before any estimate has been folded in (``count == 0``) both are 0, so
-  :func:`noise_scale` reports ``inf`` (efficiency 1 at every batch size).
-  """
-  s = find_pgns_state(opt_state)
-  w = jnp.where(s.weight > 0, s.weight, 1.0)
-  return GradStats(s.sqr_ema / w, s.var_ema / w)
+    Before any estimate has been folded in (``count == 0``) both are 0, so
+    :func:`noise_scale` reports ``inf`` (efficiency 1 at every batch size).
+    """
+    s = find_pgns_state(opt_state)
+    w = jnp.where(s.weight > 0, s.weight, 1.0)
+    return GradStats(s.sqr_ema / w, s.var_ema / w)
 
 
 def pgns_from_state(opt_state) -> jax.Array:
-  """Smoothed PGNS ``phi`` (Eq 3.2) from an optimizer state built with track/with_pgns."""
-  return noise_scale(smoothed_stats(opt_state))
+    """Smoothed PGNS ``phi`` (Eq 3.2) from an optimizer state built with track/with_pgns."""
+    return noise_scale(smoothed_stats(opt_state))

@@ -30,99 +30,129 @@ from scarjax.pollux.efficiency import _efficiency, _goodput
 
 
 class BatchConfig(NamedTuple):
-  """Solution of Eq 3.10 for each allocation (arrays with the allocations' shape).
+    """Solution of Eq 3.10 for each allocation (arrays with the allocations' shape).
 
-  ``local_bsz = 0`` and ``goodput = 0`` mark an allocation with no feasible configuration.
-  """
-  local_bsz: jax.Array
-  accum_steps: jax.Array
-  total_batch_size: jax.Array
-  goodput: jax.Array
-  throughput: jax.Array
-  efficiency: jax.Array
+    ``local_bsz = 0`` and ``goodput = 0`` mark an allocation with no feasible configuration.
+    """
+
+    local_bsz: jax.Array
+    accum_steps: jax.Array
+    total_batch_size: jax.Array
+    goodput: jax.Array
+    throughput: jax.Array
+    efficiency: jax.Array
 
 
 @partial(jax.jit, static_argnames=("m_lo", "m_hi", "m_step", "s_max", "two_grads"))
 def _optimize(params, phi, m0, max_bsz, nodes, replicas, *, m_lo, m_hi, m_step, s_max, two_grads):
-  first = -(-m_lo // m_step) * m_step  # smallest multiple of m_step >= m_lo
-  ms = jnp.arange(first, m_hi + 1, m_step, dtype=jnp.float32)
-  ss = jnp.arange(0, s_max + 1, dtype=jnp.float32)
-  mg, sg = jnp.meshgrid(ms, ss, indexing="ij")
-  mg, sg = mg.reshape(-1), sg.reshape(-1)
+    first = -(-m_lo // m_step) * m_step  # smallest multiple of m_step >= m_lo
+    ms = jnp.arange(first, m_hi + 1, m_step, dtype=jnp.float32)
+    ss = jnp.arange(0, s_max + 1, dtype=jnp.float32)
+    mg, sg = jnp.meshgrid(ms, ss, indexing="ij")
+    mg, sg = mg.reshape(-1), sg.reshape(-1)
 
-  def one(n, k):
-    tot = k * mg * (sg + 1)
-    ok = (tot >= m0) & (tot <= max_bsz)
-    if two_grads:  # K = 1 and s = 0 would leave only the biased differenced estimator
-      ok &= ~((k == 1) & (sg == 0) & (tot > m0))
-    gp = _goodput(params, phi, m0, n, k, mg, sg)
-    gp = jnp.where(ok, gp, -1.0)
-    i = jnp.argmax(gp)
-    feasible = gp[i] >= 0
-    m_best = jnp.where(feasible, mg[i], 0.0)
-    s_best = jnp.where(feasible, sg[i], 0.0)
-    tot_best = k * m_best * (s_best + 1)
-    t = _t_iter(params, n, k, jnp.where(feasible, m_best, 1.0), s_best)  # pylint: disable=protected-access
-    thr = jnp.where(feasible, tot_best / t, 0.0)
-    eff = jnp.where(feasible, _efficiency(tot_best, phi, m0), 0.0)
-    return (m_best.astype(jnp.int32), s_best.astype(jnp.int32), tot_best.astype(jnp.int32),
-            jnp.where(feasible, gp[i], 0.0), thr, eff)
+    def one(n, k):
+        tot = k * mg * (sg + 1)
+        ok = (tot >= m0) & (tot <= max_bsz)
+        if two_grads:  # K = 1 and s = 0 would leave only the biased differenced estimator
+            ok &= ~((k == 1) & (sg == 0) & (tot > m0))
+        gp = _goodput(params, phi, m0, n, k, mg, sg)
+        gp = jnp.where(ok, gp, -1.0)
+        i = jnp.argmax(gp)
+        feasible = gp[i] >= 0
+        m_best = jnp.where(feasible, mg[i], 0.0)
+        s_best = jnp.where(feasible, sg[i], 0.0)
+        tot_best = k * m_best * (s_best + 1)
+        t = _t_iter(params, n, k, jnp.where(feasible, m_best, 1.0), s_best)  # pylint: disable=protected-access
+        thr = jnp.where(feasible, tot_best / t, 0.0)
+        eff = jnp.where(feasible, _efficiency(tot_best, phi, m0), 0.0)
+        return (
+            m_best.astype(jnp.int32),
+            s_best.astype(jnp.int32),
+            tot_best.astype(jnp.int32),
+            jnp.where(feasible, gp[i], 0.0),
+            thr,
+            eff,
+        )
 
-  shape = jnp.broadcast_shapes(jnp.shape(nodes), jnp.shape(replicas))
-  n = jnp.broadcast_to(jnp.asarray(nodes, jnp.float32), shape).reshape(-1)
-  k = jnp.broadcast_to(jnp.asarray(replicas, jnp.float32), shape).reshape(-1)
-  out = jax.vmap(one)(n, k)
-  return BatchConfig(*[o.reshape(shape) for o in out])
+    shape = jnp.broadcast_shapes(jnp.shape(nodes), jnp.shape(replicas))
+    n = jnp.broadcast_to(jnp.asarray(nodes, jnp.float32), shape).reshape(-1)
+    k = jnp.broadcast_to(jnp.asarray(replicas, jnp.float32), shape).reshape(-1)
+    out = jax.vmap(one)(n, k)
+    return BatchConfig(*[o.reshape(shape) for o in out])
 
 
-def optimize_batch_size(params: ThroughputParams, phi, base_batch_size, nodes, replicas, *,
-                        max_batch_size: int, max_local_bsz: int, min_local_bsz: int = 1,
-                        max_accum_steps: int | None = None, local_bsz_step: int = 1,
-                        require_two_gradients: bool = False) -> BatchConfig:
-  """Eq 3.10: goodput-optimal per-device batch ``m*`` and accumulation steps ``s*``.
+def optimize_batch_size(
+    params: ThroughputParams,
+    phi,
+    base_batch_size,
+    nodes,
+    replicas,
+    *,
+    max_batch_size: int,
+    max_local_bsz: int,
+    min_local_bsz: int = 1,
+    max_accum_steps: int | None = None,
+    local_bsz_step: int = 1,
+    require_two_gradients: bool = False,
+) -> BatchConfig:
+    """Eq 3.10: goodput-optimal per-device batch ``m*`` and accumulation steps ``s*``.
 
-  Exhaustive (hence exact) over the ``m`` grid and ``s in {0..S}``, keeping configurations with
-  ``M0 <= K m (s+1) <= max_batch_size``; jitted and vmapped over allocations.
+    Exhaustive (hence exact) over the ``m`` grid and ``s in {0..S}``, keeping configurations with
+    ``M0 <= K m (s+1) <= max_batch_size``; jitted and vmapped over allocations.
 
-  Args:
-    params: fitted :class:`~scarjax.pollux.throughput.ThroughputParams`.
-    phi: current PGNS ``phi_t``; base_batch_size: ``M0``.
-    nodes, replicas: the allocation(s) ``(N, K)``, broadcast together.
-    max_batch_size: upper limit on the total batch ``M`` (Sec 3.3.1).
-    max_local_bsz: memory cap on the per-device batch ``m``.
-    min_local_bsz, local_bsz_step: the ``m`` grid is the multiples of ``local_bsz_step``
-      in ``[min_local_bsz, max_local_bsz]`` (a step > 1 limits recompilation of
-      shape-specialised training steps).
-    max_accum_steps: ``S``; default ``ceil(max_batch_size / max_local_bsz)``, enough
-      to reach ``max_batch_size`` on one device at the memory cap.
-    require_two_gradients: forbid ``K = 1, s = 0`` above ``M0`` so that the PGNS can
-      always be estimated without bias (AdaptDL forces ``s >= 1`` likewise).
+    Args:
+      params: fitted :class:`~scarjax.pollux.throughput.ThroughputParams`.
+      phi: current PGNS ``phi_t``; base_batch_size: ``M0``.
+      nodes, replicas: the allocation(s) ``(N, K)``, broadcast together.
+      max_batch_size: upper limit on the total batch ``M`` (Sec 3.3.1).
+      max_local_bsz: memory cap on the per-device batch ``m``.
+      min_local_bsz, local_bsz_step: the ``m`` grid is the multiples of ``local_bsz_step``
+        in ``[min_local_bsz, max_local_bsz]`` (a step > 1 limits recompilation of
+        shape-specialised training steps).
+      max_accum_steps: ``S``; default ``ceil(max_batch_size / max_local_bsz)``, enough
+        to reach ``max_batch_size`` on one device at the memory cap.
+      require_two_gradients: forbid ``K = 1, s = 0`` above ``M0`` so that the PGNS can
+        always be estimated without bias (AdaptDL forces ``s >= 1`` likewise).
 
-  Returns:
-    :class:`BatchConfig`, with ``local_bsz = 0`` where nothing is feasible.
-  """
-  params = check_params(params)
-  check_config(nodes, replicas)
-  _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
-  _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
-  max_local_bsz = _checks.check_static_int("max_local_bsz", max_local_bsz, lo=1)
-  min_local_bsz = _checks.check_static_int("min_local_bsz", min_local_bsz, lo=1, hi=max_local_bsz)
-  local_bsz_step = _checks.check_static_int("local_bsz_step", local_bsz_step, lo=1)
-  if -(-min_local_bsz // local_bsz_step) * local_bsz_step > max_local_bsz:
-    raise ValueError(f"no multiple of local_bsz_step={local_bsz_step} lies in [min_local_bsz, "
-                     f"max_local_bsz] = [{min_local_bsz}, {max_local_bsz}]")
-  max_batch_size = _checks.check_static_int("max_batch_size", max_batch_size, lo=1)
-  m0 = _checks.concrete(base_batch_size)
-  if m0 is not None and np.any(m0 > max_batch_size):
-    raise ValueError(f"max_batch_size must be >= base_batch_size, got max_batch_size="
-                     f"{max_batch_size}, base_batch_size={base_batch_size}")
-  if max_accum_steps is None:
-    max_accum_steps = max(math.ceil(max_batch_size / max_local_bsz), 0)
-  max_accum_steps = _checks.check_static_int("max_accum_steps", max_accum_steps, lo=0)
-  return _optimize(params, jnp.asarray(phi, jnp.float32), jnp.asarray(base_batch_size, jnp.float32),
-                   jnp.asarray(max_batch_size, jnp.float32), nodes, replicas,
-                   m_lo=min_local_bsz, m_hi=max_local_bsz, m_step=local_bsz_step,
-                   s_max=max_accum_steps, two_grads=bool(require_two_gradients))
+    Returns:
+      :class:`BatchConfig`, with ``local_bsz = 0`` where nothing is feasible.
+    """
+    params = check_params(params)
+    check_config(nodes, replicas)
+    _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
+    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    max_local_bsz = _checks.check_static_int("max_local_bsz", max_local_bsz, lo=1)
+    min_local_bsz = _checks.check_static_int("min_local_bsz", min_local_bsz, lo=1, hi=max_local_bsz)
+    local_bsz_step = _checks.check_static_int("local_bsz_step", local_bsz_step, lo=1)
+    if -(-min_local_bsz // local_bsz_step) * local_bsz_step > max_local_bsz:
+        raise ValueError(
+            f"no multiple of local_bsz_step={local_bsz_step} lies in [min_local_bsz, "
+            f"max_local_bsz] = [{min_local_bsz}, {max_local_bsz}]"
+        )
+    max_batch_size = _checks.check_static_int("max_batch_size", max_batch_size, lo=1)
+    m0 = _checks.concrete(base_batch_size)
+    if m0 is not None and np.any(m0 > max_batch_size):
+        raise ValueError(
+            f"max_batch_size must be >= base_batch_size, got max_batch_size="
+            f"{max_batch_size}, base_batch_size={base_batch_size}"
+        )
+    if max_accum_steps is None:
+        max_accum_steps = max(math.ceil(max_batch_size / max_local_bsz), 0)
+    max_accum_steps = _checks.check_static_int("max_accum_steps", max_accum_steps, lo=0)
+    return _optimize(
+        params,
+        jnp.asarray(phi, jnp.float32),
+        jnp.asarray(base_batch_size, jnp.float32),
+        jnp.asarray(max_batch_size, jnp.float32),
+        nodes,
+        replicas,
+        m_lo=min_local_bsz,
+        m_hi=max_local_bsz,
+        m_step=local_bsz_step,
+        s_max=max_accum_steps,
+        two_grads=bool(require_two_gradients),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -132,115 +162,125 @@ def optimize_batch_size(params: ThroughputParams, phi, base_batch_size, nodes, r
 LR_RULES = ("linear", "sqrt", "adascale", "legw", "none")
 
 
-def lr_scale(rule: str, batch_size, base_batch_size, *, phi=None, progress=None,
-             warmup_examples=None) -> jax.Array:
-  """``SCALE_LR(M0, M) -> lambda`` (Sec 3.3), the factor applied to the base learning rate.
+def lr_scale(
+    rule: str, batch_size, base_batch_size, *, phi=None, progress=None, warmup_examples=None
+) -> jax.Array:
+    """``SCALE_LR(M0, M) -> lambda`` (Sec 3.3), the factor applied to the base learning rate.
 
-  * ``'linear'`` (Goyal et al. [76]): ``M / M0``.
-  * ``'sqrt'`` ([120, 222], usual with Adam): ``sqrt(M / M0)``.
-  * ``'adascale'`` (Johnson et al. [105]): the gain ``r = (sigma^2 + mu^2) /
-    (sigma^2 / S + mu^2)`` with ``S = M / M0``; with the PGNS this is
-    ``r = S * EFFICIENCY(M) = (M / M0) (phi + M0) / (phi + M)`` (needs ``phi``).
-  * ``'legw'`` (You et al. [222]): ``sqrt(M / M0)`` times a linear warm-up over the
-    first ``warmup_examples`` examples of progress (a fixed number of *epochs*, so
-    the warm-up in steps grows linearly with ``M``); needs ``progress`` (examples
-    processed, e.g. statistical epochs times ``|X|``) and ``warmup_examples``.
-  * ``'none'``: 1.
-  """
-  if rule not in LR_RULES:
-    raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
-  _checks.check_range("batch_size", batch_size, lo=0.0, lo_open=True)
-  _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
-  s = jnp.asarray(batch_size, jnp.float32) / jnp.asarray(base_batch_size, jnp.float32)
-  if rule == "none":
-    return jnp.ones_like(s)
-  if rule == "linear":
-    return s
-  if rule == "sqrt":
-    return jnp.sqrt(s)
-  if rule == "adascale":
-    if phi is None:
-      raise ValueError("rule 'adascale' needs phi (the PGNS, Eq 3.2)")
-    _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
-    return s * _efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
-  if progress is None or warmup_examples is None:
-    raise ValueError("rule 'legw' needs progress and warmup_examples")
-  _checks.check_range("progress", progress, lo=0.0)
-  _checks.check_range("warmup_examples", warmup_examples, lo=0.0, lo_open=True)
-  warm = jnp.clip(jnp.asarray(progress, jnp.float32) / warmup_examples, 0.0, 1.0)
-  return jnp.sqrt(s) * warm
+    * ``'linear'`` (Goyal et al. [76]): ``M / M0``.
+    * ``'sqrt'`` ([120, 222], usual with Adam): ``sqrt(M / M0)``.
+    * ``'adascale'`` (Johnson et al. [105]): the gain ``r = (sigma^2 + mu^2) /
+      (sigma^2 / S + mu^2)`` with ``S = M / M0``; with the PGNS this is
+      ``r = S * EFFICIENCY(M) = (M / M0) (phi + M0) / (phi + M)`` (needs ``phi``).
+    * ``'legw'`` (You et al. [222]): ``sqrt(M / M0)`` times a linear warm-up over the
+      first ``warmup_examples`` examples of progress (a fixed number of *epochs*, so
+      the warm-up in steps grows linearly with ``M``); needs ``progress`` (examples
+      processed, e.g. statistical epochs times ``|X|``) and ``warmup_examples``.
+    * ``'none'``: 1.
+    """
+    if rule not in LR_RULES:
+        raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
+    _checks.check_range("batch_size", batch_size, lo=0.0, lo_open=True)
+    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    s = jnp.asarray(batch_size, jnp.float32) / jnp.asarray(base_batch_size, jnp.float32)
+    if rule == "none":
+        return jnp.ones_like(s)
+    if rule == "linear":
+        return s
+    if rule == "sqrt":
+        return jnp.sqrt(s)
+    if rule == "adascale":
+        if phi is None:
+            raise ValueError("rule 'adascale' needs phi (the PGNS, Eq 3.2)")
+        _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
+        return s * _efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
+    if progress is None or warmup_examples is None:
+        raise ValueError("rule 'legw' needs progress and warmup_examples")
+    _checks.check_range("progress", progress, lo=0.0)
+    _checks.check_range("warmup_examples", warmup_examples, lo=0.0, lo_open=True)
+    warm = jnp.clip(jnp.asarray(progress, jnp.float32) / warmup_examples, 0.0, 1.0)
+    return jnp.sqrt(s) * warm
 
 
 class LRScaleState(NamedTuple):
-  """State of :func:`scale_by_lr_rule`: the last factor applied (for logging)."""
-  scale: jax.Array
+    """State of :func:`scale_by_lr_rule`: the last factor applied (for logging)."""
+
+    scale: jax.Array
 
 
-def scale_by_lr_rule(rule: str, base_batch_size: float, *, warmup_examples: float | None = None
-                     ) -> optax.GradientTransformationExtraArgs:
-  """Optax transform multiplying updates by ``lr_scale(rule, M, M0, ...)`` (Sec 3.3).
+def scale_by_lr_rule(
+    rule: str, base_batch_size: float, *, warmup_examples: float | None = None
+) -> optax.GradientTransformationExtraArgs:
+    """Optax transform multiplying updates by ``lr_scale(rule, M, M0, ...)`` (Sec 3.3).
 
-  Put it last in a chain (after the optimizer's learning rate).  ``update`` takes
-  the current total batch size as the extra argument ``batch_size=`` (default
-  ``M0``, i.e. factor 1) and, for ``'adascale'``, ``phi=``; for ``'legw'``,
-  ``progress=`` (examples of progress)::
+    Put it last in a chain (after the optimizer's learning rate).  ``update`` takes
+    the current total batch size as the extra argument ``batch_size=`` (default
+    ``M0``, i.e. factor 1) and, for ``'adascale'``, ``phi=``; for ``'legw'``,
+    ``progress=`` (examples of progress)::
 
-    opt = optax.chain(with_pgns(optax.sgd(lr0), microbatch_size=m),
-                      scale_by_lr_rule("adascale", base_batch_size=M0))
-    updates, state = opt.update(grads_k, state, params, batch_size=M, phi=phi)
-  """
-  if rule not in LR_RULES:
-    raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
-  _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
-  if rule == "legw" and warmup_examples is None:
-    raise ValueError("rule 'legw' needs warmup_examples")
+      opt = optax.chain(with_pgns(optax.sgd(lr0), microbatch_size=m),
+                        scale_by_lr_rule("adascale", base_batch_size=M0))
+      updates, state = opt.update(grads_k, state, params, batch_size=M, phi=phi)
+    """
+    if rule not in LR_RULES:
+        raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
+    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    if rule == "legw" and warmup_examples is None:
+        raise ValueError("rule 'legw' needs warmup_examples")
 
-  def init_fn(params):
-    del params
-    return LRScaleState(jnp.ones([], jnp.float32))
+    def init_fn(params):
+        del params
+        return LRScaleState(jnp.ones([], jnp.float32))
 
-  def update_fn(updates, state, params=None, *, batch_size=None, phi=None, progress=None, **extra):
-    del params, extra, state
-    m = base_batch_size if batch_size is None else batch_size
-    if rule == "adascale" and phi is None:
-      raise ValueError("scale_by_lr_rule('adascale') needs the extra argument phi=")
-    if rule == "legw" and progress is None:
-      raise ValueError("scale_by_lr_rule('legw') needs the extra argument progress=")
-    lam = lr_scale(rule, m, base_batch_size, phi=phi, progress=progress,
-                   warmup_examples=warmup_examples)
-    lam = jnp.asarray(lam, jnp.float32)
-    return jax.tree.map(lambda u: (u * lam).astype(u.dtype), updates), LRScaleState(lam)
+    def update_fn(updates, state, params=None, *, batch_size=None, phi=None, progress=None, **extra):
+        del params, extra, state
+        m = base_batch_size if batch_size is None else batch_size
+        if rule == "adascale" and phi is None:
+            raise ValueError("scale_by_lr_rule('adascale') needs the extra argument phi=")
+        if rule == "legw" and progress is None:
+            raise ValueError("scale_by_lr_rule('legw') needs the extra argument progress=")
+        lam = lr_scale(rule, m, base_batch_size, phi=phi, progress=progress, warmup_examples=warmup_examples)
+        lam = jnp.asarray(lam, jnp.float32)
+        return jax.tree.map(lambda u: (u * lam).astype(u.dtype), updates), LRScaleState(lam)
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def set_learning_rate(opt_state: Any, learning_rate) -> Any:
-  """Return ``opt_state`` with ``hyperparams['learning_rate']`` replaced (pure).
+    """Return ``opt_state`` with ``hyperparams['learning_rate']`` replaced (pure).
 
-  For optimizers built with ``optax.inject_hyperparams``; the agent's alternative to
-  :func:`scale_by_lr_rule`: ``set_learning_rate(state, lr0 * lr_scale(...))``.
-  """
-  _checks.check_range("learning_rate", learning_rate, lo=0.0)
-  inj = tuple(t for t in (getattr(optax, "InjectHyperparamsState", None),
-                          getattr(optax, "InjectStatefulHyperparamsState", None)) if t)
-  done = []
+    For optimizers built with ``optax.inject_hyperparams``; the agent's alternative to
+    :func:`scale_by_lr_rule`: ``set_learning_rate(state, lr0 * lr_scale(...))``.
+    """
+    _checks.check_range("learning_rate", learning_rate, lo=0.0)
+    inj = tuple(
+        t
+        for t in (
+            getattr(optax, "InjectHyperparamsState", None),
+            getattr(optax, "InjectStatefulHyperparamsState", None),
+        )
+        if t
+    )
+    done = []
 
-  def visit(x):
-    if inj and isinstance(x, inj) and "learning_rate" in x.hyperparams:
-      hp = dict(x.hyperparams)
-      hp["learning_rate"] = jnp.asarray(learning_rate, jnp.asarray(hp["learning_rate"]).dtype)
-      done.append(1)
-      return x._replace(hyperparams=hp)
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-      return type(x)(*[visit(y) for y in x])
-    if isinstance(x, tuple):
-      return tuple(visit(y) for y in x)
-    if isinstance(x, list):
-      return [visit(y) for y in x]
-    return x
+    def visit(x):
+        if inj and isinstance(x, inj) and "learning_rate" in x.hyperparams:
+            hp = dict(x.hyperparams)
+            hp["learning_rate"] = jnp.asarray(learning_rate, jnp.asarray(hp["learning_rate"]).dtype)
+            done.append(1)
+            return x._replace(hyperparams=hp)
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*[visit(y) for y in x])
+        if isinstance(x, tuple):
+            return tuple(visit(y) for y in x)
+        if isinstance(x, list):
+            return [visit(y) for y in x]
+        return x
 
-  out = visit(opt_state)
-  if not done:
-    raise ValueError("no inject_hyperparams state with a 'learning_rate' found in opt_state; "
-                     "build the optimizer with optax.inject_hyperparams(...)")
-  return out
+    out = visit(opt_state)
+    if not done:
+        raise ValueError(
+            "no inject_hyperparams state with a 'learning_rate' found in opt_state; "
+            "build the optimizer with optax.inject_hyperparams(...)"
+        )
+    return out

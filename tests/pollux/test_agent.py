@@ -12,44 +12,88 @@ SIM = px.ThroughputParams(2e-3, 5e-5, 5e-3, 1e-3, 2e-2, 2e-3, 1.5)
 
 
 def test_adaptive_loop_simulated_clock():
-  prob = _problems.mlr()
-  cfg = px.AgentConfig(base_batch_size=32, max_batch_size=512, max_local_bsz=64, nodes=1,
-                       replicas=4, retune_every=20, local_bsz_step=16)
-  opt = optax.chain(px.with_pgns(optax.sgd(0.05)), px.scale_by_lr_rule("adascale", 32))
-  h = px.train_adaptive(prob.loss, prob.params, opt, (prob.x, prob.y), cfg,
-                        jax.random.PRNGKey(0), max_steps=60, clock=SIM, eval_every=20)
-  assert len(h["time"]) == 60 and np.all(np.diff(h["time"]) > 0)
-  assert np.all(np.diff(h["stat_epochs"]) > 0)
-  assert np.all((h["efficiency"] > 0) & (h["efficiency"] <= 1))
-  assert h["eval"][-1] < h["eval"][0]
-  assert len(h["tunes"]) == 3 and all(t["batch_size"] <= 512 for t in h["tunes"])
-  np.testing.assert_array_equal(h["batch_size"], 4 * h["local_bsz"] * (h["accum_steps"] + 1))
+    prob = _problems.mlr()
+    cfg = px.AgentConfig(
+        base_batch_size=32,
+        max_batch_size=512,
+        max_local_bsz=64,
+        nodes=1,
+        replicas=4,
+        retune_every=20,
+        local_bsz_step=16,
+    )
+    opt = optax.chain(px.with_pgns(optax.sgd(0.05)), px.scale_by_lr_rule("adascale", 32))
+    h = px.train_adaptive(
+        prob.loss,
+        prob.params,
+        opt,
+        (prob.x, prob.y),
+        cfg,
+        jax.random.PRNGKey(0),
+        max_steps=60,
+        clock=SIM,
+        eval_every=20,
+    )
+    assert len(h["time"]) == 60 and np.all(np.diff(h["time"]) > 0)
+    assert np.all(np.diff(h["stat_epochs"]) > 0)
+    assert np.all((h["efficiency"] > 0) & (h["efficiency"] <= 1))
+    assert h["eval"][-1] < h["eval"][0]
+    assert len(h["tunes"]) == 3 and all(t["batch_size"] <= 512 for t in h["tunes"])
+    np.testing.assert_array_equal(h["batch_size"], 4 * h["local_bsz"] * (h["accum_steps"] + 1))
 
 
 def test_measured_clock_refits_and_fixed_baseline():
-  prob = _problems.mlr()
-  cfg = px.AgentConfig(base_batch_size=32, max_batch_size=256, max_local_bsz=128,
-                       retune_every=10, local_bsz_step=64)
-  opt = px.with_pgns(optax.adam(1e-2))
-  h = px.train_adaptive(prob.loss, prob.params, opt, (prob.x, prob.y), cfg,
-                        jax.random.PRNGKey(1), max_steps=30)
-  assert len(h["fits"]) == 3 and h["fits"][0]["rmsle"] >= 0
-  fixed = px.train_adaptive(prob.loss, prob.params, opt, (prob.x, prob.y),
-                            px.AgentConfig(32, 256, 128, retune_every=0), jax.random.PRNGKey(1),
-                            max_steps=10)
-  assert np.all(fixed["batch_size"] == 32) and not fixed["tunes"]
+    prob = _problems.mlr()
+    cfg = px.AgentConfig(
+        base_batch_size=32, max_batch_size=256, max_local_bsz=128, retune_every=10, local_bsz_step=64
+    )
+    opt = px.with_pgns(optax.adam(1e-2))
+    h = px.train_adaptive(
+        prob.loss, prob.params, opt, (prob.x, prob.y), cfg, jax.random.PRNGKey(1), max_steps=30
+    )
+    assert len(h["fits"]) == 3 and h["fits"][0]["rmsle"] >= 0
+    fixed = px.train_adaptive(
+        prob.loss,
+        prob.params,
+        opt,
+        (prob.x, prob.y),
+        px.AgentConfig(32, 256, 128, retune_every=0),
+        jax.random.PRNGKey(1),
+        max_steps=10,
+    )
+    assert np.all(fixed["batch_size"] == 32) and not fixed["tunes"]
 
 
 def test_agent_bad_inputs():
-  prob = _problems.mlr()
-  with pytest.raises(ValueError, match="replicas == 1"):
-    px.train_adaptive(prob.loss, prob.params, px.with_pgns(optax.sgd(0.1)), (prob.x, prob.y),
-                      px.AgentConfig(32, 64, 32, replicas=2), jax.random.PRNGKey(0), max_steps=2)
-  with pytest.raises(ValueError, match="no PGNS statistics"):
-    px.train_adaptive(prob.loss, prob.params, optax.sgd(0.1), (prob.x, prob.y),
-                      px.AgentConfig(32, 64, 32), jax.random.PRNGKey(0), max_steps=2)
-  with pytest.raises(ValueError, match="max_batch_size"):
-    px.AgentConfig(32, 16, 32).validate()
-  with pytest.raises(ValueError, match="max_steps or time_budget"):
-    px.train_adaptive(prob.loss, prob.params, px.with_pgns(optax.sgd(0.1)), (prob.x, prob.y),
-                      px.AgentConfig(32, 64, 32), jax.random.PRNGKey(0))
+    prob = _problems.mlr()
+    with pytest.raises(ValueError, match="replicas == 1"):
+        px.train_adaptive(
+            prob.loss,
+            prob.params,
+            px.with_pgns(optax.sgd(0.1)),
+            (prob.x, prob.y),
+            px.AgentConfig(32, 64, 32, replicas=2),
+            jax.random.PRNGKey(0),
+            max_steps=2,
+        )
+    with pytest.raises(ValueError, match="no PGNS statistics"):
+        px.train_adaptive(
+            prob.loss,
+            prob.params,
+            optax.sgd(0.1),
+            (prob.x, prob.y),
+            px.AgentConfig(32, 64, 32),
+            jax.random.PRNGKey(0),
+            max_steps=2,
+        )
+    with pytest.raises(ValueError, match="max_batch_size"):
+        px.AgentConfig(32, 16, 32).validate()
+    with pytest.raises(ValueError, match="max_steps or time_budget"):
+        px.train_adaptive(
+            prob.loss,
+            prob.params,
+            px.with_pgns(optax.sgd(0.1)),
+            (prob.x, prob.y),
+            px.AgentConfig(32, 64, 32),
+            jax.random.PRNGKey(0),
+        )

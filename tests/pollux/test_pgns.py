@@ -14,47 +14,48 @@ from scarjax.pollux import _problems
 
 # ---------------------------------------------------------------- synthetic ground truth
 
+
 def _gaussian_case(key, dim=6):
-  k1, k2, k3 = jax.random.split(key, 3)
-  mu = jax.random.normal(k1, (dim,))
-  a = jax.random.normal(k2, (dim, dim))
-  sigma = a @ a.T / dim + 0.5 * jnp.eye(dim)
-  p = jnp.exp(0.5 * jax.random.normal(k3, (dim,)))  # a diagonal pre-conditioner
-  return mu, sigma, p
+    k1, k2, k3 = jax.random.split(key, 3)
+    mu = jax.random.normal(k1, (dim,))
+    a = jax.random.normal(k2, (dim, dim))
+    sigma = a @ a.T / dim + 0.5 * jnp.eye(dim)
+    p = jnp.exp(0.5 * jax.random.normal(k3, (dim,)))  # a diagonal pre-conditioner
+    return mu, sigma, p
 
 
 @pytest.mark.parametrize("k,b", [(2, 4), (8, 16)])
 def test_microbatch_estimator_is_unbiased(k, b):
-  """E[sqr] = |P mu|^2 and E[var] = tr(P Sigma P^T) for micro-batch means ~ N(mu, Sigma/b)."""
-  mu, sigma, p = _gaussian_case(jax.random.PRNGKey(k))
-  chol = jnp.linalg.cholesky(sigma / b)
-  draws = 40_000
+    """E[sqr] = |P mu|^2 and E[var] = tr(P Sigma P^T) for micro-batch means ~ N(mu, Sigma/b)."""
+    mu, sigma, p = _gaussian_case(jax.random.PRNGKey(k))
+    chol = jnp.linalg.cholesky(sigma / b)
+    draws = 40_000
 
-  def one(key):
-    g = mu + jax.random.normal(key, (k, mu.size)) @ chol.T
-    st = px.microbatch_stats({"w": g}, b, {"w": p})
-    return jnp.stack([st.sqr, st.var])
+    def one(key):
+        g = mu + jax.random.normal(key, (k, mu.size)) @ chol.T
+        st = px.microbatch_stats({"w": g}, b, {"w": p})
+        return jnp.stack([st.sqr, st.var])
 
-  est = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(1), draws))
-  mean, se = est.mean(0), est.std(0) / np.sqrt(draws)
-  truth = jnp.array([jnp.sum((p * mu) ** 2), jnp.trace(jnp.diag(p) @ sigma @ jnp.diag(p))])
-  assert np.all(np.abs(mean - truth) < 5 * se + 1e-4), (mean, truth, se)
+    est = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(1), draws))
+    mean, se = est.mean(0), est.std(0) / np.sqrt(draws)
+    truth = jnp.array([jnp.sum((p * mu) ** 2), jnp.trace(jnp.diag(p) @ sigma @ jnp.diag(p))])
+    assert np.all(np.abs(mean - truth) < 5 * se + 1e-4), (mean, truth, se)
 
 
 def test_exact_stats_and_identity_reduction():
-  """P = I gives the simple GNS tr(Sigma)/|g|^2 [150]; a scalar P leaves phi unchanged."""
-  g = jax.random.normal(jax.random.PRNGKey(0), (500, 7)) + 0.3
-  ex = px.exact_stats({"w": g})
-  assert float(ex.sqr) == pytest.approx(float(jnp.sum(g.mean(0) ** 2)), rel=1e-5)
-  assert float(ex.var) == pytest.approx(float(jnp.trace(jnp.cov(g.T, bias=True))), rel=1e-4)
-  scaled = px.exact_stats({"w": g}, {"w": 3.0 * jnp.ones(7)})
-  assert float(px.noise_scale(scaled)) == pytest.approx(float(px.noise_scale(ex)), rel=1e-5)
+    """P = I gives the simple GNS tr(Sigma)/|g|^2 [150]; a scalar P leaves phi unchanged."""
+    g = jax.random.normal(jax.random.PRNGKey(0), (500, 7)) + 0.3
+    ex = px.exact_stats({"w": g})
+    assert float(ex.sqr) == pytest.approx(float(jnp.sum(g.mean(0) ** 2)), rel=1e-5)
+    assert float(ex.var) == pytest.approx(float(jnp.trace(jnp.cov(g.T, bias=True))), rel=1e-4)
+    scaled = px.exact_stats({"w": g}, {"w": 3.0 * jnp.ones(7)})
+    assert float(px.noise_scale(scaled)) == pytest.approx(float(px.noise_scale(ex)), rel=1e-5)
 
 
 def test_noise_scale_never_nan():
-  assert float(px.noise_scale(px.GradStats(jnp.float32(-1.0), jnp.float32(2.0)))) == np.inf
-  assert float(px.noise_scale(px.GradStats(jnp.float32(1.0), jnp.float32(-2.0)))) == 0.0
-  assert float(px.noise_scale(px.GradStats(jnp.float32(0.0), jnp.float32(0.0)))) == np.inf
+    assert float(px.noise_scale(px.GradStats(jnp.float32(-1.0), jnp.float32(2.0)))) == np.inf
+    assert float(px.noise_scale(px.GradStats(jnp.float32(1.0), jnp.float32(-2.0)))) == 0.0
+    assert float(px.noise_scale(px.GradStats(jnp.float32(0.0), jnp.float32(0.0)))) == np.inf
 
 
 # ------------------------------------------------------- estimator vs exact on MLR and CNN
@@ -64,97 +65,101 @@ K, B = 8, 32  # micro-batches per step, examples per micro-batch
 
 @functools.lru_cache(maxsize=None)
 def _trained(name):
-  prob = _problems.mlr() if name == "mlr" else _problems.cnn()
-  opt = optax.sgd(0.1)
-  params, st = prob.params, opt.init(prob.params)
+    prob = _problems.mlr() if name == "mlr" else _problems.cnn()
+    opt = optax.sgd(0.1)
+    params, st = prob.params, opt.init(prob.params)
 
-  @jax.jit
-  def step(carry, key):
-    params, st = carry
-    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 1, 32)
-    g = jax.grad(prob.loss)(params, xb[0], yb[0])
-    u, st = opt.update(g, st, params)
-    return (optax.apply_updates(params, u), st), None
+    @jax.jit
+    def step(carry, key):
+        params, st = carry
+        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 1, 32)
+        g = jax.grad(prob.loss)(params, xb[0], yb[0])
+        u, st = opt.update(g, st, params)
+        return (optax.apply_updates(params, u), st), None
 
-  (params, _), _ = jax.lax.scan(step, (params, st), jax.random.split(jax.random.PRNGKey(0), 60))
-  return prob, params
+    (params, _), _ = jax.lax.scan(step, (params, st), jax.random.split(jax.random.PRNGKey(0), 60))
+    return prob, params
 
 
 @pytest.mark.parametrize("name,steps", [("mlr", 100), ("cnn", 400)])
 def test_estimator_within_10pct_of_exact(name, steps):
-  """Averaging `steps` estimates (K=8 micro-batches of 32, drawn with replacement) at fixed
-  params gives phi within 10% of the exact per-example value (Eq 3.2)."""
-  prob, params = _trained(name)
-  peg = jax.jit(lambda p: px.per_example_grads(prob.example_loss, p, prob.x, prob.y))(params)
-  phi_exact = float(px.noise_scale(px.exact_stats(peg)))
+    """Averaging `steps` estimates (K=8 micro-batches of 32, drawn with replacement) at fixed
+    params gives phi within 10% of the exact per-example value (Eq 3.2)."""
+    prob, params = _trained(name)
+    peg = jax.jit(lambda p: px.per_example_grads(prob.example_loss, p, prob.x, prob.y))(params)
+    phi_exact = float(px.noise_scale(px.exact_stats(peg)))
 
-  opt = px.track_pgns(microbatch_size=B, decay=1.0 - 1.0 / steps)
+    opt = px.track_pgns(microbatch_size=B, decay=1.0 - 1.0 / steps)
 
-  def body(state, key):
-    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
-    g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-    _, state = opt.update(g, state, params)
-    return state, None
+    def body(state, key):
+        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
+        g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
+        _, state = opt.update(g, state, params)
+        return state, None
 
-  state, _ = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
-      opt.init(params), jax.random.split(jax.random.PRNGKey(7), steps))
-  phi = float(px.pgns_from_state(state))
-  assert int(state.count) == steps and not bool(state.biased)
-  assert abs(phi / phi_exact - 1) < 0.10, (phi, phi_exact)
+    state, _ = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
+        opt.init(params), jax.random.split(jax.random.PRNGKey(7), steps)
+    )
+    phi = float(px.pgns_from_state(state))
+    assert int(state.count) == steps and not bool(state.biased)
+    assert abs(phi / phi_exact - 1) < 0.10, (phi, phi_exact)
 
 
 def test_adam_preconditioned_estimator_matches_exact():
-  """With P from Adam's state, the estimator tracks the exact PGNS with the same P."""
-  prob, params = _trained("mlr")
-  inner = optax.adam(1e-3)
-  opt = px.with_pgns(inner, microbatch_size=B, decay=0.99)
-  state = opt.init(params)
-  # Warm Adam's second moments up with a few steps at (nearly) the same params.
-  def body(state, key):
-    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
-    g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-    _, state = opt.update(g, state, params)
-    return state, None
+    """With P from Adam's state, the estimator tracks the exact PGNS with the same P."""
+    prob, params = _trained("mlr")
+    inner = optax.adam(1e-3)
+    opt = px.with_pgns(inner, microbatch_size=B, decay=0.99)
+    state = opt.init(params)
 
-  state, _ = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
-      state, jax.random.split(jax.random.PRNGKey(3), 300))
-  p = px.preconditioner(state.inner_state)
-  peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
-  phi_exact_p = float(px.noise_scale(px.exact_stats(peg, p)))
-  phi_exact_i = float(px.noise_scale(px.exact_stats(peg)))
-  phi = float(px.pgns_from_state(state))
-  assert abs(phi / phi_exact_p - 1) < 0.2, (phi, phi_exact_p)
-  assert abs(phi_exact_p / phi_exact_i - 1) > 0.05  # P actually matters here
+    # Warm Adam's second moments up with a few steps at (nearly) the same params.
+    def body(state, key):
+        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
+        g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
+        _, state = opt.update(g, state, params)
+        return state, None
+
+    state, _ = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
+        state, jax.random.split(jax.random.PRNGKey(3), 300)
+    )
+    p = px.preconditioner(state.inner_state)
+    peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
+    phi_exact_p = float(px.noise_scale(px.exact_stats(peg, p)))
+    phi_exact_i = float(px.noise_scale(px.exact_stats(peg)))
+    phi = float(px.pgns_from_state(state))
+    assert abs(phi / phi_exact_p - 1) < 0.2, (phi, phi_exact_p)
+    assert abs(phi_exact_p / phi_exact_i - 1) > 0.05  # P actually matters here
 
 
 def test_differenced_estimator_flagged_biased():
-  prob, params = _trained("mlr")
-  opt = px.track_pgns(microbatch_size=B)
-  update = jax.jit(opt.update)
-  state = opt.init(params)
-  xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, 3, B)
-  for i in range(2):  # single replica, no accumulation: K = 1
-    g = jax.grad(prob.loss)(params, xb[i], yb[i])
-    _, state = update(jax.tree.map(lambda x: x[None], g), state, params)
-  assert bool(state.biased) and int(state.count) == 1  # first step only stores g
-  direct = px.differenced_stats(
-      jax.grad(prob.loss)(params, xb[0], yb[0]), jax.grad(prob.loss)(params, xb[1], yb[1]), B)
-  np.testing.assert_allclose(state.last, direct, rtol=1e-4)
-  # Switching to K >= 2 discards the biased averages.
-  g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-  _, state = update(g, state, params)
-  assert not bool(state.biased)
-  assert float(px.smoothed_stats(state).sqr) == pytest.approx(float(state.last.sqr), rel=1e-5)
+    prob, params = _trained("mlr")
+    opt = px.track_pgns(microbatch_size=B)
+    update = jax.jit(opt.update)
+    state = opt.init(params)
+    xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, 3, B)
+    for i in range(2):  # single replica, no accumulation: K = 1
+        g = jax.grad(prob.loss)(params, xb[i], yb[i])
+        _, state = update(jax.tree.map(lambda x: x[None], g), state, params)
+    assert bool(state.biased) and int(state.count) == 1  # first step only stores g
+    direct = px.differenced_stats(
+        jax.grad(prob.loss)(params, xb[0], yb[0]), jax.grad(prob.loss)(params, xb[1], yb[1]), B
+    )
+    np.testing.assert_allclose(state.last, direct, rtol=1e-4)
+    # Switching to K >= 2 discards the biased averages.
+    g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
+    _, state = update(g, state, params)
+    assert not bool(state.biased)
+    assert float(px.smoothed_stats(state).sqr) == pytest.approx(float(state.last.sqr), rel=1e-5)
 
 
 def test_nonfinite_gradients_skipped_and_counted():
-  opt = px.track_pgns(microbatch_size=4)
-  params = {"w": jnp.zeros(3)}
-  state = opt.init(params)
-  _, state = opt.update({"w": jnp.ones((2, 3))}, state, params)
-  _, state = opt.update({"w": jnp.full((2, 3), jnp.nan)}, state, params)
-  assert int(state.count) == 1 and int(state.nonfinite) == 1
-  assert np.isfinite(float(px.pgns_from_state(state)))
+    opt = px.track_pgns(microbatch_size=4)
+    params = {"w": jnp.zeros(3)}
+    state = opt.init(params)
+    _, state = opt.update({"w": jnp.ones((2, 3))}, state, params)
+    _, state = opt.update({"w": jnp.full((2, 3), jnp.nan)}, state, params)
+    assert int(state.count) == 1 and int(state.nonfinite) == 1
+    assert np.isfinite(float(px.pgns_from_state(state)))
 
 
 # --------------------------------------------------------------- pre-conditioners (optax)
@@ -163,131 +168,143 @@ PARAMS = {"w": jnp.ones((4, 3)), "b": jnp.zeros(3)}
 
 
 def _stepped(opt, n=2):
-  st = opt.init(PARAMS)
-  for i in range(n):
-    g = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(i), x.shape) + 0.5, PARAMS)
-    _, st = opt.update(g, st, PARAMS)
-  return st
+    st = opt.init(PARAMS)
+    for i in range(n):
+        g = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(i), x.shape) + 0.5, PARAMS)
+        _, st = opt.update(g, st, PARAMS)
+    return st
 
 
 def _nu_of(st):
-  return jax.tree.leaves(st)[0]
+    return jax.tree.leaves(st)[0]
 
 
-@pytest.mark.parametrize("opt", [optax.sgd(0.1), optax.sgd(0.1, momentum=0.9),
-                                 optax.sgd(0.1, momentum=0.9, nesterov=True)])
+@pytest.mark.parametrize(
+    "opt", [optax.sgd(0.1), optax.sgd(0.1, momentum=0.9), optax.sgd(0.1, momentum=0.9, nesterov=True)]
+)
 def test_identity_for_sgd(opt):
-  assert px.preconditioner(_stepped(opt)) is None
+    assert px.preconditioner(_stepped(opt)) is None
 
 
 def test_adam_and_adamw_preconditioner():
-  for opt in (optax.adam(1e-3), optax.adamw(1e-3, weight_decay=1e-2)):
-    st = _stepped(opt)
-    adam = st[0]
-    p = px.preconditioner(st)
-    expect = jax.tree.map(lambda n: 1 / (jnp.sqrt(n / (1 - 0.999 ** 2)) + 1e-8), adam.nu)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), p, expect)
-  # Before any update: identity-like (all ones).
-  p0 = px.preconditioner(optax.adam(1e-3).init(PARAMS))
-  assert all(np.all(np.asarray(x) == 1) for x in jax.tree.leaves(p0))
+    for opt in (optax.adam(1e-3), optax.adamw(1e-3, weight_decay=1e-2)):
+        st = _stepped(opt)
+        adam = st[0]
+        p = px.preconditioner(st)
+        expect = jax.tree.map(lambda n: 1 / (jnp.sqrt(n / (1 - 0.999**2)) + 1e-8), adam.nu)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), p, expect)
+    # Before any update: identity-like (all ones).
+    p0 = px.preconditioner(optax.adam(1e-3).init(PARAMS))
+    assert all(np.all(np.asarray(x) == 1) for x in jax.tree.leaves(p0))
 
 
 def test_adagrad_and_rmsprop_preconditioner():
-  st = _stepped(optax.adagrad(0.1))
-  p = px.preconditioner(st)
-  jax.tree.map(lambda a, s: np.testing.assert_allclose(a, 1 / np.sqrt(s + 1e-7), rtol=1e-5),
-               p, st[0].sum_of_squares)
-  st = _stepped(optax.rmsprop(0.1))
-  p = px.preconditioner(st)
-  jax.tree.map(lambda a, n: np.testing.assert_allclose(a, 1 / np.sqrt(n + 1e-8), rtol=1e-5),
-               p, st[0].nu)
-  st = _stepped(optax.rmsprop(0.1, centered=True))
-  p = px.preconditioner(st)
-  jax.tree.map(lambda a, m, n: np.testing.assert_allclose(a, 1 / np.sqrt(n - m * m + 1e-8),
-                                                          rtol=1e-4), p, st[0].mu, st[0].nu)
+    st = _stepped(optax.adagrad(0.1))
+    p = px.preconditioner(st)
+    jax.tree.map(
+        lambda a, s: np.testing.assert_allclose(a, 1 / np.sqrt(s + 1e-7), rtol=1e-5), p, st[0].sum_of_squares
+    )
+    st = _stepped(optax.rmsprop(0.1))
+    p = px.preconditioner(st)
+    jax.tree.map(lambda a, n: np.testing.assert_allclose(a, 1 / np.sqrt(n + 1e-8), rtol=1e-5), p, st[0].nu)
+    st = _stepped(optax.rmsprop(0.1, centered=True))
+    p = px.preconditioner(st)
+    jax.tree.map(
+        lambda a, m, n: np.testing.assert_allclose(a, 1 / np.sqrt(n - m * m + 1e-8), rtol=1e-4),
+        p,
+        st[0].mu,
+        st[0].nu,
+    )
 
 
 def test_preconditioner_reads_injected_hyperparams_and_wrappers():
-  opt = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3, b2=0.9, eps=1e-3)
-  st = _stepped(opt)
-  p = px.preconditioner(st)
-  nu = st.inner_state[0].nu
-  jax.tree.map(lambda a, n: np.testing.assert_allclose(a, 1 / (np.sqrt(n / (1 - 0.81)) + 1e-3),
-                                                       rtol=1e-5), p, nu)
-  assert px.preconditioner(_stepped(optax.MultiSteps(optax.adam(1e-3), 2))) is not None
-  assert px.preconditioner(_stepped(optax.chain(optax.clip_by_global_norm(1.0),
-                                                optax.adam(1e-3)))) is not None
+    opt = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3, b2=0.9, eps=1e-3)
+    st = _stepped(opt)
+    p = px.preconditioner(st)
+    nu = st.inner_state[0].nu
+    jax.tree.map(
+        lambda a, n: np.testing.assert_allclose(a, 1 / (np.sqrt(n / (1 - 0.81)) + 1e-3), rtol=1e-5), p, nu
+    )
+    assert px.preconditioner(_stepped(optax.MultiSteps(optax.adam(1e-3), 2))) is not None
+    assert (
+        px.preconditioner(_stepped(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3)))) is not None
+    )
 
 
 @pytest.mark.parametrize("opt", [optax.lion(1e-3), optax.adafactor(1e-3), optax.novograd(1e-3)])
 def test_clear_error_when_not_derivable(opt):
-  with pytest.raises(ValueError, match="cannot derive"):
-    px.preconditioner(opt.init(PARAMS))
-  with pytest.raises(ValueError, match="cannot derive"):
-    px.with_pgns(opt).init(PARAMS)
-  px.with_pgns(opt, preconditioner="identity").init(PARAMS)  # the documented escape hatch
+    with pytest.raises(ValueError, match="cannot derive"):
+        px.preconditioner(opt.init(PARAMS))
+    with pytest.raises(ValueError, match="cannot derive"):
+        px.with_pgns(opt).init(PARAMS)
+    px.with_pgns(opt, preconditioner="identity").init(PARAMS)  # the documented escape hatch
 
 
 def test_error_for_unknown_state_and_ambiguity():
-  class MyState(tuple):
-    pass
-  from typing import NamedTuple
+    class MyState(tuple):
+        pass
 
-  class Custom(NamedTuple):
-    acc: jax.Array
+    from typing import NamedTuple
 
-  with pytest.raises(ValueError, match="unknown optimizer state Custom"):
-    px.preconditioner((Custom(jnp.ones(3)),))
-  with pytest.raises(ValueError, match="ambiguous"):
-    px.preconditioner(optax.chain(optax.adam(1e-3), optax.adagrad(1e-3)).init(PARAMS))
-  with pytest.raises(TypeError, match="not an optax state"):
-    px.preconditioner(object())
+    class Custom(NamedTuple):
+        acc: jax.Array
+
+    with pytest.raises(ValueError, match="unknown optimizer state Custom"):
+        px.preconditioner((Custom(jnp.ones(3)),))
+    with pytest.raises(ValueError, match="ambiguous"):
+        px.preconditioner(optax.chain(optax.adam(1e-3), optax.adagrad(1e-3)).init(PARAMS))
+    with pytest.raises(TypeError, match="not an optax state"):
+        px.preconditioner(object())
 
 
 # ------------------------------------------------------------------- optax integration
 
+
 def test_with_pgns_in_chain_jit_and_matches_plain_optimizer():
-  """with_pgns(adam) applied to K stacked grads == adam applied to their mean."""
-  grads = {"w": jax.random.normal(jax.random.PRNGKey(0), (4, 4, 3)),
-           "b": jax.random.normal(jax.random.PRNGKey(1), (4, 3))}
-  mean = jax.tree.map(lambda g: g.mean(0), grads)
-  opt = optax.chain(optax.clip_by_global_norm(10.0), optax.adam(1e-2))
-  wrapped = optax.chain(px.with_pgns(optax.adam(1e-2), microbatch_size=8, warmup=0),
-                        px.scale_by_lr_rule("none", 8))
-  u_ref, _ = optax.adam(1e-2).update(mean, optax.adam(1e-2).init(PARAMS), PARAMS)
-  st = wrapped.init(PARAMS)
-  u, st = jax.jit(wrapped.update)(grads, st, PARAMS)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, u_ref)
-  assert int(px.find_pgns_state(st).count) == 1
-  del opt
+    """with_pgns(adam) applied to K stacked grads == adam applied to their mean."""
+    grads = {
+        "w": jax.random.normal(jax.random.PRNGKey(0), (4, 4, 3)),
+        "b": jax.random.normal(jax.random.PRNGKey(1), (4, 3)),
+    }
+    mean = jax.tree.map(lambda g: g.mean(0), grads)
+    opt = optax.chain(optax.clip_by_global_norm(10.0), optax.adam(1e-2))
+    wrapped = optax.chain(
+        px.with_pgns(optax.adam(1e-2), microbatch_size=8, warmup=0), px.scale_by_lr_rule("none", 8)
+    )
+    u_ref, _ = optax.adam(1e-2).update(mean, optax.adam(1e-2).init(PARAMS), PARAMS)
+    st = wrapped.init(PARAMS)
+    u, st = jax.jit(wrapped.update)(grads, st, PARAMS)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, u_ref)
+    assert int(px.find_pgns_state(st).count) == 1
+    del opt
 
 
 def test_track_pgns_microbatch_size_as_extra_arg():
-  opt = optax.chain(px.track_pgns(), optax.sgd(0.1))
-  st = opt.init(PARAMS)
-  grads = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(0), (3,) + x.shape), PARAMS)
-  _, st = opt.update(grads, st, PARAMS, microbatch_size=16)
-  direct = px.microbatch_stats(grads, 16)
-  np.testing.assert_allclose(px.find_pgns_state(st).last, direct, rtol=1e-5)
-  with pytest.raises(ValueError, match="microbatch_size is required"):
-    opt.update(grads, opt.init(PARAMS), PARAMS)
+    opt = optax.chain(px.track_pgns(), optax.sgd(0.1))
+    st = opt.init(PARAMS)
+    grads = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(0), (3,) + x.shape), PARAMS)
+    _, st = opt.update(grads, st, PARAMS, microbatch_size=16)
+    direct = px.microbatch_stats(grads, 16)
+    np.testing.assert_allclose(px.find_pgns_state(st).last, direct, rtol=1e-5)
+    with pytest.raises(ValueError, match="microbatch_size is required"):
+        opt.update(grads, opt.init(PARAMS), PARAMS)
 
 
 def test_estimator_bad_inputs():
-  g = {"w": jnp.ones((4, 3))}
-  with pytest.raises(ValueError, match="K >= 2"):
-    px.microbatch_stats({"w": jnp.ones((1, 3))}, 4)
-  with pytest.raises(ValueError, match="microbatch_size"):
-    px.microbatch_stats(g, 0)
-  with pytest.raises(ValueError, match="leading axis"):
-    px.microbatch_stats({"w": jnp.ones((4, 3)), "b": jnp.ones((2,))}, 4)
-  with pytest.raises(ValueError, match="decay"):
-    px.track_pgns(4, decay=1.0)
-  with pytest.raises(ValueError, match="preconditioner"):
-    px.with_pgns(optax.sgd(0.1), preconditioner="adam")
-  with pytest.raises(ValueError, match="no PGNS statistics"):
-    px.pgns_from_state(optax.sgd(0.1).init(PARAMS))
-  with pytest.raises(ValueError, match="differenced=True"):
-    px.track_pgns(4, differenced=False).update({"w": jnp.ones((1, 3))},
-                                              px.track_pgns(4, differenced=False).init(
-                                                  {"w": jnp.ones(3)}))
+    g = {"w": jnp.ones((4, 3))}
+    with pytest.raises(ValueError, match="K >= 2"):
+        px.microbatch_stats({"w": jnp.ones((1, 3))}, 4)
+    with pytest.raises(ValueError, match="microbatch_size"):
+        px.microbatch_stats(g, 0)
+    with pytest.raises(ValueError, match="leading axis"):
+        px.microbatch_stats({"w": jnp.ones((4, 3)), "b": jnp.ones((2,))}, 4)
+    with pytest.raises(ValueError, match="decay"):
+        px.track_pgns(4, decay=1.0)
+    with pytest.raises(ValueError, match="preconditioner"):
+        px.with_pgns(optax.sgd(0.1), preconditioner="adam")
+    with pytest.raises(ValueError, match="no PGNS statistics"):
+        px.pgns_from_state(optax.sgd(0.1).init(PARAMS))
+    with pytest.raises(ValueError, match="differenced=True"):
+        px.track_pgns(4, differenced=False).update(
+            {"w": jnp.ones((1, 3))}, px.track_pgns(4, differenced=False).init({"w": jnp.ones(3)})
+        )
