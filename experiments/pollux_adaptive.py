@@ -55,11 +55,11 @@ class Config:
     time_budget: float = 4.0  # simulated seconds
     clock_noise: float = 0.05
     use_measured_fit: bool = True
-    quick: bool = False
+    quick_mode: bool = False
 
     @classmethod
     def quick(cls) -> "Config":  # noqa: D102
-        return cls(problems=("mlr",), time_budget=1.5, local_bsz_step=16, quick=True)
+        return cls(problems=("mlr",), time_budget=1.5, local_bsz_step=16, quick_mode=True)
 
 
 def _sim_params(cfg: Config, out_dir) -> tuple[px.ThroughputParams, str]:

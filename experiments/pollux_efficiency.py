@@ -48,7 +48,7 @@ class Config:
     n0: int = 60  # steps at M0 that define the target loss
     seeds: int = 8
     early_fraction: float = 0.125  # Part B checkpoint: 1/8 of the way through training
-    quick: bool = False
+    quick_mode: bool = False
 
     @classmethod
     def quick(cls) -> "Config":  # noqa: D102
@@ -62,7 +62,7 @@ class Config:
             lr_grid=8,
             seeds=4,
             n0=40,
-            quick=True,
+            quick_mode=True,
         )
 
 

@@ -39,12 +39,12 @@ class Config:
     accum_steps: tuple[int, ...] = (0, 2)
     hidden: int = 512
     reps: int = 30
-    quick: bool = False
+    quick_mode: bool = False
 
     @classmethod
     def quick(cls) -> "Config":  # noqa: D102
         return cls(
-            devices=(1, 2, 4), local_bsz=(16, 128), accum_steps=(0, 2), hidden=256, reps=20, quick=True
+            devices=(1, 2, 4), local_bsz=(16, 128), accum_steps=(0, 2), hidden=256, reps=20, quick_mode=True
         )
 
 
