@@ -1,8 +1,11 @@
 """The reproduction pipeline: experiments at tiny sizes, the CLI, REPRODUCTION.md."""
 
+import dataclasses
 import json
 
 import pytest
+
+from experiments._common import to_jsonable
 
 from scarjax import cli
 
@@ -13,6 +16,9 @@ def test_registry_modules_follow_the_protocol():
         assert callable(mod.run) and callable(mod.report)
         quick, full = mod.Config.quick(), mod.Config()
         assert type(quick) is type(full)
+        # Full and quick configs must be plain data (results embed them as JSON).
+        for cfg in (quick, full):
+            json.dumps(to_jsonable(dataclasses.asdict(cfg)))
 
 
 def test_cli_list(capsys):
