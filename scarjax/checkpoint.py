@@ -69,7 +69,9 @@ class Checkpoint:
     """How the running checkpoint is kept (Sec 5.4.2).
 
     Attributes:
-      strategy: one of :data:`STRATEGIES`.
+      strategy: one of :data:`STRATEGIES`; or, inside a trace, an int32 index into it
+        (so strategies can vary across vmapped trials; every strategy's selection is then
+        computed and one is picked).
       fraction: ``r``, the fraction of blocks saved per checkpoint (``0 < r <= 1``; must
         be 1 for ``'full'``). May be traced.
       period: ``C``, the period of a full checkpoint in iterations: a checkpoint of
@@ -87,13 +89,14 @@ class Checkpoint:
     norm: Any = "auto"
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if isinstance(self.strategy, str) or not tu.is_traced(self.strategy):
+            if self.strategy not in STRATEGIES:
+                raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if _concrete(self.fraction):
             f = float(self.fraction)
             if not 0.0 < f <= 1.0:
                 raise ValueError(f"fraction must be in (0, 1], got {self.fraction!r}")
-            if self.strategy == "full" and f != 1.0:
+            if isinstance(self.strategy, str) and self.strategy == "full" and f != 1.0:
                 raise ValueError(
                     f"strategy 'full' saves every block: fraction must be 1, got {self.fraction!r}"
                 )
@@ -153,10 +156,13 @@ def due(spec: Checkpoint, step: jax.Array) -> jax.Array:
 
 def count(spec: Checkpoint, num_blocks: int) -> jax.Array:
     """Blocks saved per checkpoint: ``max(1, round(r·B))`` (``B`` for ``'full'``)."""
-    if spec.strategy == "full":
+    if isinstance(spec.strategy, str) and spec.strategy == "full":
         return jnp.asarray(num_blocks, jnp.int32)
     r = jnp.asarray(spec.fraction, jnp.float32)
-    return jnp.clip(jnp.round(r * num_blocks), 1, num_blocks).astype(jnp.int32)
+    n = jnp.clip(jnp.round(r * num_blocks), 1, num_blocks).astype(jnp.int32)
+    if isinstance(spec.strategy, str):
+        return n
+    return jnp.where(spec.strategy == 0, num_blocks, n)
 
 
 def _norm_of(spec: Checkpoint, algorithm_norm: Callable | None) -> Any:
@@ -182,6 +188,13 @@ def select(
     cyclically from ``ckpt.cursor``; ``'random'`` a uniform subset; ``'full'`` all.
     """
     B = partition.num_blocks
+    if not isinstance(spec.strategy, str):  # traced index: compute all, pick one
+        masks = jnp.stack([
+            select(spec.replace(strategy=name, fraction=1.0 if name == "full" else spec.fraction),
+                   ckpt, state, partition, key, algorithm_norm)
+            for name in STRATEGIES
+        ])
+        return masks[jnp.asarray(spec.strategy, jnp.int32)]
     n = count(spec, B)
     if spec.strategy == "full":
         return jnp.ones((B,), bool)
@@ -245,7 +258,10 @@ def step(
 
     def take(_):
         mask = select(spec, ckpt, state, partition, key, algorithm_norm)
-        adv = count(spec, B) if spec.strategy == "round_robin" else 0
+        if isinstance(spec.strategy, str):
+            adv = count(spec, B) if spec.strategy == "round_robin" else 0
+        else:
+            adv = jnp.where(spec.strategy == STRATEGIES.index("round_robin"), count(spec, B), 0)
         return save(ckpt, state, partition, mask, k, advance=adv), mask
 
     def skip(_):

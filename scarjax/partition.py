@@ -177,8 +177,14 @@ def random_servers_assignment(key: jax.Array | int | None, num_blocks: int, num_
     if key is None:
         return (np.arange(num_blocks) % num_servers).astype(np.int32)
     if isinstance(key, (int, np.integer)):
-        key = jax.random.key(int(key))
-    perm = np.asarray(jax.random.permutation(key, num_blocks))
+        seed = int(key)
+    else:
+        key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        seed = [int(v) for v in np.asarray(key).ravel()]
+    # Host-side (numpy) so that building a partition compiles nothing.
+    perm = np.random.default_rng(seed).permutation(num_blocks)
     server = np.empty(num_blocks, np.int32)
     server[perm] = np.arange(num_blocks) % num_servers
     return server
@@ -213,7 +219,7 @@ def _aux_ids(aux: PyTree, params: PyTree, param_ids: PyTree, aux_blocks: Any, nu
         return auto_ids
     given = aux_blocks(aux, param_ids) if callable(aux_blocks) else aux_blocks
     aux_leaves, aux_def = jax.tree.flatten(aux)
-    given_leaves, given_def = jax.tree.flatten(given, is_leaf=lambda x: x is None)
+    given_leaves, given_def = jax.tree.flatten(given, is_leaf=lambda x: x is None or isinstance(x, str))
     if len(given_leaves) != len(aux_leaves):
         raise ValueError(
             "aux_blocks must return a pytree with the structure of state.aux (one entry per "
@@ -223,8 +229,13 @@ def _aux_ids(aux: PyTree, params: PyTree, param_ids: PyTree, aux_blocks: Any, nu
     auto_leaves = aux_def.flatten_up_to(auto_ids)
     out = []
     for i, (leaf, g, a) in enumerate(zip(aux_leaves, given_leaves, auto_leaves)):
-        if g is None:
+        if g is None or (isinstance(g, str) and g == "auto"):
             out.append(a)
+            continue
+        if isinstance(g, str):
+            if g != "never":
+                raise ValueError(f"aux_blocks entry {i} must be block ids, None, 'auto' or 'never', got {g!r}")
+            out.append(np.full((1,) * np.ndim(leaf), NEVER, np.int32))
             continue
         g = np.asarray(g)
         if not np.issubdtype(g.dtype, np.integer):
@@ -276,10 +287,13 @@ def build(
         the params (optimizer moments) follow their parameters, other aux leaves are
         never lost. Or a callable ``aux_blocks(aux, param_blocks) -> pytree`` with the
         structure of ``aux`` whose entries are int arrays of block ids (broadcastable to
-        the leaf; ``-1`` never lost) or ``None`` (automatic), where ``param_blocks`` is
-        the params' block-id pytree, e.g. for LDA assignments that follow their
-        documents: ``lambda aux, pb: {**{k: None for k in aux}, "z":
-        pb["doc_topic"][:, 0][doc_of_token]}``.
+        the leaf; ``-1`` never lost), ``'never'``, or ``None``/``'auto'`` (automatic),
+        where ``param_blocks`` is the params' block-id pytree, e.g. for LDA (params
+        ``n_dk [D, K]``, aux ``(z, n_wk, n_k)``), assignments that follow their documents:
+        ``lambda aux, pb: type(aux)(pb[:, 0][doc_of_token], "never", "never")``.
+        Automatic detection matches sub-trees by tree structure and shapes; when the
+        params are a single bare array, any aux array of the same shape matches, so
+        name such leaves ``'never'`` explicitly if they are not optimizer moments.
 
     Raises:
       ValueError / TypeError on unknown layouts, bad ``num_servers`` or bad aux ids.

@@ -1,0 +1,171 @@
+"""Thesis Fig 5.11 analogue: a longer run where one of 4 parameter servers (25% of the
+parameters) fails after epoch 7, with the persistent (orbax, on-disk, asynchronous)
+running checkpoint (Sec 5.5.5).
+
+SCAR saves the 1/8 highest-priority blocks every epoch and recovers only the failed
+server's blocks from disk; traditional checkpointing saves every block every 8 epochs and
+reloads the whole checkpoint. Both are compared with the same run without a failure (same
+keys: every run is cut into per-epoch segments, so minibatches match). Rework is the
+difference in iterations to reach ε (loss; ε calibrated so the no-failure run converges at
+``converge_epoch``, per model by default), reported in epochs. The checkpoint overhead on the training path
+(priority selection + cache update + the blocking part of handing the write to orbax) is
+reported per epoch next to the epoch's compute time (thesis: < 1 s/epoch for MLR and
+< 5 s for LDA, against ~140 s and ~220 s epochs).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from experiments import _common, _scar
+from scarjax import checkpoint as ck
+from scarjax import faults as F
+from scarjax import persistent as PS
+from scarjax.rework import iterations_to
+
+NAME = "fig5_11_large_scale"
+DESCRIPTION = "Fig 5.11 analogue: 25% of parameters fail after epoch 7; SCAR 1/8 priority per epoch vs full every 8 epochs, on disk"
+
+
+@dataclass
+class Config:
+    models: tuple = ("mlr_digits", "lda_synthetic")
+    epochs: int = 30
+    fail_epoch: int = 7
+    converge_epoch: int | None = None  # None: each model's own (see experiments._scar)
+    servers: int = 4
+    seeds: int = 5
+    storage: str | None = None  # directory for the checkpoints (default: a temp dir)
+
+    @classmethod
+    def quick(cls) -> "Config":
+        return cls(models=("mlr_digits",), seeds=1)
+
+
+def run_model(name: str, config: Config, storage: Path) -> dict:
+    spec, alg, part = _scar.setup(name, num_servers=config.servers, long=True)
+    converge_epoch = config.converge_epoch or spec.long_converge_epoch
+    E = spec.epoch
+    steps = config.epochs * E
+    T = config.fail_epoch * E
+    schemes = {
+        "scar": (ck.Checkpoint("priority", 1 / 8, 8 * E, norm=spec.ckpt_norm), "partial"),
+        "traditional": (ck.Checkpoint("full", 1.0, 8 * E), "full"),
+    }
+    out = {"label": spec.label, "epoch_iterations": E, "runs": []}
+    for seed in range(config.seeds):
+        key = seed
+        base = PS.run(alg, part, schemes["scar"][0], steps, key, storage / f"{name}_{seed}_base",
+                      segment=E)
+        loss = base.loss[None]
+        eps = F.calibrate_near(loss, converge_epoch * E)
+        k_base = float(iterations_to(loss, eps)[0])
+        run = {"seed": seed, "baseline_loss": base.loss, "eps": float(eps[0]), "converge_epoch": converge_epoch}
+        for scheme, (spec_ck, rec) in schemes.items():
+            r = PS.run(alg, part, spec_ck, steps, key, storage / f"{name}_{seed}_{scheme}",
+                       failure=F.Failure(servers=1, at=T), recovery=rec,
+                       after_recovery=spec.after_recovery, segment=E)
+            k = float(iterations_to(r.loss[None], eps)[0])
+            ck_events = [e for e in r.events if e["kind"] == "checkpoint"]
+            fail = [e for e in r.events if e["kind"] == "failure"][0]
+            run[scheme] = {
+                "loss": r.loss,
+                "rework_epochs": (k - k_base) / E,
+                "delta": fail["delta"],
+                "lost_blocks": fail["blocks"],
+                "checkpoints": len(ck_events),
+                "ckpt_overhead_s_per_epoch": sum(e["select_s"] + e["save_call_s"] for e in ck_events) / config.epochs,
+                "select_s_per_epoch": sum(e["select_s"] for e in ck_events) / config.epochs,
+                "train_s_per_epoch": r.train_s / config.epochs,
+            }
+        out["runs"].append(run)
+    for scheme in schemes:
+        rw = np.array([r[scheme]["rework_epochs"] for r in out["runs"]])
+        out[scheme] = {
+            "rework_epochs_mean": float(np.mean(rw)),
+            "rework_epochs": rw,
+            "ckpt_overhead_s_per_epoch": float(np.median([r[scheme]["ckpt_overhead_s_per_epoch"] for r in out["runs"]])),
+            "select_s_per_epoch": float(np.median([r[scheme]["select_s_per_epoch"] for r in out["runs"]])),
+            "train_s_per_epoch": float(np.median([r[scheme]["train_s_per_epoch"] for r in out["runs"]])),
+        }
+    return out
+
+
+def run(config: Config, out_dir) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = _scar.available(config.models)
+    results = {"config": vars(config) | {"models": list(config.models)}, "models": {},
+               "skipped": [m for m in config.models if m not in names]}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = Path(config.storage) if config.storage else Path(tmp)
+        for name in _common.progress(names, "fig5.11 models"):
+            results["models"][name] = run_model(name, config, storage)
+    results["seconds"] = time.perf_counter() - t0
+    n = max(len(names), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.3), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        r = results["models"][name]
+        run0 = r["runs"][0]
+        E = r["epoch_iterations"]
+        x = np.arange(len(run0["baseline_loss"])) / E
+        ax.plot(x, run0["baseline_loss"], color="k", lw=1, label="no failure")
+        ax.plot(x, run0["scar"]["loss"], label=f"SCAR (rework {r['scar']['rework_epochs_mean']:.1f} ep)")
+        ax.plot(x, run0["traditional"]["loss"], label=f"traditional (rework {r['traditional']['rework_epochs_mean']:.1f} ep)")
+        ax.axvline(config.fail_epoch, color="r", ls=":", lw=1)
+        ax.axhline(run0["eps"], color="gray", ls="--", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss")
+        ax.set_title(r["label"], fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Fig 5.11 analogue — 25% of parameters fail after epoch 7 (persistent checkpoint)", fontsize=10)
+    _common.save_figure(fig, out_dir, NAME)
+    _common.save_results(out_dir, NAME, results)
+    return results
+
+
+def report(results: dict) -> str:
+    cfg = results["config"]
+    rows = []
+    for name, r in results["models"].items():
+        s, t = r["scar"], r["traditional"]
+        rows.append(
+            f"| {r['label']} | {s['rework_epochs_mean']:.2f} | {t['rework_epochs_mean']:.2f} | "
+            f"{1e3 * s['select_s_per_epoch']:.2f} ms | "
+            f"{1e3 * s['ckpt_overhead_s_per_epoch']:.1f} ms / {1e3 * s['train_s_per_epoch']:.1f} ms | "
+            f"{1e3 * t['ckpt_overhead_s_per_epoch']:.1f} ms |"
+        )
+    skipped = results.get("skipped") or []
+    note = f"\nModels not available in this build (skipped): {', '.join(skipped)}.\n" if skipped else ""
+    return f"""## Fig 5.11 analogue — one of {cfg['servers']} servers fails after epoch {cfg['fail_epoch']} (`{NAME}`)
+
+![fig]({NAME}.png)
+
+Persistent running checkpoint on disk (orbax, asynchronous writes); SCAR saves the 1/8
+highest-priority blocks every epoch and partially recovers; traditional saves everything
+every 8 epochs and fully recovers. Mean over {cfg['seeds']} seed(s).
+
+| model | SCAR rework (epochs) | traditional rework (epochs) | SCAR priority selection + cache update / epoch | SCAR total on-path overhead / epoch compute | traditional overhead / epoch |
+|---|---|---|---|---|---|
+| thesis: MLR on Criteo, LDA on ClueWeb12 | < 1 | 7 | – | < 1 s / ~140 s (MLR), < 5 s / ~220 s (LDA) | – |
+{chr(10).join(rows)}
+{note}
+The failure happens just before the first traditional checkpoint (the thesis's worst case),
+so traditional checkpointing loses all 7 epochs. "Total on-path overhead" adds to the
+selection the time the training loop blocks handing a write to orbax, which includes
+waiting for the previous asynchronous write (one write in flight): our models are tiny, so
+an epoch takes milliseconds and orbax's fixed per-save cost (tens of ms) dominates it;
+the thesis's overhead ratio is for epochs of minutes, where the write hides behind compute.
+The MLR here uses a smaller step (0.1) than Figs 5.7-5.10 so that 30 epochs stay in the
+steadily converging regime; LDA is the small synthetic corpus, one epoch = one sweep.
+"""

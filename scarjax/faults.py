@@ -1,0 +1,508 @@
+"""Parameter-server failures and their recovery, as write-point hooks (thesis Sec 5.4).
+
+A failure at iteration ``T`` loses a set of blocks of a :class:`~scarjax.partition.
+Partition`: a uniformly random fraction ``p`` of the blocks (the setting of Thm 5.4.2),
+or exactly the blocks held by ``k`` failed servers (Sec 5.4.3). Optimizer state and other
+aux leaves co-located with a lost block are lost with it. Recovery reloads from the
+running checkpoint (:mod:`scarjax.checkpoint`):
+
+* ``'full'``    – the whole state is reloaded (traditional checkpoint-restart);
+* ``'partial'`` – only the lost blocks are reloaded (Sec 5.4.1).
+
+Recovery is a perturbation of the stored iterate (Eq 5.2): the loop records its change
+of the parameters as ``δ_T`` (``trace.delta[name]`` and ``trace.point_delta['write']``),
+so Thm 5.3.1 can be evaluated on it, and Thm 5.4.1 (``‖δ'‖ ≤ ‖δ‖``) and Thm 5.4.2
+(``E‖δ'‖² = p‖δ‖²``) hold for the partial-recovery δ' against the full-recovery δ
+(property-tested in ``tests/test_faults.py``; notes in ``theory/``).
+
+:func:`scar` composes the running checkpoint, the failure and the recovery in one hook
+(they share the checkpoint); :func:`simulate_failures` runs the thesis's Monte-Carlo
+experiment (Secs 5.5.3–5.5.4) as one vmapped program and measures rework against a
+no-failure baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import checkpoint as ck
+from scarjax import partition as pt
+from scarjax import tree as tu
+from scarjax.hooks import Hook
+
+PyTree = Any
+
+__all__ = [
+    "RECOVERIES",
+    "Geometric",
+    "Failure",
+    "lost_blocks",
+    "recover",
+    "scar",
+    "failure",
+    "ScarState",
+    "FailureResult",
+    "simulate_failures",
+    "geometric_times",
+    "calibrate_near",
+]
+
+RECOVERIES = ("partial", "full")
+
+
+def _concrete(x: Any) -> bool:
+    return x is not None and not tu.is_traced(x) and np.ndim(x) == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometric:
+    """A failure time ``T ~ start + Geometric(rate)`` truncated to ``[start, stop)``
+    (Sec 5.5.3 samples the failure iteration from a geometric distribution): each
+    iteration from ``start`` on fails with probability ``rate``, conditioned on a failure
+    before ``stop``. ``stop=None`` leaves it untruncated (then ``T`` may exceed the run,
+    i.e. no failure)."""
+
+    rate: float
+    start: int = 1
+    stop: int | None = None
+
+    def __post_init__(self):
+        if _concrete(self.rate) and not 0.0 < float(self.rate) <= 1.0:
+            raise ValueError(f"rate must be in (0, 1], got {self.rate!r}")
+        if isinstance(self.start, bool) or not isinstance(self.start, (int, np.integer)) or self.start < 0:
+            raise ValueError(f"start must be an int >= 0, got {self.start!r}")
+        if self.stop is not None and (
+            isinstance(self.stop, bool) or not isinstance(self.stop, (int, np.integer)) or self.stop <= self.start
+        ):
+            raise ValueError(f"stop must be an int > start={self.start}, got {self.stop!r}")
+
+    def sample(self, key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
+        """Draw ``T`` (int32) by inverting the (truncated) geometric CDF."""
+        q = jnp.asarray(self.rate, jnp.float32)
+        u = jax.random.uniform(key, shape, minval=0.0, maxval=1.0)
+        log1mq = jnp.log1p(-jnp.minimum(q, 1.0 - 1e-7))
+        if self.stop is not None:
+            n = self.stop - self.start
+            # P(T - start <= j) = (1 - (1-q)^(j+1)) / (1 - (1-q)^n)
+            scale = -jnp.expm1(n * log1mq)
+            j = jnp.floor(jnp.log1p(-u * scale) / log1mq)
+            j = jnp.clip(j, 0, n - 1)
+        else:
+            j = jnp.floor(jnp.log1p(-u) / log1mq)
+        j = jnp.where(q >= 1.0, 0.0, j)
+        return (self.start + j).astype(jnp.int32)
+
+
+def geometric_times(dist: Geometric, key: jax.Array | int, n: int) -> np.ndarray:
+    """``n`` failure times from ``dist`` (host array), e.g. for ``hook_args``."""
+    if isinstance(key, (int, np.integer)):
+        key = jax.random.key(int(key))
+    return np.asarray(dist.sample(key, (int(n),)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """When a failure happens and what it loses.
+
+    Exactly one of ``fraction`` (a uniformly random fraction ``p`` of the blocks is lost,
+    Thm 5.4.2) and ``servers`` (exactly the blocks of ``k`` uniformly random failed
+    servers); exactly one of ``at`` (a fixed iteration ``T``) and ``geometric`` (a
+    :class:`Geometric` failure time, drawn per trial). ``fraction``, ``servers`` and
+    ``at`` may be traced (varied across vmapped trials).
+    """
+
+    fraction: Any = None
+    servers: Any = None
+    at: Any = None
+    geometric: Geometric | None = None
+
+    def __post_init__(self):
+        if (self.fraction is None) == (self.servers is None):
+            raise ValueError(
+                f"give exactly one of fraction (of blocks) and servers (count); got "
+                f"fraction={self.fraction!r}, servers={self.servers!r}"
+            )
+        if (self.at is None) == (self.geometric is None):
+            raise ValueError(
+                f"give exactly one of at (iteration) and geometric (Geometric); got "
+                f"at={self.at!r}, geometric={self.geometric!r}"
+            )
+        if _concrete(self.fraction) and not 0.0 <= float(self.fraction) <= 1.0:
+            raise ValueError(f"fraction must be in [0, 1], got {self.fraction!r}")
+        if _concrete(self.servers):
+            s = float(self.servers)
+            if isinstance(self.servers, bool) or not s.is_integer() or s < 0:
+                raise ValueError(f"servers must be an integer >= 0, got {self.servers!r}")
+        if _concrete(self.at):
+            a = float(self.at)
+            if isinstance(self.at, bool) or not a.is_integer() or a < 0:
+                raise ValueError(f"at must be an integer iteration >= 0, got {self.at!r}")
+        if self.geometric is not None and not isinstance(self.geometric, Geometric):
+            raise TypeError(f"geometric must be a Geometric, got {type(self.geometric).__name__}")
+
+    def replace(self, **changes: Any) -> "Failure":
+        return dataclasses.replace(self, **changes)
+
+    def time(self, key: jax.Array) -> jax.Array:
+        """The failure iteration ``T`` (int32)."""
+        if self.at is not None:
+            return jnp.asarray(self.at, jnp.int32)
+        return self.geometric.sample(key)
+
+    def check(self, partition: pt.Partition) -> None:
+        if _concrete(self.servers) and int(self.servers) > partition.num_servers:
+            raise ValueError(
+                f"servers must be <= num_servers={partition.num_servers}, got {self.servers!r}"
+            )
+
+
+def lost_blocks(failure_spec: Failure, partition: pt.Partition, key: jax.Array) -> jax.Array:
+    """``bool[num_blocks]``: the blocks a failure loses."""
+    if failure_spec.fraction is not None:
+        return pt.random_blocks(key, partition.num_blocks, failure_spec.fraction)
+    failed = pt.random_servers(key, partition.num_servers, failure_spec.servers)
+    return pt.server_blocks(partition, failed)
+
+
+def recover(
+    recovery: str,
+    state: Any,
+    saved: Any,
+    partition: pt.Partition,
+    lost: jax.Array,
+) -> Any:
+    """The state after recovering from the checkpoint ``saved``: ``'partial'`` reloads
+    the lost blocks only (Sec 5.4.1), ``'full'`` the whole state. Inside a trace
+    ``recovery`` may be an int32 index into :data:`RECOVERIES`."""
+    if not isinstance(recovery, str):  # traced index into RECOVERIES
+        full = recover("full", state, saved, partition, lost)
+        part = recover("partial", state, saved, partition, lost)
+        is_full = jnp.asarray(recovery, jnp.int32) == RECOVERIES.index("full")
+        return jax.tree.map(lambda a, b: jnp.where(is_full, a, b), full, part)
+    if recovery == "full":
+        return jax.tree.map(lambda s, x: s.astype(x.dtype), saved, state)
+    if recovery == "partial":
+        return pt.restore(state, saved, partition, lost)
+    raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+
+
+class ScarState(NamedTuple):
+    """Hook state of :func:`scar`: the running checkpoint, the failure iteration and the
+    blocks that failure loses (drawn at ``init``)."""
+
+    checkpoint: ck.CheckpointState
+    fail_at: jax.Array
+    lost: jax.Array
+
+
+def scar(
+    partition: pt.Partition,
+    *,
+    checkpoint: ck.Checkpoint | None = None,
+    failure: Failure | None = None,
+    recovery: str = "partial",
+    after_recovery: Callable[[Any, Any], Any] | None = None,
+    name: str = "scar",
+) -> Hook:
+    """SCAR as one write-point hook: a running checkpoint, a failure and its recovery
+    (Sec 5.4, Fig 5.4).
+
+    Args:
+      partition: the :class:`~scarjax.partition.Partition` of the algorithm's state.
+      checkpoint: the :class:`~scarjax.checkpoint.Checkpoint` spec; ``None`` keeps the
+        checkpoint at ``w⁽⁰⁾`` forever (partial recovery is then the reset of Fig 5.6).
+      failure: the :class:`Failure`; ``None`` for no failure (checkpointing only).
+      recovery: ``'partial'`` or ``'full'`` (or a traced index into :data:`RECOVERIES`).
+      after_recovery: ``after_recovery(state, data) -> state``, applied right after a
+        recovery (traceable), e.g. LDA's ``rebuild_counts`` to regenerate the word-topic
+        counts from the recovered assignments.
+      name: the hook's name in ``trace.delta``.
+
+    The hook's change of the parameters at ``T`` is recorded by the loop as ``δ_T``.
+    """
+    if not isinstance(partition, pt.Partition):
+        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+    spec = checkpoint if checkpoint is not None else ck.Checkpoint("full", 1.0, None)
+    if not isinstance(spec, ck.Checkpoint):
+        raise TypeError(f"checkpoint must be a scarjax.checkpoint.Checkpoint or None, got {type(checkpoint).__name__}")
+    if failure is not None:
+        if not isinstance(failure, Failure):
+            raise TypeError(f"failure must be a Failure or None, got {type(failure).__name__}")
+        failure.check(partition)
+    if (isinstance(recovery, str) or not tu.is_traced(recovery)) and recovery not in RECOVERIES:
+        raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+    if after_recovery is not None and not callable(after_recovery):
+        raise TypeError("after_recovery must be a callable (state, data) -> state")
+    B = partition.num_blocks
+
+    def init_fn(state, key):
+        k_t, k_lost = jax.random.split(key)
+        if failure is None:
+            fail_at, lost = jnp.asarray(-1, jnp.int32), jnp.zeros((B,), bool)
+        else:
+            fail_at, lost = failure.time(k_t), lost_blocks(failure, partition, k_lost)
+        return ScarState(ck.init(state, partition), fail_at, lost)
+
+    def apply(state, hstate, ctx):
+        if failure is not None:
+            fire = ctx.step == hstate.fail_at
+            rec = recover(recovery, state, hstate.checkpoint.saved, partition, hstate.lost)
+            if after_recovery is not None:
+                rec = after_recovery(rec, ctx.algorithm.data)
+            state = jax.tree.map(lambda a, b: jnp.where(fire, a, b), rec, state)
+        ckpt, _ = ck.step(spec, hstate.checkpoint, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
+        return state, hstate._replace(checkpoint=ckpt)
+
+    return Hook(point="write", init=init_fn, apply=apply, name=name)
+
+
+def failure(
+    partition: pt.Partition,
+    failure: Failure,
+    *,
+    recovery: str = "partial",
+    after_recovery: Callable[[Any, Any], Any] | None = None,
+    name: str = "failure",
+) -> Hook:
+    """A failure recovered from the initial state ``w⁽⁰⁾`` (no periodic checkpoints):
+    ``scar(partition, checkpoint=None, failure=failure, ...)``."""
+    return scar(partition, checkpoint=None, failure=failure, recovery=recovery,
+                after_recovery=after_recovery, name=name)
+
+
+# --------------------------------------------------------------------------------------
+# Monte-Carlo experiments (Secs 5.5.3–5.5.4).
+
+
+def calibrate_near(loss: np.ndarray, iterations: int) -> np.ndarray:
+    """Per-trial ε such that the baseline reaches ε for good (the κ of
+    :func:`scarjax.rework.iterations_to`) at the first possible iteration ``>=
+    iterations``. The thesis sets ε "so that an unperturbed trial converges in roughly N
+    iterations"; with minibatch noise the loss need not drop below all later values at
+    exactly ``N``, so we take the first ``k >= N`` where the suffix maximum
+    ``S[k] = max(loss[k:])`` drops (``loss[k−1] > S[k]``) and ε = √(loss[k−1]·S[k]).
+    ``loss``: ``[trials, steps + 1]``."""
+    v = np.asarray(loss, np.float64)
+    if np.any(~np.isfinite(v)):
+        raise ValueError("the baseline loss is not finite (the run diverged): lower the step size")
+    suffix_max = np.maximum.accumulate(v[..., ::-1], axis=-1)[..., ::-1]
+    drop = np.zeros_like(v, bool)
+    drop[..., 1:] = v[..., :-1] > suffix_max[..., 1:]
+    drop[..., :iterations] = False
+    if not np.all(drop.any(-1)):
+        raise ValueError(
+            f"the baseline loss does not settle below a new level at or after iteration "
+            f"{iterations}: choose a smaller converge_at or run longer"
+        )
+    k = np.argmax(drop, axis=-1)
+    hi = np.take_along_axis(v, (k - 1)[..., None], -1)[..., 0]
+    lo = np.take_along_axis(suffix_max, k[..., None], -1)[..., 0]
+    if np.any(lo <= 0):
+        raise ValueError("the baseline loss reaches 0; cannot calibrate a positive eps")
+    return np.sqrt(hi * lo)
+
+
+class FailureResult(NamedTuple):
+    """Result of :func:`simulate_failures`.
+
+    Attributes:
+      rework: ``[*grid_shape, trials]`` rework in iterations (Eq 5.4, loss criterion;
+        ``inf`` if a run never reaches ε).
+      delta: ``[*grid_shape, trials]`` ‖δ_T‖ of the recovery (algorithm's norm).
+      fail_at: ``[trials]`` failure iterations (shared across grid points: common random
+        numbers).
+      eps: ``[trials]`` ε per trial (the baseline reaches it for good at ``converge_at``
+        or the first iteration after where that is possible, :func:`calibrate_near`).
+      grid: ``{name: values}`` of the grid axes, in order.
+      baseline_loss: ``[trials, steps + 1]``.
+      loss: ``[*grid_shape, trials, steps + 1]``.
+    """
+
+    rework: np.ndarray
+    delta: np.ndarray
+    fail_at: np.ndarray
+    eps: np.ndarray
+    grid: dict
+    baseline_loss: np.ndarray
+    loss: np.ndarray
+
+
+_FACTORIES: dict = {}
+
+
+def _factory(partition, failure, checkpoint, recovery, after_recovery):
+    """The per-trial hook factory of :func:`simulate_failures`, cached per (partition,
+    failure, checkpoint, recovery, callback) objects so that repeated calls reuse the
+    compiled program (``run_trials`` caches on the factory's identity)."""
+    cache_key = (id(partition), id(failure), id(checkpoint), recovery, id(after_recovery))
+    hit = _FACTORIES.get(cache_key)
+    if hit is not None:
+        return hit[0]
+
+    def factory(a):
+        f = failure.replace(at=a["at"], geometric=None)
+        if "fraction" in a:
+            f = f.replace(fraction=a["fraction"])
+        if "servers" in a:
+            f = f.replace(servers=a["servers"])
+        c = checkpoint
+        if "ckpt_fraction" in a:
+            c = c.replace(fraction=a["ckpt_fraction"])
+        if "ckpt_period" in a:
+            c = c.replace(period=a["ckpt_period"])
+        if "strategy" in a:
+            c = c.replace(strategy=a["strategy"])
+        return scar(partition, checkpoint=c, failure=f, recovery=a.get("recovery", recovery),
+                    after_recovery=after_recovery, name="scar")
+
+    if len(_FACTORIES) >= 64:
+        _FACTORIES.pop(next(iter(_FACTORIES)))
+    # Keep the keyed objects alive so their ids stay unique while cached.
+    _FACTORIES[cache_key] = (factory, partition, failure, checkpoint, after_recovery)
+    return factory
+
+
+_GRID_KEYS = ("fraction", "servers", "ckpt_fraction", "ckpt_period", "strategy", "recovery")
+
+
+def simulate_failures(
+    algorithm: Any,
+    partition: pt.Partition,
+    *,
+    trials: int,
+    steps: int,
+    converge_at: int,
+    failure: Failure,
+    checkpoint: ck.Checkpoint | None = None,
+    recovery: str = "partial",
+    grid: dict[str, Sequence] | None = None,
+    key: jax.Array | int = 0,
+    after_recovery: Callable[[Any, Any], Any] | None = None,
+    baseline: Any = None,
+) -> FailureResult:
+    """Train to ``T``, fail, recover from a running checkpoint, continue; measure rework.
+
+    For ``trials`` keys (trial ``i`` uses the same key, hence the same initialisation and
+    minibatches, at every grid point and in the baseline), the failure time ``T`` is
+    drawn from ``failure.geometric`` (or fixed ``failure.at``); a run with
+    ``scar(partition, checkpoint, failure, recovery)`` is compared with a no-failure run:
+    ε is calibrated per trial so that the baseline's full-data loss reaches it for good at
+    iteration ``converge_at`` (or the first iteration after where that is possible,
+    :func:`calibrate_near`), and the rework is the
+    difference in iterations to reach ε (:func:`scarjax.rework_cost`).
+
+    Args:
+      grid: optional ``{name: values}`` swept inside the same vmapped program, the
+        product of the axes times ``trials`` being one ``vmap``: ``'fraction'`` or
+        ``'servers'`` (what the failure loses), ``'ckpt_fraction'`` (``r``),
+        ``'ckpt_period'`` (``C``), ``'strategy'`` (names from
+        :data:`scarjax.checkpoint.STRATEGIES`; the spec's own strategy is then ignored)
+        and ``'recovery'`` (``'partial'``/``'full'``, overriding ``recovery``). One
+        compilation serves the whole grid.
+      baseline: the no-failure runs to reuse: ``(final_state, trace)`` of
+        ``run_trials(algorithm, None, steps, keys)`` or their loss ``[trials, steps + 1]``
+        (e.g. ``FailureResult.baseline_loss`` of an earlier call with the same key).
+
+    Returns:
+      :class:`FailureResult`.
+    """
+    from scarjax.core import Algorithm, run_trials
+    from scarjax.rework import rework_cost
+
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
+    if not isinstance(failure, Failure):
+        raise TypeError(f"failure must be a Failure, got {type(failure).__name__}")
+    for nm, v, lo in (("trials", trials, 1), ("steps", steps, 2), ("converge_at", converge_at, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{nm} must be an int >= {lo}, got {v!r}")
+    if converge_at >= steps:
+        raise ValueError(f"converge_at must be < steps={steps}, got {converge_at}")
+    if recovery not in RECOVERIES:
+        raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+    grid = dict(grid or {})
+    for g in grid:
+        if g not in _GRID_KEYS:
+            raise ValueError(f"grid keys must be among {_GRID_KEYS}, got {g!r}")
+    if "fraction" in grid and failure.fraction is None:
+        raise ValueError("grid 'fraction' needs a Failure with fraction=... (not servers=)")
+    if "servers" in grid and failure.servers is None:
+        raise ValueError("grid 'servers' needs a Failure with servers=... (not fraction=)")
+    if ("ckpt_fraction" in grid or "ckpt_period" in grid) and checkpoint is None:
+        raise ValueError("grid 'ckpt_fraction'/'ckpt_period' needs a checkpoint spec")
+    if "strategy" in grid and checkpoint is None:
+        raise ValueError("grid 'strategy' needs a checkpoint spec")
+    axes = {k: np.asarray(v) for k, v in grid.items()}
+    labels = {}
+    for k, choices in (("strategy", ck.STRATEGIES), ("recovery", RECOVERIES)):
+        if k in axes:
+            bad = [x for x in axes[k].tolist() if x not in choices]
+            if bad:
+                raise ValueError(f"grid[{k!r}] values must be among {choices}, got {bad}")
+            labels[k] = axes[k]
+            axes[k] = np.asarray([choices.index(x) for x in axes[k].tolist()], np.int32)
+    for k, v in axes.items():
+        if v.ndim != 1 or v.size == 0:
+            raise ValueError(f"grid[{k!r}] must be a non-empty 1-D sequence, got shape {v.shape}")
+        # Validate every concrete grid value through the specs' own checks.
+        for x in v.tolist():
+            if k == "fraction":
+                failure.replace(fraction=x)
+            elif k == "servers":
+                failure.replace(servers=int(x)).check(partition)
+            elif k == "ckpt_fraction":
+                checkpoint.replace(fraction=x)
+            elif k == "ckpt_period":
+                checkpoint.replace(period=int(x))
+    if isinstance(key, (int, np.integer)):
+        key = jax.random.key(int(key))
+    k_trials, k_time = jax.random.split(key)
+    keys = jax.random.split(k_trials, trials)
+    if failure.at is not None:
+        fail_at = np.full((trials,), int(failure.at), np.int32) if _concrete(failure.at) else np.asarray(failure.at)
+    else:
+        fail_at = geometric_times(failure.geometric, k_time, trials)
+    if np.any(fail_at >= converge_at):
+        raise ValueError(
+            f"failure times must be < converge_at={converge_at} (got max {int(fail_at.max())}); "
+            "use Geometric(..., stop=converge_at)"
+        )
+    if baseline is None:
+        base_loss = np.asarray(run_trials(algorithm, None, steps, keys)[1].loss)
+    elif isinstance(baseline, tuple):
+        base_loss = np.asarray(baseline[1].loss)
+    else:
+        base_loss = np.asarray(baseline)
+    if base_loss.shape != (trials, steps + 1):
+        raise ValueError(f"baseline loss must have shape {(trials, steps + 1)}, got {base_loss.shape}")
+    eps = calibrate_near(base_loss, converge_at)
+
+    names = list(axes)
+    shape = tuple(len(axes[n]) for n in names)
+    combos = list(itertools.product(*[range(s) for s in shape])) or [()]
+    G = len(combos)
+    args = {n: np.repeat(np.asarray([axes[n][c[i]] for c in combos]), trials) for i, n in enumerate(names)}
+    args["at"] = np.tile(fail_at, G)
+    all_keys = jnp.concatenate([keys] * G)
+
+    factory = _factory(partition, failure, checkpoint, recovery, after_recovery)
+    hook_args = {k: jnp.asarray(v) for k, v in args.items()}
+    _, trace = run_trials(algorithm, factory, steps, all_keys, hook_args=hook_args)
+    loss = np.asarray(trace.loss).reshape(shape + (trials, steps + 1))
+    delta = np.asarray(trace.delta["scar"]).max(axis=-1).reshape(shape + (trials,))
+    rework = rework_cost(loss, base_loss, eps, metric="loss")
+    return FailureResult(
+        rework=rework,
+        delta=delta,
+        fail_at=fail_at,
+        eps=np.asarray(eps),
+        grid={n: labels.get(n, axes[n]) for n in names},
+        baseline_loss=base_loss,
+        loss=loss,
+    )

@@ -1,0 +1,334 @@
+"""Tests for scarjax.faults: failures, partial/full recovery, Thms 5.4.1 and 5.4.2, and the
+Monte-Carlo failure experiment on MLR."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import scarjax
+from scarjax import State
+from scarjax import checkpoint as ck
+from scarjax import faults as F
+from scarjax import partition as P
+from scarjax import tree as tu
+from scarjax.hooks import Context
+from scarjax.models import mlr
+
+# A hand-made pytree state with optimizer-like aux (any pytree must work).
+_SHAPES = {"a": (6, 3), "b": (4,), "c": {"d": (5, 2)}}
+
+
+def _tree(seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda s: jnp.asarray(scale * rng.normal(size=s), jnp.float32), _SHAPES,
+                        is_leaf=lambda x: isinstance(x, tuple))
+
+
+_PARAMS0 = _tree(0)
+_PARTS = {
+    "row": P.by_row(State(_PARAMS0, {"m": _PARAMS0, "n": jnp.zeros(())}), num_servers=4),
+    "element": P.by_element(State(_PARAMS0, {"m": _PARAMS0, "n": jnp.zeros(())}), num_servers=4),
+}
+
+
+def _deltas(part, state, saved, lost):
+    full = F.recover("full", state, saved, part, lost)
+    partial = F.recover("partial", state, saved, part, lost)
+    d = tu.l2_norm(tu.tree_sub(full.params, state.params))
+    dp = tu.l2_norm(tu.tree_sub(partial.params, state.params))
+    return d, dp
+
+
+@jax.jit
+def _thm541(state, saved, key, p):
+    out = {}
+    for name, part in _PARTS.items():
+        out[name] = _deltas(part, state, saved, P.random_blocks(key, part.num_blocks, p))
+    return out
+
+
+@given(seed=st.integers(0, 10**6), p=st.floats(0.0, 1.0), scale=st.floats(1e-3, 1e3))
+def test_thm_5_4_1_partial_never_larger(seed, p, scale):
+    """Thm 5.4.1: ‖δ'‖ ≤ ‖δ‖ for any checkpoint, state and lost set."""
+    w = _tree(seed, scale)
+    z = _tree(seed + 1, scale)
+    state = State(w, {"m": w, "n": jnp.float32(3)})
+    saved = State(z, {"m": z, "n": jnp.float32(1)})
+    for d, dp in _thm541(state, saved, jax.random.key(seed), p).values():
+        assert float(dp) <= float(d) * (1 + 1e-6) + 1e-6
+
+
+_N_MC = 4000
+
+
+@jax.jit
+def _thm542_samples(state, saved, key, p, k_servers):
+    keys = jax.random.split(key, _N_MC)
+
+    def one(kk):
+        out = {}
+        for name, part in _PARTS.items():
+            out[name] = _deltas(part, state, saved, P.random_blocks(kk, part.num_blocks, p))[1] ** 2
+        part = _PARTS["row"]
+        lost = P.server_blocks(part, P.random_servers(kk, part.num_servers, k_servers))
+        out["servers"] = _deltas(part, state, saved, lost)[1] ** 2
+        return out
+
+    full = tu.l2_norm(tu.tree_sub(saved.params, state.params)) ** 2
+    return full, jax.vmap(one)(keys)
+
+
+def _assert_mean(samples, target, what):
+    x = np.asarray(samples, np.float64)
+    se = x.std(ddof=1) / np.sqrt(x.size)
+    # 5 standard errors (a ~1e-6 false alarm rate) plus float32 rounding.
+    assert abs(x.mean() - target) <= 5 * se + 1e-4 * target, (what, x.mean(), target, se)
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 10**6), k=st.integers(1, 16), servers=st.integers(1, 4))
+def test_thm_5_4_2_expected_perturbation(seed, k, servers):
+    """Thm 5.4.2: losing a uniformly random fraction p of the blocks, E‖δ'‖² = p‖δ‖²;
+    the same holds for k of S failed servers (p = k/S) under any block placement."""
+    w, z = _tree(seed), _tree(seed + 7)
+    state = State(w, {"m": w, "n": jnp.float32(0)})
+    saved = State(z, {"m": z, "n": jnp.float32(0)})
+    # p = k/16 is an exact fraction of the row blocks only when k·B/16 is an integer;
+    # use p = j/B per partition so the marginal loss probability is exactly p.
+    B_row = _PARTS["row"].num_blocks  # 4 + 6 + 5 = 15
+    p = (k % B_row + 1) / B_row
+    full, mc = _thm542_samples(state, saved, jax.random.key(seed), p, servers)
+    full = float(full)
+    _assert_mean(mc["row"], p * full, "row")
+    n_el = _PARTS["element"].num_blocks
+    p_el = round(p * n_el) / n_el
+    _assert_mean(mc["element"], p_el * full, "element")
+    _assert_mean(mc["servers"], servers / 4 * full, "servers")
+
+
+# --------------------------------------------------------------------------------------
+# The SCAR hook on its own (no compiled loop).
+
+
+class _Alg:
+    norm = staticmethod(tu.l2_norm)
+    data = {"scale": jnp.float32(2.0)}
+
+
+def _ctx(step, state):
+    return Context(step=jnp.int32(step), key=jax.random.key(step), state=state,
+                   initial_params=state.params, algorithm=_Alg())
+
+
+def _adam_state(v):
+    params = {"w": jnp.full((8, 2), float(v))}
+    opt = optax.adam(1e-3).init(params)
+    opt = jax.tree.map(lambda x: x + v, opt)
+    return State(params, opt)
+
+
+@pytest.mark.parametrize("recovery", ["partial", "full"])
+def test_scar_hook_recovers_colocated_optimizer_state(recovery):
+    s0 = _adam_state(0)
+    part = P.by_row(s0, num_servers=4, key=1)
+    calls = []
+
+    def after(state, data):
+        calls.append(1)
+        return state._replace(params={"w": state.params["w"] * 1.0})
+
+    h = F.scar(part, checkpoint=ck.Checkpoint("full", 1.0, 4),
+               failure=F.Failure(servers=1, at=6), recovery=recovery, after_recovery=after)
+    hs = h.init(s0, jax.random.key(0))
+    lost = np.asarray(hs.lost)
+    np.testing.assert_array_equal(lost, np.asarray(part.server_of) == np.asarray(part.server_of)[lost][0])
+    s4 = _adam_state(4)
+    _, hs = h.apply(s4, hs, _ctx(4, s4))  # checkpoint at 4
+    s6 = _adam_state(6)
+    s6b, hs = h.apply(s6, hs, _ctx(6, s6))  # failure at 6
+    assert calls  # the after_recovery callback was traced in
+    w, mu, count = s6b.params["w"][:, 0], s6b.aux[0].mu["w"][:, 0], s6b.aux[0].count
+    if recovery == "partial":
+        np.testing.assert_array_equal(w, np.where(lost, 4, 6))
+        np.testing.assert_array_equal(mu, np.where(lost, 4, 6))  # moments lost with params
+        assert int(count) == 6  # never lost
+    else:
+        np.testing.assert_array_equal(w, 4)
+        np.testing.assert_array_equal(mu, 4)
+        assert int(count) == 4
+    s7 = _adam_state(7)
+    s7b, _ = h.apply(s7, hs, _ctx(7, s7))  # no further failure
+    np.testing.assert_array_equal(s7b.params["w"], 7)
+
+
+def test_failure_spec_validation():
+    with pytest.raises(ValueError, match="exactly one of fraction"):
+        F.Failure(at=3)
+    with pytest.raises(ValueError, match="exactly one of fraction"):
+        F.Failure(fraction=0.5, servers=2, at=3)
+    with pytest.raises(ValueError, match="exactly one of at"):
+        F.Failure(fraction=0.5)
+    with pytest.raises(ValueError, match="fraction"):
+        F.Failure(fraction=1.5, at=3)
+    with pytest.raises(ValueError, match="servers"):
+        F.Failure(servers=-1, at=3)
+    with pytest.raises(ValueError, match="at"):
+        F.Failure(fraction=0.5, at=-2)
+    with pytest.raises(ValueError, match="rate"):
+        F.Geometric(0.0)
+    with pytest.raises(ValueError, match="stop"):
+        F.Geometric(0.1, start=5, stop=5)
+    part = _PARTS["row"]
+    with pytest.raises(ValueError, match="num_servers"):
+        F.scar(part, failure=F.Failure(servers=9, at=3))
+    with pytest.raises(ValueError, match="recovery"):
+        F.scar(part, recovery="magic")
+    with pytest.raises(TypeError, match="partition"):
+        F.scar(None)
+
+
+def test_geometric_times():
+    t = F.geometric_times(F.Geometric(0.1, start=3, stop=20), 0, 20000)
+    assert t.min() >= 3 and t.max() < 20
+    # Truncated geometric: P(T = 3) = q / (1 - (1-q)^17).
+    q = 0.1
+    np.testing.assert_allclose((t == 3).mean(), q / (1 - (1 - q) ** 17), atol=0.01)
+    u = F.geometric_times(F.Geometric(0.25, start=0), 1, 20000)
+    np.testing.assert_allclose(u.mean(), (1 - 0.25) / 0.25, rtol=0.05)
+
+
+# --------------------------------------------------------------------------------------
+# In the compiled loop and the Monte-Carlo experiment (MLR).
+
+
+@pytest.fixture(scope="module")
+def small_mlr():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(160, 7)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(size=(7, 3)), axis=1)
+    alg = mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=64)
+    s0 = jax.eval_shape(lambda: alg.init(jax.random.key(0), alg.data))
+    return alg, P.by_row(s0, num_servers=4, key=0)
+
+
+_FAIL = F.Failure(fraction=0.5, geometric=F.Geometric(0.05, start=5, stop=40))
+_CKPT = ck.Checkpoint("priority", 1.0, 8)
+
+
+_GRID = {"recovery": ["partial", "full"], "fraction": [0.25, 0.5, 1.0]}
+
+
+@pytest.fixture(scope="module")
+def sims(small_mlr):
+    alg, part = small_mlr
+    res = F.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
+                              checkpoint=_CKPT, grid=_GRID, key=3)
+    return res
+
+
+def test_simulate_failures_partial_vs_full(sims):
+    assert sims.rework.shape == (2, 3, 12) and sims.loss.shape == (2, 3, 12, 81)
+    assert list(sims.grid["recovery"]) == ["partial", "full"]
+    p = jax.tree.map(lambda x: x[0], sims._replace(fail_at=None, eps=None, grid=None, baseline_loss=None))
+    f = jax.tree.map(lambda x: x[1], sims._replace(fail_at=None, eps=None, grid=None, baseline_loss=None))
+    assert np.all(np.isfinite(p.rework)) and np.all(np.isfinite(f.rework))
+    # Thm 5.4.1 inside the loop: same key, same T, same checkpoint -> ‖δ'‖ ≤ ‖δ‖.
+    assert np.all(p.delta <= f.delta * (1 + 1e-5) + 1e-6)
+    # Full recovery does not depend on how much was lost; losing everything makes the
+    # partial recovery a full one.
+    np.testing.assert_allclose(f.delta[0], f.delta[2], rtol=1e-6)
+    np.testing.assert_allclose(p.delta[2], f.delta[2], rtol=1e-6)
+    np.testing.assert_array_equal(p.rework[2], f.rework[2])
+    # Less lost -> smaller perturbation and (on average) less rework.
+    assert p.delta[0].mean() < p.delta[1].mean() < p.delta[2].mean()
+    assert p.rework[0].mean() <= f.rework[0].mean()
+
+
+def test_simulate_failures_deterministic_and_matches_single_run(small_mlr, sims):
+    alg, part = small_mlr
+    again = F.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
+                                checkpoint=_CKPT, grid=_GRID, key=3)  # reuses the compiled program
+    np.testing.assert_array_equal(again.rework, sims.rework)
+    np.testing.assert_array_equal(again.loss, sims.loss)
+    # Trial 0 at fraction 0.5 equals a single run with that trial's key and failure time.
+    key0 = jax.random.split(jax.random.split(jax.random.key(3))[0], 12)[0]
+    h = F.scar(part, checkpoint=_CKPT,
+               failure=F.Failure(fraction=0.5, at=int(sims.fail_at[0])))
+    _, tr = scarjax.run(alg, h, 80, key0)
+    np.testing.assert_allclose(tr.loss, sims.loss[0, 1, 0], rtol=1e-6)
+    # The recovery is recorded as δ at T only.
+    d = np.asarray(tr.delta["scar"])
+    T = int(sims.fail_at[0])
+    assert np.count_nonzero(d) == 1 and d[T] > 0
+    np.testing.assert_allclose(d[T], sims.delta[0, 1, 0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(tr.point_delta["write"]), d)
+
+
+def test_simulate_failures_bad_inputs(small_mlr):
+    alg, part = small_mlr
+    kw = dict(trials=2, steps=20, converge_at=10, failure=_FAIL, checkpoint=_CKPT)
+    with pytest.raises(ValueError, match="converge_at"):
+        F.simulate_failures(alg, part, **{**kw, "converge_at": 20})
+    with pytest.raises(ValueError, match="grid keys"):
+        F.simulate_failures(alg, part, **kw, grid={"bogus": [1]})
+    with pytest.raises(ValueError, match="fraction"):
+        F.simulate_failures(alg, part, **kw, grid={"fraction": [0.5, 2.0]})
+    with pytest.raises(ValueError, match="failure times"):
+        F.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, at=15)})
+    with pytest.raises(TypeError, match="algorithm"):
+        F.simulate_failures("mlr", part, **kw)
+    with pytest.raises(ValueError, match="strategy"):
+        F.simulate_failures(alg, part, **kw, grid={"strategy": ["priority", "best"]})
+    with pytest.raises(ValueError, match="recovery"):
+        F.simulate_failures(alg, part, **kw, grid={"recovery": ["none"]})
+
+
+def test_calibrate_near_matches_rework_kappa():
+    rng = np.random.default_rng(0)
+    v = np.exp(-np.arange(100) / 20)[None] + 0.02 * rng.random((5, 100))
+    eps = F.calibrate_near(v, 40)
+    k = scarjax.iterations_to(v, eps)
+    assert np.all(k >= 40) and np.all(k <= 45)
+    with pytest.raises(ValueError, match="settle"):
+        F.calibrate_near(np.ones((2, 50)), 10)
+    with pytest.raises(ValueError, match="finite"):
+        F.calibrate_near(np.full((1, 5), np.nan), 2)
+
+
+def test_lda_documents_recover_with_their_assignments():
+    lda = pytest.importorskip("scarjax.models.lda")
+    alg = lda.lda((np.array([0, 1, 2, 1, 0, 3, 2, 2]), np.array([0, 0, 0, 1, 1, 2, 2, 3])), n_topics=3)
+    dot = np.asarray(lda.doc_of_token(alg))
+    s0 = alg.init(jax.random.key(0), alg.data)
+    part = P.build(s0, "row", num_servers=2, key=0,
+                   aux_blocks=lambda aux, pb: type(aux)(np.asarray(pb)[:, 0][dot], "never", "never"))
+    assert part.num_blocks == 4
+    np.testing.assert_array_equal(part.blocks.aux.z, dot)
+    h = F.scar(part, failure=F.Failure(servers=1, at=3), recovery="partial",
+               after_recovery=lda.rebuild_counts)
+    hs = h.init(s0, jax.random.key(1))  # the checkpoint is the initial state
+    lost_docs = np.asarray(hs.lost)
+    z_now = (s0.aux.z + 1) % 3
+    cur = lda.rebuild_counts(State(s0.params, s0.aux._replace(z=z_now)), alg.data)
+    ctx = Context(step=jnp.int32(3), key=jax.random.key(2), state=cur, initial_params=s0.params,
+                  algorithm=alg)
+    rec, _ = h.apply(cur, hs, ctx)
+    lost_tok = lost_docs[dot]
+    np.testing.assert_array_equal(rec.aux.z, np.where(lost_tok, s0.aux.z, z_now))
+    # Counts regenerated from the recovered assignments.
+    chk = lda.rebuild_counts(rec, alg.data)
+    for a, b in zip(jax.tree.leaves(rec), jax.tree.leaves(chk)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mf_rows_of_L_and_columns_of_R():
+    mf = pytest.importorskip("scarjax.models.mf")
+    alg = mf.synthetic(n_users=12, n_items=9, rank=2, factors=2)
+    s0 = jax.eval_shape(lambda: alg.init(jax.random.key(0), alg.data))
+    part = P.by_axis(s0, {"L": 0, "R": 1}, num_servers=3)
+    assert part.num_blocks == 12 + 9
+    assert part.blocks.params["L"].shape == (12, 1) and part.blocks.params["R"].shape == (1, 9)
