@@ -40,11 +40,12 @@ def experiments() -> dict[str, ModuleType]:
     return {m.NAME: m for m in mods}
 
 
-def write_reproduction(out_dir: Path, flags: str = "") -> Path:
-    """Assemble ``out_dir/paper_figs/REPRODUCTION.md`` from the results in ``out_dir``."""
+def write_reproduction(out_dir: Path, flags: str = "", note: str = "") -> Path:
+    """Assemble ``out_dir/paper_figs/REPRODUCTION.md`` from the results in ``out_dir``
+    (``note``: an optional paragraph placed under the header)."""
     from experiments._common import load_results
 
-    parts = [_HEADER.format(flags=flags)]
+    parts = [_HEADER.format(flags=flags) + (f"\n{note.strip()}\n" if note else "")]
     for name, mod in experiments().items():
         res = load_results(out_dir, name)
         if res is None:
