@@ -58,3 +58,20 @@ def environment() -> dict:
 def emit(name: str, results: dict) -> None:
     """Print the benchmark's JSON (one object) to stdout."""
     print(json.dumps({"benchmark": name, "environment": environment(), **results}, indent=1))
+
+
+def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int) -> float:
+    """Median seconds per iteration of ``scarjax.run(algorithm, hooks, steps, seed)`` over
+    ``repeats`` fresh seeds, after one compiling run."""
+    import scarjax
+
+    def go(seed):
+        block(scarjax.run(algorithm, hooks, steps, seed))
+
+    go(0)
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        go(r + 1)
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 
@@ -21,19 +21,10 @@ import scarjax
 from scarjax import precision as P
 from scarjax.models import mlr
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import run_seconds_per_step  # noqa: E402
 
-def _time(alg, hooks, steps, repeats):
-    def go(seed):
-        state, tr = scarjax.run(alg, hooks, steps, seed)
-        jax.block_until_ready((state, tr))
 
-    go(0)
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        go(r + 1)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
 
 
 def main(argv=None):
@@ -56,7 +47,7 @@ def main(argv=None):
             P.precision(P.mantissa(10)), P.precision("bfloat16", point="read"), P.precision(P.qsgd(4), point="update")
         ),
     }
-    t = {k: _time(alg, h, args.steps, args.repeats) for k, h in cases.items()}
+    t = {k: run_seconds_per_step(alg, h, args.steps, args.repeats) for k, h in cases.items()}
     out = {
         "benchmark": "precision_hooks_vs_none_mlr_digits",
         "device": str(jax.devices()[0]),

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 
@@ -22,19 +22,10 @@ import scarjax
 from scarjax import staleness, workers
 from scarjax.models import mlr
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import run_seconds_per_step  # noqa: E402
 
-def _time(alg, hooks, steps, repeats):
-    def go(seed):
-        state, tr = scarjax.run(alg, hooks, steps, seed)
-        jax.block_until_ready((state, tr))
 
-    go(0)  # compile
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        go(r + 1)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
 
 
 def main(argv=None):
@@ -54,7 +45,7 @@ def main(argv=None):
         f"ssp M={M} s=32": staleness.ssp(M, 32),
         f"async M={M} max_delay=128": staleness.asynchronous(M, 4.0, max_delay=128),
     }
-    t = {k: _time(alg, h, args.steps, args.repeats) for k, h in cases.items()}
+    t = {k: run_seconds_per_step(alg, h, args.steps, args.repeats) for k, h in cases.items()}
     sync = t[f"sync M={M}"]
     out = {
         "benchmark": "ssp_vs_sync_mlr_digits",
