@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["save_results", "load_results", "figure_path", "save_figure", "mean_ci", "progress", "to_jsonable"]
+__all__ = ["pyplot", "save_results", "load_results", "figure_path", "save_figure", "mean_ci", "progress", "to_jsonable"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -48,6 +48,16 @@ def figure_path(out_dir: str | os.PathLike, name: str) -> Path:
     path = Path(out_dir) / "paper_figs" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def pyplot():
+    """matplotlib's pyplot on the non-interactive Agg backend (experiments run headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:

@@ -104,16 +104,6 @@ def fired_at(make_hook: Callable[..., Any]) -> Callable[[Any], Any]:
     return factory
 
 
-def pyplot():
-    """matplotlib's pyplot on the non-interactive Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 _BASELINES: dict = {}
 
 

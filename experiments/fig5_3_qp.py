@@ -37,7 +37,7 @@ class Config:
 
 
 def run(config: Config, out_dir) -> dict:
-    plt = _rework.pyplot()
+    plt = _common.pyplot()
     qp = quadratic.fig53_problem()
     c = quadratic.contraction(qp)
     rng = np.random.default_rng(config.seed)

@@ -45,7 +45,7 @@ def model(batch_size: int):
 
 
 def run(config: Config, out_dir) -> dict:
-    plt = _rework.pyplot()
+    plt = _common.pyplot()
     alg = model(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials

@@ -35,7 +35,7 @@ class Config:
 
 
 def run(config: Config, out_dir) -> dict:
-    plt = _rework.pyplot()
+    plt = _common.pyplot()
     alg = model(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials

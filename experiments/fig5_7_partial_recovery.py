@@ -75,10 +75,9 @@ def _schedule(converge_at: int, ckpt_period: float, fail_mean: float) -> tuple[i
 
 
 def run(config: Config, out_dir) -> dict:
-    import matplotlib
+    from experiments._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = _scar.available(config.models)
     results = {"config": vars(config) | {"models": list(config.models)}, "models": {}, "skipped": [m for m in config.models if m not in names]}

@@ -78,10 +78,9 @@ def run_model(name: str, config: Config) -> dict:
 
 
 def run(config: Config, out_dir) -> dict:
-    import matplotlib
+    from experiments._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = _scar.available(config.models)
     results = {"config": vars(config) | {"models": list(config.models)}, "models": {},

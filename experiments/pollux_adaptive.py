@@ -145,10 +145,9 @@ def run(config: Config, out_dir) -> dict:
 
 
 def _plot(out, out_dir):
-    import matplotlib
+    from experiments._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     probs = out["problems"]
     fig, axes = plt.subplots(2, len(probs), figsize=(5.5 * len(probs), 7), squeeze=False)

@@ -227,10 +227,9 @@ def run(config: Config, out_dir) -> dict:
 
 
 def _plot(out, out_dir):
-    import matplotlib
+    from experiments._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     probs = out["problems"]
     m0 = out["config"]["base_batch_size"]

@@ -202,10 +202,9 @@ def run(config: Config, out_dir) -> dict:
 
 
 def _plot(out, out_dir):
-    import matplotlib
+    from experiments._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     recs = out["records"]
     cfg = out["config"]
