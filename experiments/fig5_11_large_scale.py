@@ -26,7 +26,7 @@ from experiments import _common, _scar
 from scarjax import checkpoint as ck
 from scarjax import faults as F
 from scarjax import persistent as PS
-from scarjax.rework import iterations_to
+from scarjax.rework import calibrate_near, iterations_to
 
 NAME = "fig5_11_large_scale"
 DESCRIPTION = "Fig 5.11 analogue: 25% of parameters fail after epoch 7; SCAR 1/8 priority per epoch vs full every 8 epochs, on disk"
@@ -63,7 +63,7 @@ def run_model(name: str, config: Config, storage: Path) -> dict:
         base = PS.run(alg, part, schemes["scar"][0], steps, key, storage / f"{name}_{seed}_base",
                       segment=E)
         loss = base.loss[None]
-        eps = F.calibrate_near(loss, converge_epoch * E)
+        eps = calibrate_near(loss, converge_epoch * E)
         k_base = float(iterations_to(loss, eps)[0])
         run = {"seed": seed, "baseline_loss": base.loss, "eps": float(eps[0]), "converge_epoch": converge_epoch}
         for scheme, (spec_ck, rec) in schemes.items():

@@ -35,6 +35,7 @@ from scarjax import checkpoint as ck
 from scarjax import partition as pt
 from scarjax import tree as tu
 from scarjax.hooks import Hook
+from scarjax.rework import calibrate_near
 
 PyTree = Any
 
@@ -50,7 +51,6 @@ __all__ = [
     "FailureResult",
     "simulate_failures",
     "geometric_times",
-    "calibrate_near",
 ]
 
 RECOVERIES = ("partial", "full")
@@ -280,34 +280,6 @@ def failure(
 # Monte-Carlo experiments (Secs 5.5.3–5.5.4).
 
 
-def calibrate_near(loss: np.ndarray, iterations: int) -> np.ndarray:
-    """Per-trial ε such that the baseline reaches ε for good (the κ of
-    :func:`scarjax.rework.iterations_to`) at the first possible iteration ``>=
-    iterations``. The thesis sets ε "so that an unperturbed trial converges in roughly N
-    iterations"; with minibatch noise the loss need not drop below all later values at
-    exactly ``N``, so we take the first ``k >= N`` where the suffix maximum
-    ``S[k] = max(loss[k:])`` drops (``loss[k−1] > S[k]``) and ε = √(loss[k−1]·S[k]).
-    ``loss``: ``[trials, steps + 1]``."""
-    v = np.asarray(loss, np.float64)
-    if np.any(~np.isfinite(v)):
-        raise ValueError("the baseline loss is not finite (the run diverged): lower the step size")
-    suffix_max = np.maximum.accumulate(v[..., ::-1], axis=-1)[..., ::-1]
-    drop = np.zeros_like(v, bool)
-    drop[..., 1:] = v[..., :-1] > suffix_max[..., 1:]
-    drop[..., :iterations] = False
-    if not np.all(drop.any(-1)):
-        raise ValueError(
-            f"the baseline loss does not settle below a new level at or after iteration "
-            f"{iterations}: choose a smaller converge_at or run longer"
-        )
-    k = np.argmax(drop, axis=-1)
-    hi = np.take_along_axis(v, (k - 1)[..., None], -1)[..., 0]
-    lo = np.take_along_axis(suffix_max, k[..., None], -1)[..., 0]
-    if np.any(lo <= 0):
-        raise ValueError("the baseline loss reaches 0; cannot calibrate a positive eps")
-    return np.sqrt(hi * lo)
-
-
 class FailureResult(NamedTuple):
     """Result of :func:`simulate_failures`.
 
@@ -318,7 +290,7 @@ class FailureResult(NamedTuple):
       fail_at: ``[trials]`` failure iterations (shared across grid points: common random
         numbers).
       eps: ``[trials]`` ε per trial (the baseline reaches it for good at ``converge_at``
-        or the first iteration after where that is possible, :func:`calibrate_near`).
+        or the first iteration after where that is possible, :func:`scarjax.rework.calibrate_near`).
       grid: ``{name: values}`` of the grid axes, in order.
       baseline_loss: ``[trials, steps + 1]``.
       loss: ``[*grid_shape, trials, steps + 1]``.
@@ -394,7 +366,7 @@ def simulate_failures(
     ``scar(partition, checkpoint, failure, recovery)`` is compared with a no-failure run:
     ε is calibrated per trial so that the baseline's full-data loss reaches it for good at
     iteration ``converge_at`` (or the first iteration after where that is possible,
-    :func:`calibrate_near`), and the rework is the
+    :func:`scarjax.rework.calibrate_near`), and the rework is the
     difference in iterations to reach ε (:func:`scarjax.rework_cost`).
 
     Args:

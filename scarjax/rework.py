@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["iterations_to", "rework_cost", "calibrate_eps", "criterion"]
+__all__ = ["iterations_to", "rework_cost", "calibrate_eps", "calibrate_near", "criterion"]
 
 _METRICS = ("distance", "loss")
 
@@ -105,3 +105,31 @@ def calibrate_eps(baseline_trace: Any, iterations: int, *, metric: str = "distan
             "choose an iteration where the run is still converging"
         )
     return np.sqrt(prev_min * cur)
+
+
+def calibrate_near(loss: np.ndarray, iterations: int) -> np.ndarray:
+    """Per-trial ε such that the baseline reaches ε for good (the κ of
+    :func:`scarjax.rework.iterations_to`) at the first possible iteration ``>=
+    iterations``. The thesis sets ε "so that an unperturbed trial converges in roughly N
+    iterations"; with minibatch noise the loss need not drop below all later values at
+    exactly ``N``, so we take the first ``k >= N`` where the suffix maximum
+    ``S[k] = max(loss[k:])`` drops (``loss[k−1] > S[k]``) and ε = √(loss[k−1]·S[k]).
+    ``loss``: ``[trials, steps + 1]``."""
+    v = np.asarray(loss, np.float64)
+    if np.any(~np.isfinite(v)):
+        raise ValueError("the baseline loss is not finite (the run diverged): lower the step size")
+    suffix_max = np.maximum.accumulate(v[..., ::-1], axis=-1)[..., ::-1]
+    drop = np.zeros_like(v, bool)
+    drop[..., 1:] = v[..., :-1] > suffix_max[..., 1:]
+    drop[..., :iterations] = False
+    if not np.all(drop.any(-1)):
+        raise ValueError(
+            f"the baseline loss does not settle below a new level at or after iteration "
+            f"{iterations}: choose a smaller converge_at or run longer"
+        )
+    k = np.argmax(drop, axis=-1)
+    hi = np.take_along_axis(v, (k - 1)[..., None], -1)[..., 0]
+    lo = np.take_along_axis(suffix_max, k[..., None], -1)[..., 0]
+    if np.any(lo <= 0):
+        raise ValueError("the baseline loss reaches 0; cannot calibrate a positive eps")
+    return np.sqrt(hi * lo)

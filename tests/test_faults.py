@@ -17,6 +17,7 @@ from scarjax import partition as P
 from scarjax import tree as tu
 from scarjax.hooks import Context
 from scarjax.models import mlr
+from scarjax.rework import calibrate_near
 
 # A hand-made pytree state with optimizer-like aux (any pytree must work).
 _SHAPES = {"a": (6, 3), "b": (4,), "c": {"d": (5, 2)}}
@@ -290,13 +291,13 @@ def test_simulate_failures_bad_inputs(small_mlr):
 def test_calibrate_near_matches_rework_kappa():
     rng = np.random.default_rng(0)
     v = np.exp(-np.arange(100) / 20)[None] + 0.02 * rng.random((5, 100))
-    eps = F.calibrate_near(v, 40)
+    eps = calibrate_near(v, 40)
     k = scarjax.iterations_to(v, eps)
     assert np.all(k >= 40) and np.all(k <= 45)
     with pytest.raises(ValueError, match="settle"):
-        F.calibrate_near(np.ones((2, 50)), 10)
+        calibrate_near(np.ones((2, 50)), 10)
     with pytest.raises(ValueError, match="finite"):
-        F.calibrate_near(np.full((1, 5), np.nan), 2)
+        calibrate_near(np.full((1, 5), np.nan), 2)
 
 
 def test_lda_documents_recover_with_their_assignments():
