@@ -45,12 +45,16 @@ def write_reproduction(out_dir: Path, flags: str = "", note: str = "") -> Path:
     (``note``: an optional paragraph placed under the header)."""
     from experiments._common import load_results
 
+    from experiments._headline import table
+
     parts = [_HEADER.format(flags=flags) + (f"\n{note.strip()}\n" if note else "")]
+    results = {name: load_results(out_dir, name) for name in experiments()}
+    headline = table(results)
+    if headline:
+        parts.append(headline.strip() + "\n")
     for name, mod in experiments().items():
-        res = load_results(out_dir, name)
-        if res is None:
-            continue
-        parts.append(mod.report(res).strip() + "\n")
+        if results[name] is not None:
+            parts.append(mod.report(results[name]).strip() + "\n")
     path = Path(out_dir) / "paper_figs" / "REPRODUCTION.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts))
