@@ -18,6 +18,7 @@ model module exists (the CNN appears once ``scarjax.models.cnn`` does). Each ent
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -82,7 +83,16 @@ def _mf_part(s0, alg, num_servers=8):
 def _lda():
     from scarjax.models import lda
 
-    return lda.synthetic()
+    # 100 documents x 80 tokens (8,000 tokens, 100 words): the NLL falls steeply until
+    # ~15 sweeps (about 8 sampling-noise standard deviations per sweep at 15, vs < 0.5 at
+    # 30 on the 2,000-token default corpus), so hitting times of ε are sharp.
+    return lda.synthetic(n_docs=100, doc_length=80)
+
+
+def _lda_long():
+    from scarjax.models import lda
+
+    return lda.synthetic()  # Fig 5.11 (unchanged: the 2,000-token default corpus)
 
 
 def _lda_part(s0, alg, num_servers=8):
@@ -99,9 +109,14 @@ def _lda_rebuild(state, data):
     return lda.rebuild_counts(state, data)
 
 
+@functools.lru_cache(maxsize=1)
 def _cnn():
+    # One shared Algorithm for both CNN entries and both figures, so that jit caches
+    # (keyed on the algorithm's functions) serve the no-failure baselines across calls.
+    # The Monte-Carlo-sized CNN (14x14 MNIST, batch 8 x 4 Adam steps per iteration, eval
+    # on 64 images; see scarjax.models.cnn.mnist_small for the measured costs).
     cnn = importlib.import_module("scarjax.models.cnn")
-    return cnn.mnist_5k()
+    return cnn.mnist_small()
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -111,15 +126,40 @@ MODELS: dict[str, ModelSpec] = {
     # ALS on the small synthetic matrix reaches its float32 floor after ~30 iterations.
     "mf_synthetic": ModelSpec("mf_synthetic", "MF (synthetic ratings)", _mf, _mf_part, "scarjax.models.mf",
                               steps=60, converge_at=20),
-    # Gibbs sampling plateaus (with sampling noise) after ~40 sweeps on the small corpus.
+    # Gibbs sampling: ε at 15 sweeps, still on the steep part of the NLL curve (at 30 the
+    # curve is flat within its sampling noise and rework is noise-limited: CI ±4 iterations).
     "lda_synthetic": ModelSpec("lda_synthetic", "LDA (synthetic corpus)", _lda, _lda_part, "scarjax.models.lda",
-                               after_recovery=_lda_rebuild, ckpt_norm="l1", steps=100, converge_at=30,
-                               epoch=1, long_converge_epoch=12),
-    "cnn_by_layer": ModelSpec("cnn_by_layer", "CNN by layer (MNIST)", _cnn,
-                              lambda s0, alg, num_servers=8: P.by_layer(s0, num_servers=num_servers, key=0), "scarjax.models.cnn"),
-    "cnn_by_shard": ModelSpec("cnn_by_shard", "CNN by shard (MNIST)", _cnn,
-                              lambda s0, alg, num_servers=8: P.by_shard(s0, shards=8, num_servers=num_servers, key=0), "scarjax.models.cnn"),
+                               after_recovery=_lda_rebuild, ckpt_norm="l1", steps=50, converge_at=15,
+                               epoch=1, make_long=_lda_long, long_converge_epoch=12),
+    # The small CNN's loss falls steadily (2.3 -> ~1.8 at 20 -> ~1.1 at 40 iterations);
+    # ε is calibrated at 20 and 20 more iterations leave room for rework up to C = 16.
+    "cnn_by_layer": ModelSpec("cnn_by_layer", "CNN by layer (MNIST 14x14)", _cnn,
+                              lambda s0, alg, num_servers=8: P.by_layer(s0, num_servers=num_servers, key=0), "scarjax.models.cnn",
+                              steps=40, converge_at=20),
+    "cnn_by_shard": ModelSpec("cnn_by_shard", "CNN by shard (MNIST 14x14)", _cnn,
+                              lambda s0, alg, num_servers=8: P.by_shard(s0, shards=8, num_servers=num_servers, key=0), "scarjax.models.cnn",
+                              steps=40, converge_at=20),
 }
+
+
+_NOTES = {
+    "cnn": """CNN panels (thesis Figs 5.8/5.10): the Monte-Carlo-sized CNN `scarjax.models.cnn.mnist_small`
+(MNIST 5k at 14x14, channels 4/8, hidden 64/64, Adam 1e-3 with 4 steps of 8 examples per
+iteration, loss on 64 images), ε calibrated at iteration 20 on a still-falling loss
+(the thesis trains to a cross-entropy of 0.08); by shard splits every tensor along its
+first dimension into min(8, dim) shards (3 for the 3x3 conv kernels).""",
+    "lda": """LDA panel: 100 synthetic documents x 80 tokens, ε calibrated at sweep 15, where the NLL
+still falls by ~8 sampling-noise standard deviations per sweep (at the plateau the hitting
+times are noise-limited). In Figs 5.9/5.10 its full-checkpoint period C = 16 exceeds the
+15 sweeps to convergence, so failures precede the first full checkpoint: traditional
+recovery restarts from w⁽⁰⁾ and priority at 1x is partial recovery from w⁽⁰⁾.""",
+}
+
+
+def notes(models) -> str:
+    """Markdown notes on the model settings of the panels in ``models`` (names or a dict)."""
+    kinds = dict.fromkeys(n.split("_")[0] for n in models)
+    return "".join(f"\n{_NOTES[k]}\n" for k in kinds if k in _NOTES)
 
 
 def available(names=None) -> list[str]:

@@ -130,10 +130,12 @@ Rework reduction of partial over full recovery (1 − partial/full, mean rework)
 {chr(10).join(rows)}
 {note}
 As in the thesis, full-recovery rework does not depend on the failed fraction, while
-partial-recovery rework falls with it; at fraction 1 the two recoveries coincide.
+partial-recovery rework falls with it; at fraction 1 the two recoveries reload the same
+blocks and differ only in state that is never lost (the CNN's Adam step count, which
+partial recovery keeps and full recovery rewinds).
 Our models and data are smaller than the thesis's (embedded data sets), so absolute
 rework differs; the reductions are the comparable quantity.
-"""
+{_scar.notes(results['models'])}"""
 
 
 def _fmt(x):

@@ -149,7 +149,7 @@ traditional checkpoint-restart at 1/2 failures:
 {note}
 Thesis: priority rework falls as checkpoints get smaller and more frequent; round-robin
 helps or hurts depending on the model; random nearly always hurts.
-"""
+{_scar.notes(results['models'])}"""
 
 
 def _fmt(x):

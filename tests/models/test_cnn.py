@@ -85,3 +85,51 @@ def test_mnist_5k_shapes():
     assert np.bincount(np.asarray(alg.data["y"][:256]), minlength=10).min() > 10  # shuffled
     s = alg.init(jax.random.key(0), alg.data)
     assert dict(cnn.leaves(s.params))["fc1/kernel"] == (7 * 7 * 2, 4)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return cnn.mnist_small()
+
+
+def test_mnist_small_shapes_and_defaults(small):
+    x, y = small.data["x"], small.data["y"]
+    assert x.shape == (5000, 14, 14, 1) and y.shape == (5000,)
+    assert abs(float(x.mean())) < 1e-3 and abs(float(x.std()) - 1.0) < 1e-3  # standardized
+    assert np.bincount(np.asarray(y[:64]), minlength=10).min() >= 1  # every digit in the eval subset
+    s = small.init(jax.random.key(0), small.data)
+    shapes = dict(cnn.leaves(s.params))
+    assert shapes["conv1/kernel"] == (3, 3, 1, 4) and shapes["conv2/kernel"] == (3, 3, 4, 8)
+    assert shapes["fc1/kernel"] == (3 * 3 * 8, 64) and shapes["fc3/kernel"] == (64, 10)
+
+
+def test_mnist_small_partitions(small):
+    from scarjax import partition as P
+
+    s0 = jax.eval_shape(lambda: small.init(jax.random.key(0), small.data))
+    assert P.by_layer(s0, num_servers=8, key=0).num_blocks == 10  # weights, biases separate
+    # by shard: every leaf split along its first dim into min(8, dim) shards: conv kernels
+    # (first dim kh = 3) give 3, conv1's bias 4, everything else 8.
+    part = P.by_shard(s0, shards=8, num_servers=8, key=0)
+    assert part.num_blocks == 4 + 3 + 8 + 3 + 6 * 8
+    ids = jax.tree.leaves(part.blocks.params)
+    assert all(np.unique(np.asarray(i)).size == min(8, l.shape[0])
+               for i, l in zip(ids, jax.tree.leaves(s0.params)))
+
+
+def test_mnist_small_determinism_and_convergence(small):
+    keys = jax.random.split(jax.random.key(3), 2)
+    _, tr = scarjax.run_trials(small, None, 12, keys)
+    _, t0 = scarjax.run(small, None, 12, keys[0])
+    np.testing.assert_allclose(tr.loss[0], t0.loss, rtol=1e-5, atol=1e-6)
+    loss = np.asarray(tr.loss)
+    assert np.isfinite(loss).all() and (loss[:, -1] < loss[:, 0] - 0.2).all()
+    assert not np.array_equal(loss[0], loss[1])
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(batch_size=0), "batch_size"),
+                                           (dict(steps_per_iteration=1.5), "steps_per_iteration"),
+                                           (dict(eval_size=-1), "eval_size")])
+def test_mnist_small_bad_inputs(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cnn.mnist_small(**kwargs)
