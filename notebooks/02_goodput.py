@@ -129,7 +129,8 @@ print("pinned:", one.pinned)
 # %% [markdown]
 # ## 4. Goodput-optimal batch size (Eq 3.10), LR scaling and the agent
 # Exact search over per-device batch `m` (memory cap 128) and accumulation steps `s`,
-# vectorised over allocations:
+# vectorised over allocations: for each `s` a binary search over `m`, exact because goodput
+# is unimodal in `m` (`-log GOODPUT` is convex in `log m`; theory/pollux_tuning.md):
 
 # %%
 best = px.optimize_batch_size(

@@ -25,8 +25,8 @@ import numpy as np
 import optax
 
 from scarjax.pollux import _checks
-from scarjax.pollux.throughput import ThroughputParams, _t_iter, check_config, check_params
 from scarjax.pollux.efficiency import _efficiency, _goodput
+from scarjax.pollux.throughput import GAMMA_RANGE, ThroughputParams, _t_iter, check_config, check_params
 
 
 class BatchConfig(NamedTuple):
@@ -43,8 +43,25 @@ class BatchConfig(NamedTuple):
     efficiency: jax.Array
 
 
+def _finish(p, phi, m0, n, k, m_best, s_best, gp_best, feasible):
+    tot_best = k * m_best * (s_best + 1)
+    t = _t_iter(p, n, k, jnp.where(feasible, m_best, 1.0), s_best)  # pylint: disable=protected-access
+    thr = jnp.where(feasible, tot_best / t, 0.0)
+    eff = jnp.where(feasible, _efficiency(tot_best, phi, m0), 0.0)
+    return (
+        m_best.astype(jnp.int32),
+        s_best.astype(jnp.int32),
+        tot_best.astype(jnp.int32),
+        jnp.where(feasible, gp_best, 0.0),
+        thr,
+        eff,
+    )
+
+
 @partial(jax.jit, static_argnames=("m_lo", "m_hi", "m_step", "s_max", "two_grads"))
-def _optimize(params, phi, m0, max_bsz, nodes, replicas, *, m_lo, m_hi, m_step, s_max, two_grads):
+def _optimize_exhaustive(packed, nk, *, m_lo, m_hi, m_step, s_max, two_grads):
+    """Reference: every ``(m, s)`` of the grid (``O(|m grid| (S+1))`` per allocation)."""
+    p, phi, m0, max_bsz = packed[:7], packed[7], packed[8], packed[9]
     first = -(-m_lo // m_step) * m_step  # smallest multiple of m_step >= m_lo
     ms = jnp.arange(first, m_hi + 1, m_step, dtype=jnp.float32)
     ss = jnp.arange(0, s_max + 1, dtype=jnp.float32)
@@ -56,30 +73,93 @@ def _optimize(params, phi, m0, max_bsz, nodes, replicas, *, m_lo, m_hi, m_step, 
         ok = (tot >= m0) & (tot <= max_bsz)
         if two_grads:  # K = 1 and s = 0 would leave only the biased differenced estimator
             ok &= ~((k == 1) & (sg == 0) & (tot > m0))
-        gp = _goodput(params, phi, m0, n, k, mg, sg)
+        gp = _goodput(p, phi, m0, n, k, mg, sg)
         gp = jnp.where(ok, gp, -1.0)
         i = jnp.argmax(gp)
         feasible = gp[i] >= 0
         m_best = jnp.where(feasible, mg[i], 0.0)
         s_best = jnp.where(feasible, sg[i], 0.0)
-        tot_best = k * m_best * (s_best + 1)
-        t = _t_iter(params, n, k, jnp.where(feasible, m_best, 1.0), s_best)  # pylint: disable=protected-access
-        thr = jnp.where(feasible, tot_best / t, 0.0)
-        eff = jnp.where(feasible, _efficiency(tot_best, phi, m0), 0.0)
-        return (
-            m_best.astype(jnp.int32),
-            s_best.astype(jnp.int32),
-            tot_best.astype(jnp.int32),
-            jnp.where(feasible, gp[i], 0.0),
-            thr,
-            eff,
-        )
+        return _finish(p, phi, m0, n, k, m_best, s_best, gp[i], feasible)
 
-    shape = jnp.broadcast_shapes(jnp.shape(nodes), jnp.shape(replicas))
-    n = jnp.broadcast_to(jnp.asarray(nodes, jnp.float32), shape).reshape(-1)
-    k = jnp.broadcast_to(jnp.asarray(replicas, jnp.float32), shape).reshape(-1)
-    out = jax.vmap(one)(n, k)
-    return BatchConfig(*[o.reshape(shape) for o in out])
+    return jax.vmap(one)(nk[0], nk[1])
+
+
+@partial(jax.jit, static_argnames=("m_lo", "m_hi", "m_step", "s_max", "two_grads"))
+def _optimize_search(packed, nk, *, m_lo, m_hi, m_step, s_max, two_grads):
+    """Exact search: per ``(allocation, s)`` a binary search on the sign of ``G(m+1) - G(m)``.
+
+    ``-log GOODPUT`` is convex in ``u = log m`` for fixed ``(N, K, s)`` (theory/pollux_tuning.md),
+    so the forward differences over the ``m`` grid change sign at most once (``-, 0, +``
+    for ``-log G``); the smallest grid index ``j`` with ``G(j+1) <= G(j)`` (or the last
+    feasible one) is the smallest maximiser on the feasible interval ``[j_lo, j_hi]``.
+    ``ceil(log2 J)`` steps, ``O((S+1) log J)`` goodput evaluations per allocation.
+    """
+    p, phi, m0, max_bsz = packed[:7], packed[7], packed[8], packed[9]
+    first = -(-m_lo // m_step) * m_step
+    n_grid = (m_hi - first) // m_step + 1  # J grid points m_j = first + j * m_step
+    n = nk[0][:, None]
+    k = nk[1][:, None]
+    s = jnp.arange(0, s_max + 1, dtype=jnp.float32)[None, :]
+    c = k * (s + 1)  # M = c * m
+    upper = max_bsz
+    if two_grads:  # K = 1, s = 0: only M <= M0 (i.e. M = M0) keeps an unbiased PGNS estimate
+        upper = jnp.where((k == 1) & (s == 0), jnp.minimum(max_bsz, m0), max_bsz)
+
+    def m_of(j):
+        return first + m_step * j.astype(jnp.float32)
+
+    # Feasible interval of grid indices: M0 <= c m_j <= upper (float estimate + exact fix-up).
+    j_lo = jnp.clip(jnp.ceil((jnp.ceil(m0 / c) - first) / m_step), 0, n_grid)
+    j_lo = j_lo - ((j_lo >= 1) & (c * m_of(j_lo - 1) >= m0))
+    j_lo = j_lo + (c * m_of(j_lo) < m0)
+    j_hi = jnp.clip(jnp.floor((jnp.floor(upper / c) - first) / m_step), -1, n_grid - 1)
+    j_hi = j_hi + ((j_hi + 1 <= n_grid - 1) & (c * m_of(j_hi + 1) <= upper))
+    j_hi = j_hi - ((j_hi >= 0) & (c * m_of(j_hi) > upper))
+    j_lo, j_hi = j_lo.astype(jnp.int32), j_hi.astype(jnp.int32)
+    feasible = j_lo <= j_hi
+
+    def gp(j):
+        return _goodput(p, phi, m0, n, k, m_of(j), s)
+
+    lo, hi = j_lo, jnp.maximum(j_hi, j_lo)
+    for _ in range(max(int(n_grid - 1).bit_length(), 0)):  # static: ceil(log2 J) halvings
+        mid = (lo + hi) // 2
+        down = gp(mid + 1) <= gp(mid)  # -log G non-decreasing from mid on: optimum <= mid
+        active = lo < hi
+        hi = jnp.where(active & down, mid, hi)
+        lo = jnp.where(active & ~down, mid + 1, lo)
+    g = jnp.where(feasible, gp(lo), -1.0)
+    i = jnp.argmax(g, axis=1)  # smallest s among equal goodputs
+    g_best = jnp.take_along_axis(g, i[:, None], axis=1)[:, 0]
+    ok = g_best >= 0
+    m_best = jnp.where(ok, m_of(jnp.take_along_axis(lo, i[:, None], axis=1)[:, 0]), 0.0)
+    s_best = jnp.where(ok, i.astype(jnp.float32), 0.0)
+    return _finish(p, phi, m0, nk[0], nk[1], m_best, s_best, g_best, ok)
+
+
+_PY_NUM = (int, float, np.integer, np.floating)
+
+
+def _fast_scalar(x, lo, hi=None, lo_open=False, allow_inf=False) -> bool:
+    """True if ``x`` is a Python/NumPy scalar in range; False means "use the generic check"
+    (which also produces the precise error message)."""
+    if not isinstance(x, _PY_NUM) or isinstance(x, bool):
+        return False
+    v = float(x)
+    if math.isnan(v) or (not allow_inf and math.isinf(v)):
+        return False
+    return not ((v <= lo if lo_open else v < lo) or (hi is not None and v > hi))
+
+
+def _alloc_array(x):
+    """Concrete integer-like allocation input as a NumPy array, else ``None``."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return np.asarray(x)
+    if isinstance(x, (np.ndarray, list, tuple)):
+        return np.asarray(x)
+    if isinstance(x, jax.Array) and not _checks.is_traced(x):
+        return np.asarray(x)
+    return None
 
 
 def optimize_batch_size(
@@ -95,11 +175,12 @@ def optimize_batch_size(
     max_accum_steps: int | None = None,
     local_bsz_step: int = 1,
     require_two_gradients: bool = False,
+    method: str = "search",
 ) -> BatchConfig:
     """Eq 3.10: goodput-optimal per-device batch ``m*`` and accumulation steps ``s*``.
 
-    Exhaustive (hence exact) over the ``m`` grid and ``s in {0..S}``, keeping configurations with
-    ``M0 <= K m (s+1) <= max_batch_size``; jitted and vmapped over allocations.
+    Exact over the ``m`` grid and ``s in {0..S}``, keeping configurations with
+    ``M0 <= K m (s+1) <= max_batch_size``; jitted and vectorised over allocations.
 
     Args:
       params: fitted :class:`~scarjax.pollux.throughput.ThroughputParams`.
@@ -114,14 +195,37 @@ def optimize_batch_size(
         to reach ``max_batch_size`` on one device at the memory cap.
       require_two_gradients: forbid ``K = 1, s = 0`` above ``M0`` so that the PGNS can
         always be estimated without bias (AdaptDL forces ``s >= 1`` likewise).
+      method: ``'search'`` (default): for each ``s`` a binary search over the ``m`` grid,
+        exact because goodput is unimodal in ``m`` (``-log G`` convex in ``log m``, proof in
+        ``theory/pollux_tuning.md``), ``O((S+1) log J)`` evaluations per allocation;
+        ``'exhaustive'``: every grid point, ``O((S+1) J)`` (the reference).
 
     Returns:
       :class:`BatchConfig`, with ``local_bsz = 0`` where nothing is feasible.
     """
-    params = check_params(params)
-    check_config(nodes, replicas)
-    _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
-    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    if method not in ("search", "exhaustive"):
+        raise ValueError(f"method must be 'search' or 'exhaustive', got {method!r}")
+    # Fast path for concrete Python/NumPy inputs; anything else gets the generic checks.
+    if not (
+        isinstance(params, ThroughputParams)
+        and all(_fast_scalar(v, 0.0) for v in params[:-1])
+        and _fast_scalar(params.gamma, GAMMA_RANGE[0], GAMMA_RANGE[1])
+    ):
+        params = check_params(params)
+    if not _fast_scalar(phi, 0.0, allow_inf=True):
+        _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
+    if not _fast_scalar(base_batch_size, 0.0, lo_open=True):
+        _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    n_np, k_np = _alloc_array(nodes), _alloc_array(replicas)
+    if (
+        n_np is None
+        or k_np is None
+        or n_np.dtype.kind not in "iu"
+        or k_np.dtype.kind not in "iu"
+        or (n_np.size and (n_np.min() < 1 or k_np.min() < 1))
+        or (n_np.size and k_np.size and np.any(n_np > k_np))
+    ):
+        check_config(nodes, replicas)
     max_local_bsz = _checks.check_static_int("max_local_bsz", max_local_bsz, lo=1)
     min_local_bsz = _checks.check_static_int("min_local_bsz", min_local_bsz, lo=1, hi=max_local_bsz)
     local_bsz_step = _checks.check_static_int("local_bsz_step", local_bsz_step, lo=1)
@@ -131,28 +235,51 @@ def optimize_batch_size(
             f"max_local_bsz] = [{min_local_bsz}, {max_local_bsz}]"
         )
     max_batch_size = _checks.check_static_int("max_batch_size", max_batch_size, lo=1)
-    m0 = _checks.concrete(base_batch_size)
-    if m0 is not None and np.any(m0 > max_batch_size):
-        raise ValueError(
-            f"max_batch_size must be >= base_batch_size, got max_batch_size="
-            f"{max_batch_size}, base_batch_size={base_batch_size}"
-        )
+    if isinstance(base_batch_size, _PY_NUM):
+        if base_batch_size > max_batch_size:
+            raise ValueError(
+                f"max_batch_size must be >= base_batch_size, got max_batch_size="
+                f"{max_batch_size}, base_batch_size={base_batch_size}"
+            )
+    else:
+        m0 = _checks.concrete(base_batch_size)
+        if m0 is not None and np.any(m0 > max_batch_size):
+            raise ValueError(
+                f"max_batch_size must be >= base_batch_size, got max_batch_size="
+                f"{max_batch_size}, base_batch_size={base_batch_size}"
+            )
     if max_accum_steps is None:
         max_accum_steps = max(math.ceil(max_batch_size / max_local_bsz), 0)
     max_accum_steps = _checks.check_static_int("max_accum_steps", max_accum_steps, lo=0)
-    return _optimize(
-        params,
-        jnp.asarray(phi, jnp.float32),
-        jnp.asarray(base_batch_size, jnp.float32),
-        jnp.asarray(max_batch_size, jnp.float32),
-        nodes,
-        replicas,
+
+    if n_np is not None and k_np is not None:  # one host array -> one transfer
+        shape = np.broadcast_shapes(n_np.shape, k_np.shape)
+        nk = np.empty((2,) + shape, np.float32)
+        nk[0], nk[1] = n_np, k_np
+        nk = nk.reshape(2, -1)
+    else:
+        shape = jnp.broadcast_shapes(jnp.shape(nodes), jnp.shape(replicas))
+        nk = jnp.stack(
+            [jnp.broadcast_to(jnp.asarray(v, jnp.float32), shape).reshape(-1) for v in (nodes, replicas)]
+        )
+    scalars = (*params, phi, base_batch_size, max_batch_size)
+    if all(isinstance(v, _PY_NUM) for v in scalars):
+        packed = np.asarray(scalars, np.float32)
+    else:
+        packed = jnp.stack([jnp.asarray(v, jnp.float32).reshape(()) for v in scalars])
+    fn = _optimize_search if method == "search" else _optimize_exhaustive
+    out = fn(
+        packed,
+        nk,
         m_lo=min_local_bsz,
         m_hi=max_local_bsz,
         m_step=local_bsz_step,
         s_max=max_accum_steps,
         two_grads=bool(require_two_gradients),
     )
+    if shape == (nk.shape[1],):
+        return BatchConfig(*out)
+    return BatchConfig(*[o.reshape(shape) for o in out])
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from scarjax import pollux as px
 
@@ -166,3 +166,53 @@ def test_lr_bad_inputs():
         px.lr_scale("adascale", 64, 32)
     with pytest.raises(ValueError, match="legw"):
         px.lr_scale("legw", 64, 32)
+
+
+# ------------------------------------------------- exact search == exhaustive reference
+
+_STATICS = [  # (max_local_bsz, min_local_bsz, local_bsz_step, max_accum_steps, require_two_gradients)
+    (64, 1, 1, 6, False),
+    (64, 1, 1, 6, True),
+    (50, 4, 3, 3, True),
+    (7, 1, 1, 0, False),
+]
+_pos = st.floats(1e-5, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    p=st.tuples(_pos, _pos, _pos, _pos, _pos, _pos, st.floats(1.0, 10.0)),
+    zeros=st.lists(st.booleans(), min_size=6, max_size=6),
+    phi=st.one_of(st.floats(0.0, 1e5), st.just(float("inf")), st.just(0.0)),
+    m0=st.one_of(st.sampled_from([1, 8, 32]), st.floats(1.0, 100.0)),
+    max_bsz_extra=st.integers(0, 2000),
+    statics=st.sampled_from(_STATICS),
+    seed=st.integers(0, 2**16),
+)
+def test_search_equals_exhaustive(p, zeros, phi, m0, max_bsz_extra, statics, seed):
+    # Some alpha/beta exactly 0 (but T_grad > 0 so goodput stays finite).
+    p = [0.0 if z and i != 1 else v for i, (v, z) in enumerate(zip(p[:6], zeros))] + [p[6]]
+    params = px.ThroughputParams(*p)
+    rng = np.random.default_rng(seed)
+    k = rng.integers(1, 20, size=6)
+    k[0] = 1
+    n = np.minimum(rng.integers(1, 5, size=6), k)
+    m_hi, m_lo, step, s_max, two = statics
+    kw = dict(
+        max_batch_size=int(np.ceil(m0)) + max_bsz_extra,
+        max_local_bsz=m_hi,
+        min_local_bsz=m_lo,
+        local_bsz_step=step,
+        max_accum_steps=s_max,
+        require_two_gradients=two,
+    )
+    fast = px.optimize_batch_size(params, phi, m0, n, k, **kw)
+    ref = px.optimize_batch_size(params, phi, m0, n, k, method="exhaustive", **kw)
+    np.testing.assert_array_equal(np.asarray(fast.local_bsz) > 0, np.asarray(ref.local_bsz) > 0)
+    np.testing.assert_allclose(fast.goodput, ref.goodput, rtol=2e-5)
+    tot = np.asarray(fast.total_batch_size)
+    ok = np.asarray(fast.local_bsz) > 0
+    m0_32 = np.float32(m0)  # the optimiser works in float32
+    assert np.all((tot[ok] >= m0_32) & (tot[ok] <= kw["max_batch_size"]))
+    assert np.all(np.asarray(fast.local_bsz)[ok] % step == 0)
+    assert np.all(np.asarray(fast.accum_steps) <= s_max)
