@@ -3,16 +3,20 @@
 1. PGNS overhead: an Adam step on the mean gradient of a batch of ``K*b`` examples
    (plain) vs the same step through ``with_pgns`` on ``K`` stacked micro-batch
    gradients (``vmap(grad)``), MLR and the small CNN.  Target: <= 10% with K=8 on MLR.
+   Also the same ``vmap(grad)`` + mean + Adam without the statistics, to separate the
+   cost of per-micro-batch gradients from that of the PGNS statistics.
 2. AdaptDL (petuum/adaptdl 0.2.11, ``adaptdl.goodput``) vs scarjax on the same data:
    ``fit_perf_params`` vs :func:`scarjax.pollux.fit_throughput` (time, prediction error)
    and ``GoodputFunction.optimize`` vs :func:`scarjax.pollux.optimize_batch_size`
-   (time, goodput of the chosen configuration under the same model).
+   (time, goodput of the chosen configuration under the same model) at 8 allocations
+   and at 1024 random allocations (a cluster scheduler's call); ours both with the
+   exact binary search (default) and the exhaustive grid (``method='exhaustive'``).
 3. AdaptDL's PyTorch PGNS path on one CPU process (if it runs): per-step overhead.
 
 AdaptDL needs an old NumPy (``np.int``/``np.float``), so it lives in its own virtualenv
 (:func:`setup_adaptdl_venv`, default ``/tmp/adaptdl-venv``) and is driven through a
 subprocess running ``benchmarks/adaptdl/run_adaptdl.py``; it is never a dependency of
-scarjax.  Usage: ``python benchmarks/bench_pollux.py [--no-adaptdl] [--measured PATH]``.
+scarjax.  Usage: ``python benchmarks/bench_pollux.py [--no-adaptdl] [--no-overhead] [--measured PATH]``.
 """
 
 from __future__ import annotations
@@ -91,12 +95,24 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
 
             return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
 
+        def run_vmap(params, state, key, n):  # micro-batch gradients, no statistics
+            def body(c, key):
+                p, s = c
+                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
+                g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb)
+                u, s = plain_opt.update(jax.tree.map(lambda x: x.mean(0), g), s, p)
+                return (optax.apply_updates(p, u), s), None
+
+            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+
+        fv = jax.jit(run_vmap, static_argnums=3)
         fp = jax.jit(run_plain, static_argnums=3)
         fq = jax.jit(run_pgns, static_argnums=3)
         sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
         jax.block_until_ready(fp(prob.params, sp, jax.random.PRNGKey(0), n_reps))
         jax.block_until_ready(fq(prob.params, sq, jax.random.PRNGKey(0), n_reps))
-        tp, tq = [], []
+        jax.block_until_ready(fv(prob.params, sp, jax.random.PRNGKey(0), n_reps))
+        tp, tq, tv = [], [], []
         for r in range(rounds):  # interleaved: both see the same machine noise
             key = jax.random.PRNGKey(r)
             t0 = time.perf_counter()
@@ -105,6 +121,9 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
             t0 = time.perf_counter()
             jax.block_until_ready(fq(prob.params, sq, key, n_reps))
             tq.append((time.perf_counter() - t0) / n_reps)
+            t0 = time.perf_counter()
+            jax.block_until_ready(fv(prob.params, sp, key, n_reps))
+            tv.append((time.perf_counter() - t0) / n_reps)
         out[name] = {
             "microbatches": k,
             "microbatch_size": b,
@@ -112,6 +131,10 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
             "pgns_step_s": float(np.min(tq)),
             "overhead_ratio": float(np.min(tq) / np.min(tp)),
             "overhead_ratio_median": float(np.median(np.array(tq) / np.array(tp))),
+            "microbatch_grads_only_step_s": float(np.min(tv)),
+            "microbatch_grads_only_ratio": float(np.min(tv) / np.min(tp)),
+            "stats_only_ratio": float(np.min(tq) / np.min(tv)),
+            "loadavg": os.getloadavg()[0],
         }
     return out
 
@@ -184,9 +207,12 @@ def _err(pred, obs):
     }
 
 
+OPT_REPEATS = 50
+LARGE_ALLOCATIONS = 1024
+
+
 def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_pgns=None) -> dict:
     import jax
-    import jax.numpy as jnp
 
     from scarjax import pollux as px
 
@@ -210,6 +236,9 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
     nodes = np.array([1, 1, 1, 2, 2, 4, 4, 8])
     reps = np.array([1, 2, 4, 4, 8, 16, 32, 64])
     max_bsz, max_m = 4096, 256
+    rng = np.random.default_rng(0)  # a cluster scheduler's call: many candidate allocations
+    large_reps = rng.integers(1, 65, size=LARGE_ALLOCATIONS)
+    large_nodes = np.minimum(rng.integers(1, 17, size=LARGE_ALLOCATIONS), large_reps)
     perf = fit.params
     adl_perf = [
         perf.alpha_grad,
@@ -236,6 +265,10 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
             "replicas": reps.tolist(),
             "max_batch_size": max_bsz,
             "max_local_bsz": max_m,
+            "repeats": OPT_REPEATS,
+            "large_nodes": large_nodes.tolist(),
+            "large_replicas": large_reps.tolist(),
+            "large_repeats": 5,
         },
         "torch_pgns": torch_pgns,
     }
@@ -273,29 +306,40 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
         res["fit"]["scarjax_error_vs_truth"] = _err(ours_pred, truth)
         res["fit"]["adaptdl_error_vs_truth"] = _err(adl["pred_t_iter"], truth)
 
-    # ours: exact search; first call compiles
-    kw = dict(max_batch_size=max_bsz, max_local_bsz=max_m)
-    t0 = time.perf_counter()
-    cfg = px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes), jnp.asarray(reps), **kw)
-    jax.block_until_ready(cfg)
-    first = time.perf_counter() - t0
-    warm = []
-    for _ in range(repeats):
+    def time_ours(nd, rp, method, n_rep):
+        kw = dict(max_batch_size=max_bsz, max_local_bsz=max_m, method=method)
         t0 = time.perf_counter()
-        cfg = jax.block_until_ready(
-            px.optimize_batch_size(perf, phi, m0, jnp.asarray(nodes), jnp.asarray(reps), **kw)
-        )
-        warm.append(time.perf_counter() - t0)
+        cfg = jax.block_until_ready(px.optimize_batch_size(perf, phi, m0, nd, rp, **kw))
+        first = time.perf_counter() - t0
+        ts = []
+        for _ in range(n_rep):
+            t0 = time.perf_counter()
+            cfg = jax.block_until_ready(px.optimize_batch_size(perf, phi, m0, nd, rp, **kw))
+            ts.append(time.perf_counter() - t0)
+        return cfg, first, float(np.median(ts))
+
+    def adl_goodput(a_m, a_s, nd, rp):
+        a_ok = a_m * rp * (a_s + 1) <= max_bsz
+        return np.where(a_ok, np.asarray(px.goodput(perf, phi, m0, nd, rp, np.maximum(a_m, 1), a_s)), 0.0)
+
+    # ours: exact binary search (default) and the exhaustive reference; first call compiles
+    cfg, first, t_search = time_ours(nodes, reps, "search", OPT_REPEATS)
+    ex, _, t_exh = time_ours(nodes, reps, "exhaustive", OPT_REPEATS)
     a_m = np.asarray(adl["optimize"]["local_bsz"])
     a_s = np.asarray(adl["optimize"]["accum_steps"])
-    a_ok = a_m * reps * (a_s + 1) <= max_bsz
-    a_gp = np.where(a_ok, np.asarray(px.goodput(perf, phi, m0, nodes, reps, np.maximum(a_m, 1), a_s)), 0.0)
+    a_gp = adl_goodput(a_m, a_s, nodes, reps)
+    t_adl = float(np.median(adl["optimize_seconds"]))
     res["optimize"] = {
         "allocations": len(reps),
         "scarjax_first_call_s": first,
-        "scarjax_s": float(np.median(warm)),
-        "adaptdl_s": float(np.median(adl["optimize_seconds"])),
-        "speedup_vs_adaptdl": float(np.median(adl["optimize_seconds"]) / np.median(warm)),
+        "scarjax_s": t_search,
+        "scarjax_exhaustive_s": t_exh,
+        "adaptdl_s": t_adl,
+        "speedup_vs_adaptdl": t_adl / t_search,
+        "exhaustive_speedup_vs_adaptdl": t_adl / t_exh,
+        "search_equals_exhaustive_goodput_maxrel": float(
+            np.max(np.abs(np.asarray(cfg.goodput) - np.asarray(ex.goodput)) / np.asarray(ex.goodput))
+        ),
         "scarjax_goodput": np.asarray(cfg.goodput).tolist(),
         "adaptdl_goodput_same_model": a_gp.tolist(),
         "goodput_ratio_scarjax_over_adaptdl": float(
@@ -305,6 +349,35 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
             list(map(int, c)) for c in zip(np.asarray(cfg.local_bsz), np.asarray(cfg.accum_steps))
         ],
         "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)],
+    }
+    cfg_l, first_l, t_search_l = time_ours(large_nodes, large_reps, "search", 10)
+    ex_l, _, t_exh_l = time_ours(large_nodes, large_reps, "exhaustive", 3)
+    a_gp_l = adl_goodput(
+        np.asarray(adl["optimize_large"]["local_bsz"]),
+        np.asarray(adl["optimize_large"]["accum_steps"]),
+        large_nodes,
+        large_reps,
+    )
+    t_adl_l = float(np.median(adl["optimize_large_seconds"]))
+    res["optimize_large"] = {
+        "allocations": len(large_reps),
+        "scarjax_first_call_s": first_l,
+        "scarjax_s": t_search_l,
+        "scarjax_exhaustive_s": t_exh_l,
+        "adaptdl_s": t_adl_l,
+        "speedup_vs_adaptdl": t_adl_l / t_search_l,
+        "exhaustive_speedup_vs_adaptdl": t_adl_l / t_exh_l,
+        "search_equals_exhaustive_goodput_maxrel": float(
+            np.max(np.abs(np.asarray(cfg_l.goodput) - np.asarray(ex_l.goodput)) / np.asarray(ex_l.goodput))
+        ),
+        # AdaptDL's choice can break max_batch_size (goodput 0 here): count those apart.
+        "adaptdl_infeasible_allocations": int(np.sum(a_gp_l <= 0)),
+        "goodput_ratio_scarjax_over_adaptdl_mean_feasible": float(
+            np.mean(np.asarray(cfg_l.goodput)[a_gp_l > 0] / a_gp_l[a_gp_l > 0])
+        ),
+        "goodput_ratio_scarjax_over_adaptdl_min": float(
+            np.min(np.asarray(cfg_l.goodput)[a_gp_l > 0] / a_gp_l[a_gp_l > 0])
+        ),
     }
     if "torch_pgns" in adl:
         res["adaptdl_torch_pgns"] = adl["torch_pgns"]
@@ -318,8 +391,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--no-adaptdl", action="store_true")
     ap.add_argument("--measured", default="results/pollux_throughput.json")
     ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--no-overhead", action="store_true", help="skip the PGNS-overhead part")
     args = ap.parse_args(argv)
-    out = {"pgns_overhead": bench_overhead(reps=args.reps)}
+    out = {"loadavg_start": os.getloadavg()[0]}
+    if not args.no_overhead:
+        out["pgns_overhead"] = bench_overhead(reps=args.reps)
     if not args.no_adaptdl:
         try:
             py = setup_adaptdl_venv()

@@ -39,6 +39,9 @@ class Config:
     accum_steps: tuple[int, ...] = (0, 2)
     hidden: int = 512
     reps: int = 30
+    # One thread per device (no intra-op Eigen pool), so that with K <= physical cores the
+    # devices do not compete for cores and T_grad does not depend on K (Eq 3.5).
+    single_thread: bool = True
     quick_mode: bool = False
 
     @classmethod
@@ -103,17 +106,20 @@ def measure(cfg_json: str) -> list[dict]:
             t0 = time.perf_counter()
             jax.block_until_ready(f(*a))
             ts.append(time.perf_counter() - t0)
-        return float(np.min(ts))  # the minimum is the least disturbed by other load
+        # The minimum is the least disturbed by other load on a shared machine; the
+        # median is kept for reference.
+        return float(np.min(ts)), float(np.median(ts))
 
     out = []
     for k in cfg["devices"]:
         for m in cfg["local_bsz"]:
             for s in cfg["accum_steps"]:
                 f, xb, yb = make(k, m, s, True)
-                rec = dict(nodes=1, replicas=k, local_bsz=m, accum_steps=s, t_iter=timeit(f, params, xb, yb))
+                t_min, t_med = timeit(f, params, xb, yb)
+                rec = dict(nodes=1, replicas=k, local_bsz=m, accum_steps=s, t_iter=t_min, t_iter_median=t_med)
                 if s == 0:  # AdaptDL's separate measurements: accumulation step and sync step
                     g, xb0, yb0 = make(k, m, 0, False)
-                    rec["t_accum"] = timeit(g, params, xb0, yb0)
+                    rec["t_accum"] = timeit(g, params, xb0, yb0)[0]
                     rec["t_optim"] = rec["t_iter"]
                 out.append(rec)
     return out
@@ -121,9 +127,10 @@ def measure(cfg_json: str) -> list[dict]:
 
 def _measure_subprocess(cfg: Config) -> list[dict]:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={max(cfg.devices)}"
-    ).strip()
+    flags = f" --xla_force_host_platform_device_count={max(cfg.devices)}"
+    if cfg.single_thread:
+        flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + flags).strip()
     code = (
         "import sys, json; from experiments.pollux_throughput import measure; "
         "print('@@' + json.dumps(measure(sys.argv[1])))"
@@ -143,14 +150,29 @@ def _measure_subprocess(cfg: Config) -> list[dict]:
     return json.loads(line[2:])
 
 
-def _fit(records):
+def _fit(records, key="t_iter"):
     from scarjax import pollux as px
 
     a = {
-        k: np.array([r[k] for r in records], float)
-        for k in ("nodes", "replicas", "local_bsz", "accum_steps", "t_iter")
+        k: np.array([r[k] for r in records], float) for k in ("nodes", "replicas", "local_bsz", "accum_steps")
     }
-    return px.fit_throughput(a["nodes"], a["replicas"], a["local_bsz"], a["accum_steps"], a["t_iter"])
+    t = np.array([r[key] for r in records], float)
+    return px.fit_throughput(a["nodes"], a["replicas"], a["local_bsz"], a["accum_steps"], t)
+
+
+def _fit_summary(records, key="t_iter") -> dict | None:
+    if len(records) < 3:
+        return None
+    f = _fit(records, key)
+    return dict(
+        configurations=len(records),
+        replicas=sorted({r["replicas"] for r in records}),
+        params=f.params._asdict(),
+        rmsle=f.rmsle,
+        mean_rel_error=f.mean_rel_error,
+        max_rel_error=f.max_rel_error,
+        pinned=list(f.pinned),
+    )
 
 
 def run(config: Config, out_dir) -> dict:
@@ -193,6 +215,14 @@ def run(config: Config, out_dir) -> dict:
             seconds=fit.seconds,
         ),
         heldout=held,
+        # Where the model's assumptions hold: K <= physical cores, so devices do not share
+        # cores and T_grad is independent of K (Eq 3.5).  Above that the devices time-share
+        # the cores and T_grad grows with K, which Eq 3.4-3.8 cannot express.
+        fit_in_model=_fit_summary([r for r in records if r["replicas"] <= (os.cpu_count() or 1)]),
+        fit_in_model_median=_fit_summary(
+            [r for r in records if r["replicas"] <= (os.cpu_count() or 1)], "t_iter_median"
+        ),
+        fit_all_median=_fit_summary(records, "t_iter_median"),
         cpu_count=os.cpu_count(),
         seconds=time.perf_counter() - t0,
     )
@@ -245,18 +275,29 @@ def _plot(out, out_dir):
 def report(res: dict) -> str:
     f = res["fit"]
     h = res.get("heldout")
+    im = res.get("fit_in_model")
+    ncpu = res["cpu_count"]
     lines = [
         "## Pollux: throughput model fit (Figs 3.5, 3.6)",
         "",
-        f"Step times of a data-parallel MLP measured on this machine ({res['cpu_count']} CPU "
-        f"cores, up to {max(res['config']['devices'])} forced host devices, one node), "
-        f"{len(res['records'])} configurations (K, m, s).",
+        f"Step times of a data-parallel MLP measured on this machine ({ncpu} CPU "
+        f"cores, up to {max(res['config']['devices'])} forced host devices, one node, "
+        f"{'one thread per device' if res['config'].get('single_thread') else 'shared thread pool'}), "
+        f"{len(res['records'])} configurations (K, m, s), minimum of {res['config']['reps']} repeats each.",
         "",
         "| | thesis | ours |",
         "|---|---|---|",
-        f"| average error of the fitted model | at most 10% | {100 * f['mean_rel_error']:.1f}% "
-        f"(max {100 * f['max_rel_error']:.1f}%, RMSLE {f['rmsle']:.3f}) |",
     ]
+    if im:
+        lines.append(
+            f"| average error of the fitted model, K <= {ncpu} (devices on their own cores; "
+            f"{im['configurations']} configurations) | at most 10% | {100 * im['mean_rel_error']:.1f}% "
+            f"(max {100 * im['max_rel_error']:.1f}%, RMSLE {im['rmsle']:.3f}) |"
+        )
+    lines.append(
+        f"| average error, all K incl. oversubscribed K > {ncpu} (limitation, see below) | - | "
+        f"{100 * f['mean_rel_error']:.1f}% (max {100 * f['max_rel_error']:.1f}%, RMSLE {f['rmsle']:.3f}) |"
+    )
     if h:
         lines.append(
             f"| predicting K={h['replicas']} from a fit to smaller K | - | "
@@ -264,14 +305,21 @@ def report(res: dict) -> str:
         )
     lines += [
         "",
-        "Forced host devices share the same cores, so 'T_sync' here also absorbs "
-        "compute contention between devices; the inter-node parameters are unobservable "
-        "on one host and stay pinned at 0 by the priors of Sec 3.4.1.",
+        f"The thesis measures one GPU per replica. Here the K devices are forced host devices; "
+        f"for K <= {ncpu} (the physical cores) each device has its own core, the setting the "
+        "model assumes, and the first row is the comparable number (with only "
+        f"{len((im or {}).get('replicas', []))} device counts the retrogression slope "
+        "beta_local is weakly identified). For K > cores the devices time-share the cores, so "
+        "T_grad grows with K, which Eq 3.4-3.8 cannot express ('T_sync' absorbs the "
+        "contention); that error is a property of this machine, not of the fit. The "
+        "inter-node parameters are unobservable on one host and stay pinned at 0 by the "
+        "priors of Sec 3.4.1. Other processes sharing the cores add noise to every timing.",
     ]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     cfg = Config.quick() if "--quick" in sys.argv else Config()
-    r = run(cfg, "/tmp/pollux_out")
-    print(r["fit"], r["heldout"], r["seconds"])
+    r = run(cfg, sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "/tmp/pollux_out")
+    print(report(r))
+    print(r["seconds"])

@@ -39,7 +39,7 @@ def main():
     gf = goodput.GoodputFunction(o["perf_params"], (o["sqr"], o["var"]), o["init_batch_size"])
     nodes, reps = np.asarray(o["nodes"]), np.asarray(o["replicas"])
     times = []
-    for _ in range(req.get("repeats", 5)):
+    for _ in range(o.get("repeats", req.get("repeats", 5))):
         t0 = time.perf_counter()
         res = gf.optimize(
             nodes,
@@ -55,6 +55,24 @@ def main():
         "local_bsz": np.asarray(res[1]).tolist(),
         "accum_steps": np.asarray(res[2]).tolist(),
     }
+    if "large_nodes" in o:  # the scale at which a cluster scheduler calls it
+        ln, lr = np.asarray(o["large_nodes"]), np.asarray(o["large_replicas"])
+        times = []
+        for _ in range(o.get("large_repeats", 5)):
+            t0 = time.perf_counter()
+            res = gf.optimize(
+                ln,
+                lr,
+                max_batch_size=o["max_batch_size"],
+                atomic_bsz_range=(1, o["max_local_bsz"]),
+                accumulation=True,
+            )
+            times.append(time.perf_counter() - t0)
+        out["optimize_large_seconds"] = times
+        out["optimize_large"] = {
+            "local_bsz": np.asarray(res[1]).tolist(),
+            "accum_steps": np.asarray(res[2]).tolist(),
+        }
     if req.get("torch_pgns"):
         try:
             out["torch_pgns"] = torch_pgns(req["torch_pgns"])
