@@ -44,6 +44,8 @@ def table(results: dict[str, dict]) -> str | None:
         cells = " | ".join(_cell(red.get(str(f))) for f in FRACTIONS)
         label = p.get("label") or q.get("label") or name
         rows.append(f"| {label} | {cells} | {_cell(q.get('reduction_priority8_vs_traditional_pct'))} |")
+    flagged = any("*" in r for r in rows)
+    footnote = "\n`*`: the partial-recovery rework is negative on average (inside the model's noise).\n" if flagged else ""
     trials = {
         n: (results.get(n) or {}).get("config", {}).get("trials")
         for n in ("fig5_7_partial_recovery", "fig5_9_priority_checkpoint")
@@ -60,6 +62,4 @@ sections below.
 | model | 3/4 failed | 1/2 failed | 1/4 failed | priority 1/8 @ 8× vs traditional |
 |---|---|---|---|---|
 {chr(10).join(rows)}
-
-`*`: the partial-recovery rework is negative on average (inside the model's sampling noise).
-"""
+{footnote}"""
