@@ -326,6 +326,13 @@ def _plot(out, out_dir):
     save_figure(fig, out_dir, NAME)
 
 
+def _pct(x) -> str:
+    """A relative error as a percentage; ``inf`` (stored as the string ``"inf"``) when the
+    median estimate is infinite (the unbiased |g|^2 estimate was <= 0, so phi = inf)."""
+    x = float(x)
+    return f"{100 * x:.1f}%" if np.isfinite(x) else "inf (|g|² estimate ≤ 0 at most checkpoints)"
+
+
 def report(res: dict) -> str:
     lines = ["## Pollux: statistical efficiency (Figs 3.3, 3.4)", ""]
     n = res["config"]["frozen_draws"]
@@ -338,8 +345,8 @@ def report(res: dict) -> str:
     for name, e in res["problems"].items():
         meas = e.get("measure", {}).get("mean_abs_error")
         lines.append(
-            f"| {name} | {100 * e['frozen_median_abs_rel_error']:.1f}% | "
-            f"{100 * e['median_abs_rel_error']:.1f}% | "
+            f"| {name} | {_pct(e['frozen_median_abs_rel_error'])} | "
+            f"{_pct(e['median_abs_rel_error'])} | "
             f"{'-' if meas is None else f'{meas:.3f}'} |"
         )
     lines.append("")
