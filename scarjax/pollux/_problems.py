@@ -75,6 +75,24 @@ def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
     return _make("mlr", params, apply, x, y)
 
 
+def mlr_mnist(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
+    """Multinomial logistic regression on the embedded MNIST-5k sample (784 -> 10, 7,850
+    parameters; the thesis's MLR data set is MNIST), pixels in [0, 1], centred."""
+    from scarjax.data import load_mnist_5k
+
+    x, y = load_mnist_5k()
+    x = np.asarray(x, np.float32).reshape(len(x), -1)
+    x = x / max(float(x.max()), 1.0)
+    x = jnp.asarray(x - x.mean(axis=0))
+    key = jax.random.PRNGKey(0) if key is None else key
+    params = {"w": scale * jax.random.normal(key, (x.shape[1], 10)), "b": jnp.zeros(10)}
+
+    def apply(p, xb):
+        return xb @ p["w"] + p["b"]
+
+    return _make("mlr_mnist", params, apply, x, jnp.asarray(y, jnp.int32))
+
+
 def cnn(key: jax.Array | None = None) -> Problem:
     """A small flax-nnx CNN on 8x8x1 digits: conv3x3(8)-relu-conv3x3(16)-relu-pool-dense(10).
 
