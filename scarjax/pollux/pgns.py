@@ -536,6 +536,9 @@ def _update_pgns(
 ):
     """Fold one step's micro-batch gradients into the smoothed statistics."""
     k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
+    # Keep XLA:CPU from fusing the micro-batch gradients' producer into each consumer (the
+    # mean and the statistics) and recomputing it: 1.12-1.15x -> 1.07-1.09x overhead on MLR.
+    grads = jax.lax.optimization_barrier(grads)
     b = jnp.asarray(microbatch_size, jnp.float32)
     if k >= 2:
         _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
