@@ -79,52 +79,33 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
         plain_opt = optax.adam(1e-3)
         pgns_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b)
 
-        def run_plain(params, state, key, n):
-            def body(c, key):
-                p, s = c
-                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 1, k * b)
-                g = jax.grad(prob.loss)(p, xb[0], yb[0])
-                u, s = plain_opt.update(g, s, p)
-                return (optax.apply_updates(p, u), s), None
+        def make_run(opt, microbatches, step_grads):
+            """Jitted ``n`` optimizer steps; ``step_grads(p, xb, yb)`` -> what ``opt`` takes."""
 
-            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+            def run(params, state, key, n):
+                def body(c, key):
+                    p, s = c
+                    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, microbatches, k * b // microbatches)
+                    u, s = opt.update(step_grads(p, xb, yb), s, p)
+                    return (optax.apply_updates(p, u), s), None
 
-        def run_pgns(params, state, key, n):
-            def body(c, key):
-                p, s = c
-                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
-                g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb)
-                u, s = pgns_opt.update(g, s, p)
-                return (optax.apply_updates(p, u), s), None
+                return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
 
-            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+            return jax.jit(run, static_argnums=3)
 
-        def run_vmap(params, state, key, n):  # micro-batch gradients, no statistics
-            def body(c, key):
-                p, s = c
-                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
-                g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb)
-                u, s = plain_opt.update(jax.tree.map(lambda x: x.mean(0), g), s, p)
-                return (optax.apply_updates(p, u), s), None
+        grads_k = jax.vmap(jax.grad(prob.loss), (None, 0, 0))
 
-            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+        def mean0(g):
+            return jax.tree.map(lambda x: x.mean(0), g)
 
-        def run_replicas(params, state, key, n):
-            # Data-parallel baseline: the K replica gradients exist (materialised, as on K
-            # devices before the all-reduce) and are averaged; no statistics.
-            def body(c, key):
-                p, s = c
-                xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
-                g = jax.lax.optimization_barrier(jax.vmap(jax.grad(prob.loss), (None, 0, 0))(p, xb, yb))
-                u, s = plain_opt.update(jax.tree.map(lambda x: x.mean(0), g), s, p)
-                return (optax.apply_updates(p, u), s), None
-
-            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
-
-        fr = jax.jit(run_replicas, static_argnums=3)
-        fv = jax.jit(run_vmap, static_argnums=3)
-        fp = jax.jit(run_plain, static_argnums=3)
-        fq = jax.jit(run_pgns, static_argnums=3)
+        # plain: one gradient of the K*b batch; pgns: K stacked micro-batch gradients through
+        # with_pgns; vmap: the same micro-batch gradients averaged, no statistics; replicas:
+        # data-parallel baseline whose K replica gradients are materialised (as on K devices
+        # before the all-reduce) and averaged, no statistics.
+        fp = make_run(plain_opt, 1, lambda p, xb, yb: jax.grad(prob.loss)(p, xb[0], yb[0]))
+        fq = make_run(pgns_opt, k, grads_k)
+        fv = make_run(plain_opt, k, lambda p, xb, yb: mean0(grads_k(p, xb, yb)))
+        fr = make_run(plain_opt, k, lambda p, xb, yb: mean0(jax.lax.optimization_barrier(grads_k(p, xb, yb))))
         sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
         jax.block_until_ready(fp(prob.params, sp, jax.random.PRNGKey(0), n_reps))
         jax.block_until_ready(fq(prob.params, sq, jax.random.PRNGKey(0), n_reps))
