@@ -107,25 +107,17 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
         fv = make_run(plain_opt, k, lambda p, xb, yb: mean0(grads_k(p, xb, yb)))
         fr = make_run(plain_opt, k, lambda p, xb, yb: mean0(jax.lax.optimization_barrier(grads_k(p, xb, yb))))
         sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
-        jax.block_until_ready(fp(prob.params, sp, jax.random.PRNGKey(0), n_reps))
-        jax.block_until_ready(fq(prob.params, sq, jax.random.PRNGKey(0), n_reps))
-        jax.block_until_ready(fv(prob.params, sp, jax.random.PRNGKey(0), n_reps))
-        jax.block_until_ready(fr(prob.params, sp, jax.random.PRNGKey(0), n_reps))
-        tp, tq, tv, tr = [], [], [], []
-        for r in range(rounds):  # interleaved: both see the same machine noise
+        runs = {"plain": (fp, sp), "pgns": (fq, sq), "vmap": (fv, sp), "replicas": (fr, sp)}
+        for f, st in runs.values():  # compile
+            jax.block_until_ready(f(prob.params, st, jax.random.PRNGKey(0), n_reps))
+        times = {v: [] for v in runs}
+        for r in range(rounds):  # interleaved: every variant sees the same machine noise
             key = jax.random.PRNGKey(r)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fp(prob.params, sp, key, n_reps))
-            tp.append((time.perf_counter() - t0) / n_reps)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fq(prob.params, sq, key, n_reps))
-            tq.append((time.perf_counter() - t0) / n_reps)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fv(prob.params, sp, key, n_reps))
-            tv.append((time.perf_counter() - t0) / n_reps)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fr(prob.params, sp, key, n_reps))
-            tr.append((time.perf_counter() - t0) / n_reps)
+            for v, (f, st) in runs.items():
+                t0 = time.perf_counter()
+                jax.block_until_ready(f(prob.params, st, key, n_reps))
+                times[v].append((time.perf_counter() - t0) / n_reps)
+        tp, tq, tv, tr = (times[v] for v in ("plain", "pgns", "vmap", "replicas"))
         out[name] = {
             "microbatches": k,
             "microbatch_size": b,

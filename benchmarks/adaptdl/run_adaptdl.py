@@ -37,38 +37,31 @@ def main():
 
     o = req["optimize"]
     gf = goodput.GoodputFunction(o["perf_params"], (o["sqr"], o["var"]), o["init_batch_size"])
-    nodes, reps = np.asarray(o["nodes"]), np.asarray(o["replicas"])
-    times = []
-    for _ in range(o.get("repeats", req.get("repeats", 5))):
-        t0 = time.perf_counter()
-        res = gf.optimize(
-            nodes,
-            reps,
-            max_batch_size=o["max_batch_size"],
-            atomic_bsz_range=(1, o["max_local_bsz"]),
-            accumulation=True,
-        )
-        times.append(time.perf_counter() - t0)
-    out["optimize_seconds"] = times
+
+    def timed_optimize(nodes, reps, repeats):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            res = gf.optimize(
+                np.asarray(nodes),
+                np.asarray(reps),
+                max_batch_size=o["max_batch_size"],
+                atomic_bsz_range=(1, o["max_local_bsz"]),
+                accumulation=True,
+            )
+            times.append(time.perf_counter() - t0)
+        return times, res
+
+    out["optimize_seconds"], res = timed_optimize(o["nodes"], o["replicas"], o.get("repeats", req.get("repeats", 5)))
     out["optimize"] = {
         "goodput": np.asarray(res[0]).tolist(),
         "local_bsz": np.asarray(res[1]).tolist(),
         "accum_steps": np.asarray(res[2]).tolist(),
     }
     if "large_nodes" in o:  # the scale at which a cluster scheduler calls it
-        ln, lr = np.asarray(o["large_nodes"]), np.asarray(o["large_replicas"])
-        times = []
-        for _ in range(o.get("large_repeats", 5)):
-            t0 = time.perf_counter()
-            res = gf.optimize(
-                ln,
-                lr,
-                max_batch_size=o["max_batch_size"],
-                atomic_bsz_range=(1, o["max_local_bsz"]),
-                accumulation=True,
-            )
-            times.append(time.perf_counter() - t0)
-        out["optimize_large_seconds"] = times
+        out["optimize_large_seconds"], res = timed_optimize(
+            o["large_nodes"], o["large_replicas"], o.get("large_repeats", 5)
+        )
         out["optimize_large"] = {
             "local_bsz": np.asarray(res[1]).tolist(),
             "accum_steps": np.asarray(res[2]).tolist(),
