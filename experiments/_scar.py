@@ -176,6 +176,15 @@ def available(names=None) -> list[str]:
     return out
 
 
+def start_results(config) -> tuple[list[str], dict]:
+    """``(names, results)`` for a SCAR figure: the available models among
+    ``config.models`` and the results skeleton (config, empty per-model dict, skipped)."""
+    names = available(config.models)
+    results = {"config": vars(config) | {"models": list(config.models)}, "models": {},
+               "skipped": [m for m in config.models if m not in names]}
+    return names, results
+
+
 def setup(name: str, num_servers: int = 8, long: bool = False):
     """``(spec, algorithm, partition)`` for model ``name`` (blocks randomly placed on
     ``num_servers`` servers; ``long``: the Fig 5.11 variant of the model)."""

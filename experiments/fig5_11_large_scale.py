@@ -101,9 +101,7 @@ def run(config: Config, out_dir) -> dict:
 
     plt = pyplot()
 
-    names = _scar.available(config.models)
-    results = {"config": vars(config) | {"models": list(config.models)}, "models": {},
-               "skipped": [m for m in config.models if m not in names]}
+    names, results = _scar.start_results(config)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         storage = Path(config.storage) if config.storage else Path(tmp)

@@ -82,9 +82,7 @@ def run(config: Config, out_dir) -> dict:
 
     plt = pyplot()
 
-    names = _scar.available(config.models)
-    results = {"config": vars(config) | {"models": list(config.models)}, "models": {},
-               "skipped": [m for m in config.models if m not in names]}
+    names, results = _scar.start_results(config)
     for name in _common.progress(names, "fig5.9 models"):
         results["models"][name] = run_model(name, config)
     n = max(len(names), 1)
