@@ -51,3 +51,30 @@ def test_fig5_5_tiny_end_to_end(tmp_path):
     res = m.run(m.Config(trials=4, steps=250), tmp_path)
     assert res["adversarial"]["restarted_bound"]["share_under_bound_plus_1"] == 1.0
     assert "Fig 5.5" in m.report(json.loads((tmp_path / "results" / "fig5_5_mlr.json").read_text()))
+
+
+def test_pollux_throughput_tiny_end_to_end(tmp_path):
+    """Both device kinds measured for real (gloo processes and forced host devices)."""
+    from experiments import pollux_throughput as m
+
+    cfg = m.Config(
+        devices=(1, 2),
+        process_devices=(1, 2),
+        local_bsz=(16, 64),
+        accum_steps=(0, 1),
+        hidden=64,
+        reps=3,
+        rounds=1,
+    )
+    res = m.run(cfg, tmp_path)
+    recs = res["records"]
+    assert {r["backend"] for r in recs} == {"processes", "forced_host"}
+    assert len(recs) == 2 * 2 * 2 * 2
+    assert all(r["t_iter"] > 0 and r["t_iter"] <= r["t_iter_median"] for r in recs)
+    assert all(r["t_accum"] > 0 for r in recs if r["accum_steps"] == 0)
+    assert res["fit"]["replicas"] == [1, 2] and res["fit"]["mean_rel_error"] >= 0
+    assert res["backends"]["processes"]["parallel"]["ratio"] > 0
+    assert (tmp_path / "paper_figs" / "pollux_throughput.png").stat().st_size > 0
+    assert "process per core" in m.report(
+        json.loads((tmp_path / "results" / "pollux_throughput.json").read_text())
+    )
