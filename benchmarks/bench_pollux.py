@@ -8,6 +8,9 @@
    ``mean(vmap(grad))`` back into one full-batch gradient), and the data-parallel
    baseline whose ``K`` replica gradients are materialised (as on ``K`` devices before the
    all-reduce): ``overhead_vs_replica_grads`` is the cost of the statistics alone.
+   MLR is timed twice: with XLA's default thread pools (all cores) and in a subprocess
+   pinned to one core (``pgns_overhead_one_core``), which separates the estimator's own
+   cost from the multi-threaded runtime's per-kernel dispatch.
 2. AdaptDL (petuum/adaptdl 0.2.11, ``adaptdl.goodput``) vs scarjax on the same data:
    ``fit_perf_params`` vs :func:`scarjax.pollux.fit_throughput` (time, prediction error)
    and ``GoodputFunction.optimize`` vs :func:`scarjax.pollux.optimize_batch_size`
@@ -65,7 +68,9 @@ def setup_adaptdl_venv(path: Path = ADAPTDL_VENV) -> Path:
 # ----------------------------------------------------------------------------- 1. overhead
 
 
-def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) -> dict:
+def bench_overhead(
+    k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7, problems=("mlr", "mlr_mnist", "cnn")
+) -> dict:
     import jax
     import optax
 
@@ -73,8 +78,8 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
     from scarjax.pollux import _problems
 
     out = {}
-    problems = (("mlr", _problems.mlr()), ("mlr_mnist", _problems.mlr_mnist()), ("cnn", _problems.cnn()))
-    for name, prob in problems:
+    for name in problems:
+        prob = getattr(_problems, name)()
         n_reps = reps if name.startswith("mlr") else max(reps // 10, 20)
         plain_opt = optax.adam(1e-3)
         pgns_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b)
@@ -85,7 +90,9 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
             def run(params, state, key, n):
                 def body(c, key):
                     p, s = c
-                    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, microbatches, k * b // microbatches)
+                    xb, yb = _problems.sample_microbatches(
+                        key, prob.x, prob.y, microbatches, k * b // microbatches
+                    )
                     u, s = opt.update(step_grads(p, xb, yb), s, p)
                     return (optax.apply_updates(p, u), s), None
 
@@ -135,6 +142,23 @@ def bench_overhead(k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7) ->
             "loadavg": os.getloadavg()[0],
         }
     return out
+
+
+def bench_overhead_one_core(reps: int = 300, problems=("mlr", "mlr_mnist")) -> dict:
+    """:func:`bench_overhead` in a subprocess pinned to one core before JAX starts (XLA then
+    sizes its thread pools for one core).  On a small step the multi-threaded runtime's
+    per-kernel dispatch, not arithmetic, dominates what the statistics add; this run
+    shows the estimator's own cost (and is the setting of one process per core)."""
+    code = (
+        "import os, sys, json; os.sched_setaffinity(0, {0}); sys.path.insert(0, 'benchmarks'); "
+        "import bench_pollux as b; "
+        f"print('@@' + json.dumps(b.bench_overhead(reps={int(reps)}, problems={tuple(problems)!r})))"
+    )
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("@@")][-1][2:])
 
 
 # ------------------------------------------------------------------ 2. AdaptDL comparison
@@ -396,6 +420,8 @@ def main(argv=None) -> dict:
     out = {"loadavg_start": os.getloadavg()[0]}
     if not args.no_overhead:
         out["pgns_overhead"] = bench_overhead(reps=args.reps)
+        if hasattr(os, "sched_setaffinity"):
+            out["pgns_overhead_one_core"] = bench_overhead_one_core(reps=args.reps)
     if not args.no_adaptdl:
         try:
             py = setup_adaptdl_venv()

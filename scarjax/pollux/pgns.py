@@ -147,12 +147,30 @@ def microbatch_stats(grads: PyTree, microbatch_size, precond: Preconditioner = N
     return _microbatch_mean_stats(grads, k, microbatch_size, precond)[1]
 
 
+def _sum_pair(a: jax.Array, b: jax.Array, dims: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """``(sum(a), sum(b))`` over ``dims`` as one variadic reduction: one loop over the data.
+
+    XLA:CPU lowers two separate sums of the same stacked gradients to two kernels, each
+    dispatched to its thread pool; on small models the dispatch, not the arithmetic, is
+    the cost of the statistics.
+    """
+    zero = jnp.zeros((), jnp.promote_types(jnp.result_type(a, b), jnp.float32))
+    return jax.lax.reduce(
+        (a.astype(zero.dtype), b.astype(zero.dtype)),
+        (zero, zero),
+        lambda x, y: (x[0] + y[0], x[1] + y[1]),
+        dims,
+    )
+
+
 def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Preconditioner):
     """Mean gradient and :func:`microbatch_stats` in one pass over each leaf.
 
     ``mean_k |P g_k|^2 = sum_i P_i^2 mean_k g_ki^2`` and ``|P mean_k g_k|^2 = sum_i P_i^2
-    (mean_k g_ki)^2``: both are per-leaf reductions of the same slice, which XLA fuses into
-    one multi-output reduction (no per-micro-batch norms, no second tree pass).
+    (mean_k g_ki)^2``: per leaf, one variadic reduction over the micro-batch axis gives
+    ``sum_k g_k`` and ``sum_k g_k^2`` together, and a second one over the (much smaller)
+    parameter axes gives both weighted sums (no per-micro-batch norms, no second pass over
+    the stacked gradients).
     """
     leaves, treedef = jax.tree.flatten(grads)
     if precond is None:
@@ -166,16 +184,12 @@ def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Prec
             )
     means, small, big = [], 0.0, 0.0
     for g, p in zip(leaves, pleaves):
-        mean = jnp.mean(g, axis=0)
-        msq = jnp.mean(jnp.square(g), axis=0)
-        means.append(mean)
-        if p is None:
-            small = small + jnp.sum(msq)
-            big = big + jnp.sum(jnp.square(mean))
-        else:
-            p2 = jnp.square(p)
-            small = small + jnp.sum(p2 * msq)
-            big = big + jnp.sum(p2 * jnp.square(mean))
+        total, total_sq = _sum_pair(g, jnp.square(g), (0,))
+        mean, msq = total / k, total_sq / k
+        means.append(mean.astype(g.dtype))
+        w = 1.0 if p is None else jnp.square(p)
+        a, c = _sum_pair(w * msq, w * jnp.square(mean), tuple(range(mean.ndim)))
+        small, big = small + a, big + c
     small = jnp.asarray(small, jnp.result_type(float))
     b = jnp.asarray(microbatch_size, small.dtype)
     return jax.tree.unflatten(treedef, means), two_batch_stats(small, big, b, k * b)
@@ -536,8 +550,9 @@ def _update_pgns(
 ):
     """Fold one step's micro-batch gradients into the smoothed statistics."""
     k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
-    # Keep XLA:CPU from fusing the micro-batch gradients' producer into each consumer (the
-    # mean and the statistics) and recomputing it: 1.12-1.15x -> 1.07-1.09x overhead on MLR.
+    # Keep XLA:CPU from fusing the micro-batch gradients' producer into its consumers and
+    # recomputing it (with separate mean and statistics reductions this took the overhead
+    # on MLR from 1.12-1.15x to 1.07-1.09x; benchmarks/bench_pollux.py).
     grads = jax.lax.optimization_barrier(grads)
     b = jnp.asarray(microbatch_size, jnp.float32)
     if k >= 2:
@@ -571,12 +586,15 @@ def _update_pgns(
         last=GradStats(jnp.where(finite, stats.sqr, jnp.nan), jnp.where(finite, stats.var, jnp.nan)),
         biased=jnp.where(use, biased, state.biased),
         nonfinite=state.nonfinite + (valid & ~finite).astype(jnp.int32),
+        # The previous gradient is only read by the differenced estimator (K = 1).  A step
+        # with K >= 2 leaves it untouched (no pass over params) and marks it stale, so a
+        # later K = 1 step starts the differenced pairs afresh.
         prev_grad=(
             jax.tree.map(lambda m, p: jnp.where(finite, m, p).astype(p.dtype), mean, state.prev_grad)
-            if differenced
-            else ()
+            if differenced and k < 2
+            else state.prev_grad
         ),
-        has_prev=(state.has_prev | finite) if differenced else state.has_prev,
+        has_prev=(state.has_prev | finite) if differenced and k < 2 else jnp.zeros([], bool),
         steps=state.steps + 1,
     )
     return mean, new
