@@ -184,7 +184,8 @@ def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Prec
             )
     means, small, big = [], 0.0, 0.0
     for g, p in zip(leaves, pleaves):
-        total, total_sq = _sum_pair(g, jnp.square(g), (0,))
+        gf = g.astype(jnp.promote_types(g.dtype, jnp.float32))  # accumulate bf16/fp16 in f32
+        total, total_sq = _sum_pair(gf, jnp.square(gf), (0,))
         mean, msq = total / k, total_sq / k
         means.append(mean.astype(g.dtype))
         w = 1.0 if p is None else jnp.square(p)

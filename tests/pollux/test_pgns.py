@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from scarjax import pollux as px
-from scarjax.pollux import _problems
+from scarjax.pollux import _problems, pgns
 
 
 # ---------------------------------------------------------------- synthetic ground truth
@@ -50,6 +50,26 @@ def test_exact_stats_and_identity_reduction():
     assert float(ex.var) == pytest.approx(float(jnp.trace(jnp.cov(g.T, bias=True))), rel=1e-4)
     scaled = px.exact_stats({"w": g}, {"w": 3.0 * jnp.ones(7)})
     assert float(px.noise_scale(scaled)) == pytest.approx(float(px.noise_scale(ex)), rel=1e-5)
+
+
+def test_microbatch_stats_matches_per_microbatch_norms_and_accumulates_low_precision_in_f32():
+    """The one-pass (variadic-reduction) statistics equal the textbook form built from
+    per-micro-batch norms, for a multi-leaf tree with a scalar leaf and a diagonal P; bf16
+    gradients are accumulated in float32."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 6)
+    g = {"w": jax.random.normal(keys[0], (6, 5, 4)) + 0.2, "b": jax.random.normal(keys[1], (6,))}
+    p = {"w": jax.random.uniform(keys[2], (5, 4), minval=0.5, maxval=2.0), "b": jnp.asarray(1.5)}
+    b = 16
+    small = jnp.mean(jax.vmap(lambda gk: pgns._sq_norm(gk, p))(g))
+    big = pgns._sq_norm(jax.tree.map(lambda x: x.mean(0), g), p)
+    want = pgns.two_batch_stats(small, big, b, 6 * b)
+    got = px.microbatch_stats(g, b, p)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    g16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), g)
+    got16 = px.microbatch_stats(g16, b, p)
+    want16 = px.microbatch_stats(jax.tree.map(lambda x: x.astype(jnp.float32), g16), b, p)
+    assert got16.sqr.dtype == jnp.float32
+    np.testing.assert_allclose(got16, want16, rtol=1e-5)
 
 
 def test_noise_scale_never_nan():
@@ -150,6 +170,13 @@ def test_differenced_estimator_flagged_biased():
     _, state = update(g, state, params)
     assert not bool(state.biased)
     assert float(px.smoothed_stats(state).sqr) == pytest.approx(float(state.last.sqr), rel=1e-5)
+    # ... and marks the stored gradient stale: back at K = 1, the first step only stores g
+    # again instead of differencing against the gradient of two steps ago.
+    assert not bool(state.has_prev)
+    count = int(state.count)
+    g2 = jax.grad(prob.loss)(params, xb[2], yb[2])
+    _, state = update(jax.tree.map(lambda x: x[None], g2), state, params)
+    assert int(state.count) == count and bool(state.has_prev)
 
 
 def test_nonfinite_gradients_skipped_and_counted():
