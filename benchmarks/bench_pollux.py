@@ -374,7 +374,7 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
         ],
         "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)],
     }
-    cfg_l, first_l, t_search_l = time_ours(large_nodes, large_reps, "search", 10)
+    cfg_l, first_l, t_search_l = time_ours(large_nodes, large_reps, "search", 30)
     ex_l, _, t_exh_l = time_ours(large_nodes, large_reps, "exhaustive", 3)
     a_gp_l = adl_goodput(
         np.asarray(adl["optimize_large"]["local_bsz"]),
