@@ -190,7 +190,7 @@ def cnn(
 
     def init_params(key):
         model = CNN(image_shape, k, channels, hidden, rngs=nnx.Rngs(params=key))
-        return nnx.split(model, nnx.Param)[1].to_pure_dict()
+        return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
 
     def loss_fn(params, batch):
         return cross_entropy(nnx.merge(graphdef, params)(batch["x"]), batch["y"])

@@ -117,8 +117,7 @@ def cnn(key: jax.Array | None = None) -> Problem:
     params = jax.tree.map(jnp.asarray, nnx.to_pure_dict(params))
 
     def apply(p, xb):
-        state = nnx.State(p) if not isinstance(p, nnx.State) else p
-        model = nnx.merge(graphdef, state)
+        model = nnx.merge(graphdef, p)
         return model(xb)
 
     x, y = digits(True)
