@@ -51,6 +51,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from scarjax.pollux import _checks
@@ -94,18 +95,26 @@ def _stacked_sq_norms(grads: PyTree, precond: Preconditioner) -> jax.Array:
     return jax.vmap(lambda g: _sq_norm(g, precond))(grads)
 
 
-def _leading_axis(grads: PyTree, name: str) -> int:
+def _leading_axis(grads: PyTree, name: str, axis: int = 0) -> int:
+    """The common size ``K`` of the stacking axis ``axis`` of every leaf."""
     leaves = jax.tree.leaves(grads)
     if not leaves:
         raise ValueError(f"{name} is an empty pytree")
-    sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for x in leaves}
+    sizes = {jnp.shape(x)[axis] if -jnp.ndim(x) <= axis < jnp.ndim(x) else None for x in leaves}
     if None in sizes or len(sizes) != 1:
+        where = "leading axis" if axis == 0 else f"axis {axis}"
         raise ValueError(
-            f"{name} must be stacked per micro-batch: every leaf needs the same leading axis K, "
-            f"got leading sizes {sorted(s for s in sizes if s is not None)} "
-            f"{'(and scalars)' if None in sizes else ''}"
+            f"{name} must be stacked per micro-batch: every leaf needs the same {where} K, "
+            f"got sizes {sorted(s for s in sizes if s is not None)} "
+            f"{'(and leaves without that axis)' if None in sizes else ''}"
         )
     return int(sizes.pop())
+
+
+def _check_axis(axis) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"microbatch_axis must be an int (0 or -1 for vmap's out_axes), got {axis!r}")
+    return int(axis)
 
 
 def two_batch_stats(small_sq: jax.Array, big_sq: jax.Array, small_batch, big_batch) -> GradStats:
@@ -122,7 +131,9 @@ def two_batch_stats(small_sq: jax.Array, big_sq: jax.Array, small_batch, big_bat
     return GradStats(sqr, var)
 
 
-def microbatch_stats(grads: PyTree, microbatch_size, precond: Preconditioner = None) -> GradStats:
+def microbatch_stats(
+    grads: PyTree, microbatch_size, precond: Preconditioner = None, *, microbatch_axis: int = 0
+) -> GradStats:
     """Unbiased PGNS statistics from ``K >= 2`` micro-batch gradients (Eq 3.2, App. A.1).
 
     Args:
@@ -132,19 +143,25 @@ def microbatch_stats(grads: PyTree, microbatch_size, precond: Preconditioner = N
       microbatch_size: ``b``, examples per micro-batch (scalar, may be traced).
       precond: diagonal pre-conditioner ``P`` with the structure of params
         (e.g. from :func:`preconditioner`), or ``None`` for ``P = I`` (plain GNS).
+      microbatch_axis: the stacking axis of every leaf: ``0`` (``vmap``'s default) or
+        ``-1`` (``jax.vmap(..., out_axes=-1)``).  On XLA:CPU a trailing micro-batch axis
+        lets a dense layer's per-micro-batch weight gradients come out of one ordinary
+        matrix product instead of a batched one, which is much faster
+        (``benchmarks/bench_pollux.py``).
 
     Returns:
       :class:`GradStats` with ``sqr`` unbiased for ``|Pg|^2`` and ``var`` unbiased for
       ``tr(P Sigma P^T)``; either may be negative for a single sample.
     """
-    k = _leading_axis(grads, "grads")
+    axis = _check_axis(microbatch_axis)
+    k = _leading_axis(grads, "grads", axis)
     if k < 2:
         raise ValueError(
             f"microbatch_stats needs K >= 2 micro-batch gradients, got K={k}; "
             "use differenced_stats for a single replica"
         )
     _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
-    return _microbatch_mean_stats(grads, k, microbatch_size, precond)[1]
+    return _microbatch_mean_stats(grads, k, microbatch_size, precond, axis)[1]
 
 
 def _sum_pair(a: jax.Array, b: jax.Array, dims: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
@@ -163,7 +180,7 @@ def _sum_pair(a: jax.Array, b: jax.Array, dims: tuple[int, ...]) -> tuple[jax.Ar
     )
 
 
-def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Preconditioner):
+def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Preconditioner, axis: int = 0):
     """Mean gradient and :func:`microbatch_stats` in one pass over each leaf.
 
     ``mean_k |P g_k|^2 = sum_i P_i^2 mean_k g_ki^2`` and ``|P mean_k g_k|^2 = sum_i P_i^2
@@ -185,7 +202,7 @@ def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Prec
     means, small, big = [], 0.0, 0.0
     for g, p in zip(leaves, pleaves):
         gf = g.astype(jnp.promote_types(g.dtype, jnp.float32))  # accumulate bf16/fp16 in f32
-        total, total_sq = _sum_pair(gf, jnp.square(gf), (0,))
+        total, total_sq = _sum_pair(gf, jnp.square(gf), (axis % g.ndim,))
         mean, msq = total / k, total_sq / k
         means.append(mean.astype(g.dtype))
         w = 1.0 if p is None else jnp.square(p)
@@ -547,10 +564,17 @@ def _init_pgns(params, differenced: bool) -> PGNSState:
 
 
 def _update_pgns(
-    grads, state: PGNSState, microbatch_size, precond, decay: float, differenced: bool, warmup: int = 0
+    grads,
+    state: PGNSState,
+    microbatch_size,
+    precond,
+    decay: float,
+    differenced: bool,
+    warmup: int = 0,
+    axis: int = 0,
 ):
     """Fold one step's micro-batch gradients into the smoothed statistics."""
-    k = _leading_axis(grads, "updates (stacked micro-batch gradients)")
+    k = _leading_axis(grads, "updates (stacked micro-batch gradients)", axis)
     # Keep XLA:CPU from fusing the micro-batch gradients' producer into its consumers and
     # recomputing it (with separate mean and statistics reductions this took the overhead
     # on MLR from 1.12-1.15x to 1.07-1.09x; benchmarks/bench_pollux.py).
@@ -558,11 +582,11 @@ def _update_pgns(
     b = jnp.asarray(microbatch_size, jnp.float32)
     if k >= 2:
         _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
-        mean, stats = _microbatch_mean_stats(grads, k, b, precond)
+        mean, stats = _microbatch_mean_stats(grads, k, b, precond, axis)
         valid = jnp.asarray(True)
         biased = jnp.asarray(False)
     elif differenced:
-        mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), grads)
+        mean = jax.tree.map(lambda g: jnp.mean(g, axis=axis), grads)
         stats = differenced_stats(state.prev_grad, mean, b, precond)
         valid = state.has_prev
         biased = jnp.asarray(True)
@@ -611,6 +635,7 @@ def track_pgns(
     preconditioner: Preconditioner | str = None,
     decay: float = 0.95,
     differenced: bool = True,
+    microbatch_axis: int = 0,
 ) -> optax.GradientTransformationExtraArgs:
     """Optax transform that estimates the PGNS (Eq 3.2) and averages micro-batch gradients.
 
@@ -642,8 +667,12 @@ def track_pgns(
         horizon tracks a changing ``phi`` faster but is noisier.
       differenced: keep the previous gradient so ``K = 1`` can use the
         differenced estimator (costs one copy of params in the state).
+      microbatch_axis: the stacking axis of the gradients' leaves, ``0`` or ``-1``
+        (``jax.vmap(jax.grad(loss), (None, 0), out_axes=-1)``, faster on XLA:CPU; see
+        :func:`microbatch_stats`).
     """
     _check_decay(decay)
+    axis = _check_axis(microbatch_axis)
     if microbatch_size is not None:
         _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
     if isinstance(preconditioner, str) and preconditioner != "identity":
@@ -665,7 +694,7 @@ def track_pgns(
             p = preconditioner(params)
         else:
             p = preconditioner
-        return _update_pgns(updates, state, microbatch_size, p, decay, differenced)
+        return _update_pgns(updates, state, microbatch_size, p, decay, differenced, axis=axis)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -680,6 +709,7 @@ def with_pgns(
     eps: float | None = None,
     b2: float | None = None,
     warmup: int = 10,
+    microbatch_axis: int = 0,
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap an optax optimizer so that each update also estimates its PGNS (Eq 3.2).
 
@@ -694,12 +724,17 @@ def with_pgns(
       updates, state = opt.update(grads_k, state, params)
       phi = pgns_from_state(state)
 
+    Faster on XLA:CPU: stack the micro-batches on the *last* axis and say so::
+
+      opt = with_pgns(optax.adam(1e-3), microbatch_size=32, microbatch_axis=-1)
+      grads_k = jax.vmap(jax.grad(loss), (None, 0), out_axes=-1)(params, microbatches)
+
     Args:
       inner: any optax optimizer.
       microbatch_size: examples per micro-batch (or pass ``microbatch_size=`` to update).
       preconditioner: ``'auto'`` (derive from ``inner``'s state; raises ValueError at
         ``init`` if it cannot), ``'identity'``, or a callable ``(inner_state, params) -> P``.
-      decay, differenced: as in :func:`track_pgns`.
+      decay, differenced, microbatch_axis: as in :func:`track_pgns`.
       eps, b2: override optax's default ``eps``/``b2`` when deriving ``P``.
       warmup: number of initial updates whose statistics are discarded.  An
         adaptive optimizer's ``P`` built from its first few squared gradients is
@@ -707,6 +742,7 @@ def with_pgns(
         steps would dominate the averages; 10 is enough for the problems tested.
     """
     _check_decay(decay)
+    axis = _check_axis(microbatch_axis)
     warmup = _checks.check_static_int("warmup", warmup, lo=0)
     if microbatch_size is not None:
         _checks.check_range("microbatch_size", microbatch_size, lo=0, lo_open=True)
@@ -735,7 +771,7 @@ def with_pgns(
             raise ValueError("microbatch_size is required (at construction or as an update kwarg)")
         p = get_p(state.inner_state, params)
         mean, pstate = _update_pgns(
-            updates, state.pgns, microbatch_size, p, decay, differenced, warmup if p is not None else 0
+            updates, state.pgns, microbatch_size, p, decay, differenced, warmup if p is not None else 0, axis
         )
         out, inner_state = inner.update(mean, state.inner_state, params, **extra)
         return out, PGNSWrapperState(inner_state, pstate)

@@ -306,6 +306,34 @@ def test_with_pgns_in_chain_jit_and_matches_plain_optimizer():
     del opt
 
 
+def test_trailing_microbatch_axis_equals_leading():
+    """microbatch_axis=-1 (vmap out_axes=-1) gives the same updates and statistics as 0,
+    for K >= 2 and for the differenced K = 1 path."""
+    prob, params = _trained("mlr")
+    xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(5), prob.x, prob.y, 4, B)
+    g0 = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
+    g1 = jax.vmap(jax.grad(prob.loss), (None, 0, 0), -1)(params, xb, yb)
+    np.testing.assert_allclose(
+        px.microbatch_stats(g1, B, microbatch_axis=-1), px.microbatch_stats(g0, B), rtol=1e-5
+    )
+    for k in (4, 1):
+        a = px.with_pgns(optax.adam(1e-2), microbatch_size=B, warmup=0)
+        c = px.with_pgns(optax.adam(1e-2), microbatch_size=B, warmup=0, microbatch_axis=-1)
+        sa, sc = a.init(params), c.init(params)
+        for step in range(3):
+            ga = jax.tree.map(lambda x: x[:k] + 0.01 * step, g0)
+            gc = jax.tree.map(lambda x: x[..., :k] + 0.01 * step, g1)
+            ua, sa = jax.jit(a.update)(ga, sa, params)
+            uc, sc = jax.jit(c.update)(gc, sc, params)
+            jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-9), ua, uc)
+        np.testing.assert_allclose(px.find_pgns_state(sa).last, px.find_pgns_state(sc).last, rtol=1e-4)
+        assert bool(px.find_pgns_state(sc).biased) == (k == 1)
+    with pytest.raises(TypeError, match="microbatch_axis"):
+        px.with_pgns(optax.adam(1e-2), microbatch_axis=1.5)
+    with pytest.raises(ValueError, match="axis 2"):
+        px.microbatch_stats({"w": jnp.ones((4, 3))}, 4, microbatch_axis=2)
+
+
 def test_track_pgns_microbatch_size_as_extra_arg():
     opt = optax.chain(px.track_pgns(), optax.sgd(0.1))
     st = opt.init(PARAMS)
