@@ -145,6 +145,7 @@ def train_adaptive(
     eval_every: int = 25,
     eval_fn: Callable[[Any], Any] | None = None,
     prior_params: ThroughputParams | None = None,
+    microbatch_axis: int = 0,
 ) -> dict[str, Any]:
     """Run the job-level agent loop (Sec 3.4.1) and return its history.
 
@@ -166,6 +167,9 @@ def train_adaptive(
       eval_every: steps between evaluations of ``eval_fn(params)`` (default: full-data loss).
       prior_params: throughput model used before any fit (default: the simulated
         clock's parameters, or a perfectly scaling guess in measured mode).
+      microbatch_axis: the axis the micro-batch gradients are stacked on (``vmap``'s
+        ``out_axes``); must match the optimizer's ``with_pgns``/``track_pgns``
+        ``microbatch_axis`` (``-1`` is faster on XLA:CPU).
 
     Returns:
       dict of NumPy arrays per step: ``time`` (cumulative s), ``t_iter``, ``local_bsz``,
@@ -174,6 +178,8 @@ def train_adaptive(
       ``eval``; and ``fits`` (list of FitResult dicts) and ``tunes`` (list of configs).
     """
     config.validate()
+    if isinstance(microbatch_axis, bool) or microbatch_axis not in (0, -1):
+        raise ValueError(f"microbatch_axis must be 0 or -1, got {microbatch_axis!r}")
     if max_steps is None and time_budget is None:
         raise ValueError("give max_steps or time_budget")
     if max_steps is not None:
@@ -203,9 +209,9 @@ def train_adaptive(
     def step(params, opt_state, key, m_tot, phi, progress, shape):
         idx = jax.random.randint(key, shape, 0, n_data)
         batch = tuple(a[idx] for a in data)
-        losses, grads = jax.vmap(jax.value_and_grad(loss_fn), in_axes=(None,) + (0,) * len(data))(
-            params, *batch
-        )
+        losses, grads = jax.vmap(
+            jax.value_and_grad(loss_fn), in_axes=(None,) + (0,) * len(data), out_axes=(0, microbatch_axis)
+        )(params, *batch)
         updates, opt_state = optimizer.update(
             grads,
             opt_state,

@@ -42,6 +42,41 @@ def test_adaptive_loop_simulated_clock():
     np.testing.assert_array_equal(h["batch_size"], 4 * h["local_bsz"] * (h["accum_steps"] + 1))
 
 
+def test_trailing_microbatch_axis_gives_the_same_run():
+    """microbatch_axis=-1 (agent and optimizer) reproduces the axis-0 run."""
+    prob = _problems.mlr()
+    cfg = px.AgentConfig(32, 256, 64, replicas=4, retune_every=10, local_bsz_step=16)
+    runs = [
+        px.train_adaptive(
+            prob.loss,
+            prob.params,
+            px.with_pgns(optax.sgd(0.05), microbatch_axis=ax),
+            (prob.x, prob.y),
+            cfg,
+            jax.random.PRNGKey(3),
+            max_steps=25,
+            clock=SIM,
+            microbatch_axis=ax,
+        )
+        for ax in (0, -1)
+    ]
+    np.testing.assert_array_equal(runs[0]["batch_size"], runs[1]["batch_size"])
+    np.testing.assert_allclose(runs[0]["phi"], runs[1]["phi"], rtol=1e-3)
+    np.testing.assert_allclose(runs[0]["train_loss"], runs[1]["train_loss"], rtol=1e-4)
+    with pytest.raises(ValueError, match="microbatch_axis"):
+        px.train_adaptive(
+            prob.loss,
+            prob.params,
+            px.with_pgns(optax.sgd(0.1)),
+            (prob.x, prob.y),
+            cfg,
+            jax.random.PRNGKey(0),
+            max_steps=2,
+            clock=SIM,
+            microbatch_axis=1,
+        )
+
+
 def test_measured_clock_refits_and_fixed_baseline():
     prob = _problems.mlr()
     cfg = px.AgentConfig(
