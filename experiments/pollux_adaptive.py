@@ -120,11 +120,15 @@ def run(config: Config, out_dir) -> dict:
                 clock_noise=config.clock_noise,
                 eval_every=10,
             )
-            runs[label] = {
-                k: np.asarray(v).tolist()
-                for k, v in h.items()
-                if k in ("eval_time", "eval", "eval_stat_epochs", "time", "batch_size", "phi", "stat_epochs")
-            }
+            # Per-step traces are thinned to about 400 points for the results file (the
+            # figure needs no more); evaluations and the summary numbers use every step.
+            n = len(h["time"])
+            keep = np.unique(np.r_[np.arange(0, n, max(1, -(-n // 400))), n - 1])
+            runs[label] = {k: np.asarray(h[k]).tolist() for k in ("eval_time", "eval", "eval_stat_epochs")}
+            runs[label].update(
+                {k: np.asarray(h[k])[keep].tolist() for k in ("time", "batch_size", "phi", "stat_epochs")}
+            )
+            runs[label]["step"] = keep.tolist()
             runs[label]["tunes"] = h["tunes"]
             runs[label]["final_loss"] = float(h["eval"][-1])
             runs[label]["stat_epochs_per_s"] = float(h["stat_epochs"][-1] / h["time"][-1])
