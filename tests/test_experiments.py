@@ -78,3 +78,41 @@ def test_pollux_throughput_tiny_end_to_end(tmp_path):
     assert "process per core" in m.report(
         json.loads((tmp_path / "results" / "pollux_throughput.json").read_text())
     )
+
+
+def test_pollux_efficiency_tiny_end_to_end(tmp_path):
+    from experiments import pollux_efficiency as m
+
+    cfg = m.Config(
+        problems=("mlr",),
+        train_steps=60,
+        checkpoints=2,
+        frozen_draws=4,
+        measure_problems=("mlr",),
+        batch_multipliers=(1, 2),
+        lr_grid=2,
+        n0=10,
+        seeds=1,
+        eval_size=64,
+    )
+    res = m.run(cfg, tmp_path)
+    assert "mlr" in res["problems"]
+    assert (tmp_path / "paper_figs" / "pollux_efficiency.png").stat().st_size > 0
+    assert "Figs 3.3, 3.4" in m.report(
+        json.loads((tmp_path / "results" / "pollux_efficiency.json").read_text())
+    )
+
+
+def test_pollux_adaptive_tiny_end_to_end(tmp_path):
+    """Without pollux_throughput results in the output folder the simulated clock uses defaults."""
+    from experiments import pollux_adaptive as m
+
+    res = m.run(m.Config(problems=("mlr",), time_budget=0.3, local_bsz_step=16, retune_every=10), tmp_path)
+    assert res["sim_source"] == "CPU-like defaults"
+    runs = res["problems"]["mlr"]["runs"]
+    assert runs["adaptive"]["steps"] >= len(runs["adaptive"]["time"]) > 1
+    assert runs["adaptive"]["step"][-1] == runs["adaptive"]["steps"] - 1
+    assert (tmp_path / "paper_figs" / "pollux_adaptive.png").stat().st_size > 0
+    assert "adaptive vs fixed" in m.report(
+        json.loads((tmp_path / "results" / "pollux_adaptive.json").read_text())
+    )
