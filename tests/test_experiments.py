@@ -116,3 +116,8 @@ def test_pollux_adaptive_tiny_end_to_end(tmp_path):
     assert "adaptive vs fixed" in m.report(
         json.loads((tmp_path / "results" / "pollux_adaptive.json").read_text())
     )
+    # With a good measured fit on disk the simulator runs on it.
+    fit = {"params": dict(m.DEFAULT_SIM), "mean_rel_error": 0.05}
+    (tmp_path / "results" / "pollux_throughput.json").write_text(json.dumps({"fit": fit}))
+    cfg = m.Config(problems=("mlr",), time_budget=0.2, local_bsz_step=16, retune_every=10)
+    assert m.run(cfg, tmp_path)["sim_source"] == "pollux_throughput fit"
