@@ -33,7 +33,7 @@ import optax
 
 from scarjax.pollux import _checks
 from scarjax.pollux.efficiency import _efficiency
-from scarjax.pollux.pgns import find_pgns_state, pgns_from_state
+from scarjax.pollux.pgns import _check_axis, find_pgns_state, pgns_from_state
 from scarjax.pollux.throughput import FitResult, ThroughputParams, _t_iter, check_params, fit_throughput
 from scarjax.pollux.tuning import BatchConfig, optimize_batch_size
 
@@ -178,8 +178,7 @@ def train_adaptive(
       ``eval``; and ``fits`` (list of FitResult dicts) and ``tunes`` (list of configs).
     """
     config.validate()
-    if isinstance(microbatch_axis, bool) or microbatch_axis not in (0, -1):
-        raise ValueError(f"microbatch_axis must be 0 or -1, got {microbatch_axis!r}")
+    microbatch_axis = _check_axis(microbatch_axis)
     if max_steps is None and time_budget is None:
         raise ValueError("give max_steps or time_budget")
     if max_steps is not None:

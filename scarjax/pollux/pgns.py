@@ -95,7 +95,7 @@ def _stacked_sq_norms(grads: PyTree, precond: Preconditioner) -> jax.Array:
     return jax.vmap(lambda g: _sq_norm(g, precond))(grads)
 
 
-def _leading_axis(grads: PyTree, name: str, axis: int = 0) -> int:
+def _stack_size(grads: PyTree, name: str, axis: int = 0) -> int:
     """The common size ``K`` of the stacking axis ``axis`` of every leaf."""
     leaves = jax.tree.leaves(grads)
     if not leaves:
@@ -112,8 +112,9 @@ def _leading_axis(grads: PyTree, name: str, axis: int = 0) -> int:
 
 
 def _check_axis(axis) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"microbatch_axis must be an int (0 or -1 for vmap's out_axes), got {axis!r}")
+    """``microbatch_axis``: 0 (``vmap``'s default ``out_axes``) or -1 (stacked last)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or axis not in (0, -1):
+        raise ValueError(f"microbatch_axis must be 0 or -1 (vmap's out_axes), got {axis!r}")
     return int(axis)
 
 
@@ -154,7 +155,7 @@ def microbatch_stats(
       ``tr(P Sigma P^T)``; either may be negative for a single sample.
     """
     axis = _check_axis(microbatch_axis)
-    k = _leading_axis(grads, "grads", axis)
+    k = _stack_size(grads, "grads", axis)
     if k < 2:
         raise ValueError(
             f"microbatch_stats needs K >= 2 micro-batch gradients, got K={k}; "
@@ -239,7 +240,7 @@ def exact_stats(per_example_grads: PyTree, precond: Preconditioner = None) -> Gr
     gradient is their mean and ``Sigma`` their population covariance, the
     covariance of one uniformly drawn example.  Defines the ground truth of Eq 3.2.
     """
-    n = _leading_axis(per_example_grads, "per_example_grads")
+    n = _stack_size(per_example_grads, "per_example_grads")
     if n < 2:
         raise ValueError(f"exact_stats needs at least 2 per-example gradients, got {n}")
     g = jax.tree.map(lambda x: jnp.mean(x, axis=0), per_example_grads)
@@ -574,7 +575,7 @@ def _update_pgns(
     axis: int = 0,
 ):
     """Fold one step's micro-batch gradients into the smoothed statistics."""
-    k = _leading_axis(grads, "updates (stacked micro-batch gradients)", axis)
+    k = _stack_size(grads, "updates (stacked micro-batch gradients)", axis)
     # Keep XLA:CPU from fusing the micro-batch gradients' producer into its consumers and
     # recomputing it (with separate mean and statistics reductions this took the overhead
     # on MLR from 1.12-1.15x to 1.07-1.09x; benchmarks/bench_pollux.py).

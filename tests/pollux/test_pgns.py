@@ -328,10 +328,13 @@ def test_trailing_microbatch_axis_equals_leading():
             jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-9), ua, uc)
         np.testing.assert_allclose(px.find_pgns_state(sa).last, px.find_pgns_state(sc).last, rtol=1e-4)
         assert bool(px.find_pgns_state(sc).biased) == (k == 1)
-    with pytest.raises(TypeError, match="microbatch_axis"):
-        px.with_pgns(optax.adam(1e-2), microbatch_axis=1.5)
-    with pytest.raises(ValueError, match="axis 2"):
+    for bad in (1.5, 1, True):
+        with pytest.raises(ValueError, match="microbatch_axis must be 0 or -1"):
+            px.with_pgns(optax.adam(1e-2), microbatch_axis=bad)
+    with pytest.raises(ValueError, match="microbatch_axis must be 0 or -1"):
         px.microbatch_stats({"w": jnp.ones((4, 3))}, 4, microbatch_axis=2)
+    with pytest.raises(ValueError, match="axis -1 K"):  # leaves disagree on the last axis
+        px.microbatch_stats({"w": jnp.ones((4, 3)), "b": jnp.ones((4,))}, 4, microbatch_axis=-1)
 
 
 def test_track_pgns_microbatch_size_as_extra_arg():
