@@ -363,63 +363,55 @@ def bench_vs_adaptdl(data: dict, label: str, py: Path, repeats: int = 5, torch_p
         a_ok = a_m * rp * (a_s + 1) <= max_bsz
         return np.where(a_ok, np.asarray(px.goodput(perf, phi, m0, nd, rp, np.maximum(a_m, 1), a_s)), 0.0)
 
-    # ours: exact binary search (default) and the exhaustive reference; first call compiles
-    cfg, first, t_search = time_ours(nodes, reps, "search", OPT_REPEATS)
-    ex, _, t_exh = time_ours(nodes, reps, "exhaustive", OPT_REPEATS)
-    a_m = np.asarray(adl["optimize"]["local_bsz"])
-    a_s = np.asarray(adl["optimize"]["accum_steps"])
-    a_gp = adl_goodput(a_m, a_s, nodes, reps)
-    t_adl = float(np.median(adl["optimize_seconds"]))
-    res["optimize"] = {
-        "allocations": len(reps),
-        "scarjax_first_call_s": first,
-        "scarjax_s": t_search,
-        "scarjax_exhaustive_s": t_exh,
-        "adaptdl_s": t_adl,
-        "speedup_vs_adaptdl": t_adl / t_search,
-        "exhaustive_speedup_vs_adaptdl": t_adl / t_exh,
-        "search_equals_exhaustive_goodput_maxrel": float(
-            np.max(np.abs(np.asarray(cfg.goodput) - np.asarray(ex.goodput)) / np.asarray(ex.goodput))
-        ),
-        "scarjax_goodput": np.asarray(cfg.goodput).tolist(),
-        "adaptdl_goodput_same_model": a_gp.tolist(),
-        "goodput_ratio_scarjax_over_adaptdl": float(
-            np.mean(np.asarray(cfg.goodput) / np.maximum(a_gp, 1e-12))
-        ),
-        "scarjax_config": [
-            list(map(int, c)) for c in zip(np.asarray(cfg.local_bsz), np.asarray(cfg.accum_steps))
-        ],
-        "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)],
-    }
-    cfg_l, first_l, t_search_l = time_ours(large_nodes, large_reps, "search", 30)
-    ex_l, _, t_exh_l = time_ours(large_nodes, large_reps, "exhaustive", 3)
-    a_gp_l = adl_goodput(
-        np.asarray(adl["optimize_large"]["local_bsz"]),
-        np.asarray(adl["optimize_large"]["accum_steps"]),
-        large_nodes,
-        large_reps,
+    def compare_optimize(nd, rp, key, n_search, n_exh):
+        """Ours (exact binary search, default; exhaustive reference; first call compiles)
+        vs AdaptDL's ``optimize`` on the same allocations."""
+        cfg, first, t_search = time_ours(nd, rp, "search", n_search)
+        ex, _, t_exh = time_ours(nd, rp, "exhaustive", n_exh)
+        a_m = np.asarray(adl[key]["local_bsz"])
+        a_s = np.asarray(adl[key]["accum_steps"])
+        a_gp = adl_goodput(a_m, a_s, nd, rp)
+        t_adl = float(np.median(adl[f"{key}_seconds"]))
+        ours = np.asarray(cfg.goodput)
+        out = {
+            "allocations": len(rp),
+            "scarjax_first_call_s": first,
+            "scarjax_s": t_search,
+            "scarjax_exhaustive_s": t_exh,
+            "adaptdl_s": t_adl,
+            "speedup_vs_adaptdl": t_adl / t_search,
+            "exhaustive_speedup_vs_adaptdl": t_adl / t_exh,
+            "search_equals_exhaustive_goodput_maxrel": float(
+                np.max(np.abs(ours - np.asarray(ex.goodput)) / np.asarray(ex.goodput))
+            ),
+        }
+        return out, cfg, ours, a_m, a_s, a_gp
+
+    res["optimize"], cfg, ours, a_m, a_s, a_gp = compare_optimize(
+        nodes, reps, "optimize", OPT_REPEATS, OPT_REPEATS
     )
-    t_adl_l = float(np.median(adl["optimize_large_seconds"]))
-    res["optimize_large"] = {
-        "allocations": len(large_reps),
-        "scarjax_first_call_s": first_l,
-        "scarjax_s": t_search_l,
-        "scarjax_exhaustive_s": t_exh_l,
-        "adaptdl_s": t_adl_l,
-        "speedup_vs_adaptdl": t_adl_l / t_search_l,
-        "exhaustive_speedup_vs_adaptdl": t_adl_l / t_exh_l,
-        "search_equals_exhaustive_goodput_maxrel": float(
-            np.max(np.abs(np.asarray(cfg_l.goodput) - np.asarray(ex_l.goodput)) / np.asarray(ex_l.goodput))
-        ),
-        # AdaptDL's choice can break max_batch_size (goodput 0 here): count those apart.
-        "adaptdl_infeasible_allocations": int(np.sum(a_gp_l <= 0)),
-        "goodput_ratio_scarjax_over_adaptdl_mean_feasible": float(
-            np.mean(np.asarray(cfg_l.goodput)[a_gp_l > 0] / a_gp_l[a_gp_l > 0])
-        ),
-        "goodput_ratio_scarjax_over_adaptdl_min": float(
-            np.min(np.asarray(cfg_l.goodput)[a_gp_l > 0] / a_gp_l[a_gp_l > 0])
-        ),
-    }
+    res["optimize"].update(
+        {
+            "scarjax_goodput": ours.tolist(),
+            "adaptdl_goodput_same_model": a_gp.tolist(),
+            "goodput_ratio_scarjax_over_adaptdl": float(np.mean(ours / np.maximum(a_gp, 1e-12))),
+            "scarjax_config": [
+                list(map(int, c)) for c in zip(np.asarray(cfg.local_bsz), np.asarray(cfg.accum_steps))
+            ],
+            "adaptdl_config": [list(map(int, c)) for c in zip(a_m, a_s)],
+        }
+    )
+    res["optimize_large"], _, ours, _, _, a_gp = compare_optimize(
+        large_nodes, large_reps, "optimize_large", 30, 3
+    )
+    ok = a_gp > 0  # AdaptDL's choice can break max_batch_size (goodput 0 here): count those apart.
+    res["optimize_large"].update(
+        {
+            "adaptdl_infeasible_allocations": int(np.sum(~ok)),
+            "goodput_ratio_scarjax_over_adaptdl_mean_feasible": float(np.mean(ours[ok] / a_gp[ok])),
+            "goodput_ratio_scarjax_over_adaptdl_min": float(np.min(ours[ok] / a_gp[ok])),
+        }
+    )
     if "torch_pgns" in adl:
         res["adaptdl_torch_pgns"] = adl["torch_pgns"]
     if "torch_pgns_error" in adl:
