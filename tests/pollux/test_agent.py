@@ -63,18 +63,6 @@ def test_trailing_microbatch_axis_gives_the_same_run():
     np.testing.assert_array_equal(runs[0]["batch_size"], runs[1]["batch_size"])
     np.testing.assert_allclose(runs[0]["phi"], runs[1]["phi"], rtol=1e-3)
     np.testing.assert_allclose(runs[0]["train_loss"], runs[1]["train_loss"], rtol=1e-4)
-    with pytest.raises(ValueError, match="microbatch_axis"):
-        px.train_adaptive(
-            prob.loss,
-            prob.params,
-            px.with_pgns(optax.sgd(0.1)),
-            (prob.x, prob.y),
-            cfg,
-            jax.random.PRNGKey(0),
-            max_steps=2,
-            clock=SIM,
-            microbatch_axis=1,
-        )
 
 
 def test_measured_clock_refits_and_fixed_baseline():
@@ -101,34 +89,21 @@ def test_measured_clock_refits_and_fixed_baseline():
 
 def test_agent_bad_inputs():
     prob = _problems.mlr()
+
+    def run(opt=None, cfg=None, **kw):
+        opt = px.with_pgns(optax.sgd(0.1)) if opt is None else opt
+        cfg = px.AgentConfig(32, 64, 32) if cfg is None else cfg
+        return px.train_adaptive(
+            prob.loss, prob.params, opt, (prob.x, prob.y), cfg, jax.random.PRNGKey(0), **kw
+        )
+
     with pytest.raises(ValueError, match="replicas == 1"):
-        px.train_adaptive(
-            prob.loss,
-            prob.params,
-            px.with_pgns(optax.sgd(0.1)),
-            (prob.x, prob.y),
-            px.AgentConfig(32, 64, 32, replicas=2),
-            jax.random.PRNGKey(0),
-            max_steps=2,
-        )
+        run(cfg=px.AgentConfig(32, 64, 32, replicas=2), max_steps=2)
     with pytest.raises(ValueError, match="no PGNS statistics"):
-        px.train_adaptive(
-            prob.loss,
-            prob.params,
-            optax.sgd(0.1),
-            (prob.x, prob.y),
-            px.AgentConfig(32, 64, 32),
-            jax.random.PRNGKey(0),
-            max_steps=2,
-        )
+        run(opt=optax.sgd(0.1), max_steps=2)
     with pytest.raises(ValueError, match="max_batch_size"):
         px.AgentConfig(32, 16, 32).validate()
     with pytest.raises(ValueError, match="max_steps or time_budget"):
-        px.train_adaptive(
-            prob.loss,
-            prob.params,
-            px.with_pgns(optax.sgd(0.1)),
-            (prob.x, prob.y),
-            px.AgentConfig(32, 64, 32),
-            jax.random.PRNGKey(0),
-        )
+        run()
+    with pytest.raises(ValueError, match="microbatch_axis"):
+        run(max_steps=2, clock=SIM, microbatch_axis=1)
