@@ -6,10 +6,15 @@ Features are float32, labels int32. Embedded defaults need no download
 when given ``path`` and otherwise download into ``$SCARJAX_DATA`` (default
 ``~/.cache/scarjax``) with a SHA-256 check.
 
+Malformed files never load silently: every loader checks what it parses and raises
+:class:`DataFormatError` (a ``ValueError``) naming the file, the line and the problem
+(``ratings.csv, line 7: movieId must be an integer, got '3.7'``); bad Python arguments
+raise ``ValueError``/``TypeError`` naming the argument.
+
 | model (Sec 5.5.1) | data sets | loaders |
 |---|---|---|
 | MLR   | MNIST, CoverType         | :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype` |
-| MF/ALS| MovieLens, Jester        | :func:`load_movielens_small`, :func:`load_jester`, :func:`synthetic_ratings` |
+| MF/ALS| MovieLens, Jester        | :func:`load_movielens`, :func:`load_movielens_small`, :func:`load_jester`, :func:`ratings_from_triples`, :func:`synthetic_ratings` |
 | LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`synthetic_lda_corpus` |
 """
 
@@ -17,7 +22,15 @@ from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
 from .covertype import load_covertype
 from .digits import load_digits
 from .mnist import load_mnist, load_mnist_5k, read_idx
-from .ratings import Ratings, load_jester, load_movielens_small, synthetic_ratings
+from ._validate import DataFormatError
+from .ratings import (
+    Ratings,
+    load_jester,
+    load_movielens,
+    load_movielens_small,
+    ratings_from_triples,
+    synthetic_ratings,
+)
 from .text import (
     Corpus,
     LDATruth,
@@ -32,6 +45,7 @@ from .text import (
 __all__ = [
     "ChecksumError",
     "Corpus",
+    "DataFormatError",
     "DownloadError",
     "LDATruth",
     "Ratings",
@@ -45,8 +59,10 @@ __all__ = [
     "load_lee",
     "load_mnist",
     "load_mnist_5k",
+    "load_movielens",
     "load_movielens_small",
     "load_reuters",
+    "ratings_from_triples",
     "read_idx",
     "sha256sum",
     "synthetic_lda_corpus",

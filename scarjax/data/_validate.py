@@ -1,10 +1,55 @@
-"""Argument checks shared by the loaders (raise ``ValueError`` naming the argument)."""
+"""Checks shared by the loaders.
+
+Two kinds of bad input, two kinds of error, both ``ValueError`` (or ``TypeError`` for a
+wrong type):
+
+* a bad **argument** given in Python raises ``ValueError``/``TypeError`` whose message
+  starts with the argument's name (``"density: expected ..."``);
+* a bad **file** raises :class:`DataFormatError` (a ``ValueError``) whose message names
+  the file, the line (1-based; ``row`` for spreadsheets, ``byte`` for binary files) and
+  what is wrong, e.g. ``ratings.csv, line 7: movieId must be an integer, got '3.7'``.
+"""
 
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
+
+__all__ = [
+    "DataFormatError",
+    "as_rng",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_path",
+    "check_scale",
+]
+
+
+class DataFormatError(ValueError):
+    """A data file is malformed.
+
+    Attributes:
+      path: the file (``str``; ``archive.zip:member`` for a file inside an archive).
+      line: 1-based position of the problem, or ``None`` when it concerns the whole file.
+      unit: what ``line`` counts: ``"line"`` (text files), ``"row"`` (spreadsheets),
+        ``"byte"`` (binary files, 0-based offset) or ``"record"`` (0-based record index).
+      reason: what is wrong, without the location.
+    """
+
+    def __init__(self, path, reason: str, line: int | None = None, unit: str = "line"):
+        self.path = str(path)
+        self.reason = reason
+        self.line = None if line is None else int(line)
+        self.unit = unit
+        where = self.path if line is None else f"{self.path}, {unit} {self.line}"
+        super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):  # keep the attributes through pickling (multiprocessing, xdist)
+        return (type(self), (self.path, self.reason, self.line, self.unit))
 
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
@@ -29,9 +74,44 @@ def check_float(name: str, value, low: float, high: float = np.inf, *, open_low=
 
 def check_choice(name: str, value, choices) -> str:
     """``value`` if it is one of ``choices``, else ``ValueError`` naming ``name``."""
-    if value not in choices:
+    try:
+        ok = value in choices
+    except TypeError:  # unhashable value
+        ok = False
+    if not ok:
         raise ValueError(f"{name}: expected one of {sorted(choices)}, got {value!r}")
     return value
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` if it is a bool (or NumPy bool), else ``TypeError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def check_path(name: str, value) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as an expanded :class:`~pathlib.Path`."""
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a file path (str or os.PathLike), got {type(value).__name__} {value!r}")
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{name}: expected a file path, got an empty string")
+    return Path(value).expanduser()
+
+
+def check_scale(name: str, value) -> tuple[float, float]:
+    """``value`` as a rating scale ``(lo, hi)`` of finite numbers with ``lo < hi``."""
+    try:
+        lo, hi = value
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a pair (lo, hi), got {value!r}") from None
+    lo = check_float(f"{name}[0]", lo, -np.inf)
+    hi = check_float(f"{name}[1]", hi, -np.inf)
+    if not lo < hi:
+        raise ValueError(f"{name}: expected lo < hi, got ({lo}, {hi})")
+    return lo, hi
 
 
 def as_rng(key_or_seed) -> np.random.Generator:
