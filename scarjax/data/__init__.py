@@ -15,7 +15,7 @@ raise ``ValueError``/``TypeError`` naming the argument.
 |---|---|---|
 | MLR   | MNIST, CoverType         | :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype` |
 | MF/ALS| MovieLens, Jester        | :func:`load_movielens`, :func:`load_movielens_small`, :func:`load_jester`, :func:`ratings_from_triples`, :func:`synthetic_ratings` |
-| LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`synthetic_lda_corpus` |
+| LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`load_text`, :func:`synthetic_lda_corpus` |
 """
 
 from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
@@ -38,6 +38,7 @@ from .text import (
     load_20newsgroups,
     load_lee,
     load_reuters,
+    load_text,
     synthetic_lda_corpus,
     tokenize,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "load_movielens",
     "load_movielens_small",
     "load_reuters",
+    "load_text",
     "ratings_from_triples",
     "read_idx",
     "sha256sum",

@@ -27,12 +27,13 @@ import numpy as np
 
 from ._validate import DataFormatError
 
-__all__ = ["Column", "parse_table", "read_bytes", "text_lines"]
+__all__ = ["Column", "check_columns", "decode", "parse_table", "read_bytes", "text_lines"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
 # C0 control characters other than tab, LF, VT, FF, CR (and DEL): never in a text file.
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+_NUL = re.compile(r"\x00")
 _NUMBER = re.compile(r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*", re.I)
 _EXACT_INT = 2.0**53  # float64 holds every integer below this exactly
 
@@ -57,11 +58,12 @@ def _line_of(text: str, pos: int) -> tuple[int, int]:
     return text.count("\n", 0, pos) + 1, pos - start + 1
 
 
-def decode(raw: bytes, source, encodings: Sequence[str] = ("utf-8",)) -> str:
+def decode(raw: bytes, source, encodings: Sequence[str] = ("utf-8",), nul_only: bool = False) -> str:
     """``raw`` as text (the first encoding that works; line endings normalised to ``\\n``).
 
     Raises :class:`DataFormatError` naming the line of the first undecodable byte or
-    control character, which is how binary data given to a text loader shows up.
+    control character (only NUL when ``nul_only``), which is how binary data
+    given to a text loader shows up.
     """
     error = None
     for enc in encodings:
@@ -76,7 +78,7 @@ def decode(raw: bytes, source, encodings: Sequence[str] = ("utf-8",)) -> str:
         raise DataFormatError(
             source, f"byte 0x{raw[error.start]:02x} at column {col} is not {encodings[0]} text (binary data?)", line)
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    m = _CONTROL.search(text)
+    m = (_NUL if nul_only else _CONTROL).search(text)
     if m:
         line, col = _line_of(text, m.start())
         raise DataFormatError(source, f"control character {m.group()!r} at column {col}: binary data, not text", line)
@@ -85,6 +87,8 @@ def decode(raw: bytes, source, encodings: Sequence[str] = ("utf-8",)) -> str:
 
 def text_lines(raw: bytes, source, encodings: Sequence[str] = ("utf-8",)) -> tuple[list[str], np.ndarray]:
     """Non-blank lines of ``raw`` and their 1-based line numbers; empty files are errors."""
+    if raw[:4] == ZIP_MAGIC:
+        raise DataFormatError(source, "a zip archive, not a text file: extract it first")
     text = decode(raw, source, encodings)
     all_lines = text.split("\n")
     keep = [k for k, ln in enumerate(all_lines) if ln.strip()]
