@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from ._validate import check_float, check_path
+
 __all__ = ["ChecksumError", "DownloadError", "cache_dir", "fetch", "resolve", "sha256sum"]
 
 _CHUNK = 1 << 20
@@ -91,12 +93,24 @@ def fetch(
       DownloadError: no mirror delivered a file with the right checksum (the message
         lists each mirror's error, including any :class:`ChecksumError`).
     """
+    if not isinstance(filename, str) or not filename or "/" in filename or "\\" in filename or filename in (".", ".."):
+        raise ValueError(f"filename: expected a plain file name (no directories), got {filename!r}")
+    if not isinstance(subdir, str) or os.path.isabs(subdir) or ".." in Path(subdir).parts:
+        raise ValueError(f"subdir: expected a relative folder inside the cache, got {subdir!r}")
     if isinstance(urls, str):
         urls = [urls]
+    try:
+        urls = list(urls)
+    except TypeError:
+        raise TypeError(f"urls: expected a URL or a list of URLs, got {type(urls).__name__}") from None
     if not urls:
         raise ValueError("urls: need at least one URL")
-    if len(sha256) != 64:
+    bad = [u for u in urls if not isinstance(u, str) or "://" not in u]
+    if bad:
+        raise ValueError(f"urls: expected URLs such as https://... or file://..., got {bad[0]!r}")
+    if not isinstance(sha256, str) or len(sha256) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha256):
         raise ValueError(f"sha256: expected 64 hex digits, got {sha256!r}")
+    timeout = check_float("timeout", timeout, 0.0, open_low=True)
     dest = cache_dir() / subdir / filename
     if dest.is_file() and sha256sum(dest) == sha256.lower():
         return dest
@@ -129,7 +143,7 @@ def resolve(
     """
     if path is None:
         return fetch(filename, urls, sha256, subdir=subdir)
-    p = Path(path).expanduser()
+    p = check_path("path", path)
     if p.is_dir():
         p = p / filename
     if not p.is_file():

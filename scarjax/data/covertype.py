@@ -7,12 +7,12 @@ soil-type indicators) and a cover type 1..7, from ``covtype.data.gz``.
 
 from __future__ import annotations
 
-import gzip
 import os
 
 import numpy as np
 
 from ._cache import resolve
+from ._parse import Column, parse_table, read_bytes, text_lines
 
 __all__ = ["load_covertype"]
 
@@ -24,6 +24,23 @@ _URLS = (
     "https://archive.ics.uci.edu/ml/machine-learning-databases/covtype/covtype.data.gz",
 )
 N_FEATURES, N_CLASSES = 54, 7
+# UCI covtype.info: 10 quantitative integer columns (units and ranges as documented there),
+# 4 wilderness-area and 40 soil-type 0/1 indicators, then the cover type 1..7.
+_COLUMNS = (
+    Column("Elevation", integer=True, low=0),
+    Column("Aspect", integer=True, low=0, high=360),
+    Column("Slope", integer=True, low=0, high=90),
+    Column("Horizontal_Distance_To_Hydrology", integer=True, low=0),
+    Column("Vertical_Distance_To_Hydrology", integer=True),
+    Column("Horizontal_Distance_To_Roadways", integer=True, low=0),
+    Column("Hillshade_9am", integer=True, low=0, high=255),
+    Column("Hillshade_Noon", integer=True, low=0, high=255),
+    Column("Hillshade_3pm", integer=True, low=0, high=255),
+    Column("Horizontal_Distance_To_Fire_Points", integer=True, low=0),
+    *(Column(f"Wilderness_Area{i}", integer=True, low=0, high=1, bounds_text="0 or 1") for i in range(1, 5)),
+    *(Column(f"Soil_Type{i}", integer=True, low=0, high=1, bounds_text="0 or 1") for i in range(1, 41)),
+    Column("Cover_Type", integer=True, low=1, high=N_CLASSES, bounds_text=f"a cover type 1..{N_CLASSES}"),
+)
 
 
 def load_covertype(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -35,14 +52,14 @@ def load_covertype(path: str | os.PathLike | None = None) -> tuple[np.ndarray, n
 
     Returns ``(X, y)``: ``X`` float32 ``[n, 54]`` raw (unscaled) features, ``y`` int32
     ``[n]`` in ``0..6`` (the file's cover types 1..7 minus one).
+
+    Every line is checked: 55 comma-separated integers, the documented ranges (aspect
+    0..360, slope 0..90, hillshades 0..255, non-negative elevation and horizontal
+    distances), 0/1 indicators and a cover type 1..7; a violation, an empty file or a
+    truncated gzip stream raises :class:`~scarjax.data.DataFormatError` naming the file
+    and the line.
     """
     file = resolve(path, _NAME, _URLS, _SHA256, subdir="covertype")
-    opener = gzip.open if str(file).endswith(".gz") else open
-    with opener(file, "rt") as f:
-        table = np.loadtxt(f, delimiter=",", dtype=np.int64, ndmin=2)
-    if table.shape[1] != N_FEATURES + 1:
-        raise ValueError(f"{file}: expected {N_FEATURES + 1} columns, got {table.shape[1]}")
-    y = table[:, -1]
-    if y.size and (y.min() < 1 or y.max() > N_CLASSES):
-        raise ValueError(f"{file}: cover types must be in 1..{N_CLASSES}, got {y.min()}..{y.max()}")
-    return table[:, :-1].astype(np.float32), (y - 1).astype(np.int32)
+    lines, linenos = text_lines(read_bytes(file), file)
+    table = parse_table(lines, linenos, _COLUMNS, file)
+    return table[:, :-1].astype(np.float32), (table[:, -1] - 1).astype(np.int32)

@@ -1,16 +1,12 @@
-import os
-from pathlib import Path
-
 import pytest
-
-SHARED = Path(os.environ.get("SCARJAX_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 @pytest.fixture
-def shared_data():
-    """Folder with the real data files of ../shared/data; skip when absent."""
-    def get(sub: str) -> Path:
-        p = SHARED / sub
+def shared_data(shared_data_dir):
+    """``get(sub)``: a path under ``../shared/data`` (real data files, via the top-level
+    ``shared_data_dir`` fixture); skips when the folder or the sub-path is absent."""
+    def get(sub: str):
+        p = shared_data_dir / sub
         if not p.exists():
             pytest.skip(f"real data not available: {p}")
         return p

@@ -4,7 +4,7 @@ import shutil
 import numpy as np
 import pytest
 
-from scarjax.data import cache_dir, load_digits, load_mnist, load_mnist_5k, read_idx
+from scarjax.data import DataFormatError, cache_dir, load_digits, load_mnist, load_mnist_5k, read_idx
 
 T10K_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
@@ -48,18 +48,35 @@ def test_mnist_idx_roundtrip(tmp_path):
 def test_mnist_bad_magic_and_truncation(tmp_path):
     f = tmp_path / "x.gz"
     _write_idx(f, 2049, np.zeros((3, 28, 28)))
-    with pytest.raises(ValueError, match="magic 2049, expected 2051"):
+    with pytest.raises(DataFormatError, match=r"x\.gz, byte 0: .*magic 2049, expected 2051"):
         read_idx(f, 2051)
     with gzip.open(f, "wb") as g:
         g.write((2049).to_bytes(4, "big") + (10).to_bytes(4, "big") + b"\x01\x02")
-    with pytest.raises(ValueError, match="payload"):
+    with pytest.raises(DataFormatError, match=r"x\.gz, byte 10: truncated: .* needs 10 bytes .* only 2 follow; "
+                                              r"label 2 of 10"):
         read_idx(f, 2049)
+    with gzip.open(f, "wb") as g:
+        g.write((2049).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"\x01\x02\x03")
+    with pytest.raises(DataFormatError, match=r"byte 10: 1 unexpected byte"):
+        read_idx(f, 2049)
+    f.write_bytes(f.read_bytes()[:-6])  # cut the gzip stream itself
+    with pytest.raises(DataFormatError, match=r"x\.gz: the gzip stream is truncated"):
+        read_idx(f, 2049)
+    with pytest.raises(ValueError, match="magic"):
+        read_idx(f, 2050)
+
+
+def test_mnist_labels_must_be_digits(tmp_path):
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", 2051, np.zeros((3, 28, 28)))
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", 2049, np.array([1, 12, 3]))
+    with pytest.raises(DataFormatError, match=r"t10k-labels-idx1-ubyte\.gz, byte 9: label 12 of record 1"):
+        load_mnist(tmp_path, "test")
 
 
 def test_mnist_label_count_mismatch(tmp_path):
     _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", 2051, np.zeros((3, 28, 28)))
     _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", 2049, np.zeros(4))
-    with pytest.raises(ValueError, match="3 images but 4 labels"):
+    with pytest.raises(DataFormatError, match="labels-idx1-ubyte.gz: MNIST test: 3 images but 4 labels"):
         load_mnist(tmp_path, "test")
 
 
