@@ -9,9 +9,9 @@ shapes static for jit/vmap.
 
 from __future__ import annotations
 
-import io
 import os
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -357,7 +357,9 @@ def _xls_table(source, scale, file_contents: bytes | None = None) -> np.ndarray:
 
 def _jester_csv(raw: bytes, source, scale) -> np.ndarray:
     lines, linenos = text_lines(raw, source)
-    n = lines[0].count(",") + 1
+    # The table's width is the commonest field count (ties: the first line's), so a line
+    # that lost or gained a field is the one reported, even when it is the first.
+    n = Counter(ln.count(",") + 1 for ln in lines).most_common(1)[0][0]
     if n < 2:
         raise DataFormatError(source, "expected a comma-separated [users, 1 + jokes] table, got 1 field",
                               linenos[0])

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scarjax.data import Ratings, load_jester, load_movielens_small, synthetic_ratings
+from scarjax.data import (
+    DataFormatError,
+    Ratings,
+    load_jester,
+    load_movielens,
+    load_movielens_small,
+    ratings_from_triples,
+    synthetic_ratings,
+)
 
 HEADER = "userId,movieId,rating,timestamp"
 ROWS = ["1,10,4.0,964982703", "1,30,2.5,964982704", "7,10,5.0,964982705"]
@@ -37,13 +45,126 @@ def test_movielens_zip(tmp_path):
 
 def test_movielens_bad_input(tmp_path):
     (tmp_path / "a.csv").write_text("user,item,rating\n1,2,3\n")
-    with pytest.raises(ValueError, match="header"):
+    with pytest.raises(DataFormatError, match=r"a\.csv, line 1: bad header .*missing column\(s\) \['userId'"):
         load_movielens_small(tmp_path / "a.csv")
-    (tmp_path / "b.csv").write_text("\n".join([HEADER, ROWS[0], ROWS[0]]))
-    with pytest.raises(ValueError, match="duplicate"):
+    (tmp_path / "b.csv").write_text("\n".join([HEADER, ROWS[0], ROWS[1], ROWS[0]]))
+    with pytest.raises(DataFormatError, match=r"b\.csv, line 4: duplicate rating: userId 1 rated movieId 10 "
+                                              r"already at line 2"):
         load_movielens_small(tmp_path / "b.csv")
     with pytest.raises(FileNotFoundError):
         load_movielens_small(tmp_path / "nope")
+
+
+# The silent wrong results of issue 11 sec 4 (3.7 -> 3, out-of-scale and NaN ratings, numpy's
+# message without a file): each is now refused, naming the file, the line and the field.
+@pytest.mark.parametrize("row, match", [
+    ("3.7,10,4.0,1", r"userId must be an integer, got '3.7'"),
+    ("1,10.5,4.0,1", r"movieId must be an integer, got '10.5'"),
+    ("-1,10,4.0,1", r"userId must be >= 0, got '-1'"),
+    ("1,11,5.5,1", r"rating must be on the rating scale \[0.5, 5\], got '5.5'"),
+    ("1,11,0,1", r"rating must be on the rating scale \[0.5, 5\], got '0'"),
+    ("1,11,nan,1", r"rating must be a finite number, got 'nan'"),
+    ("1,11,-inf,1", r"rating must be a finite number, got '-inf'"),
+    ("1,11,3.7,1", r"rating must be a multiple of 0.5 on the rating scale \[0.5, 5\], got '3.7'"),
+    ("1,11,,1", r"rating is empty"),
+    ("1,11,four,1", r"rating must be a number, got 'four'"),
+    ("1,11,4.0", r"expected 4 fields \(userId, movieId, rating, timestamp\), got 3"),
+    ("1,11,4.0,1,7", r"expected 4 fields .* got 5: extra fields"),
+    ("1,11,4.0,1.5", r"timestamp must be an integer, got '1.5'"),
+])
+def test_movielens_malformed_line(tmp_path, row, match):
+    f = tmp_path / "ratings.csv"
+    f.write_text("\r\n".join([HEADER, ROWS[0], ROWS[1], row, ROWS[2]]) + "\r\n")
+    with pytest.raises(DataFormatError, match=r"ratings\.csv, line 4: " + match) as e:
+        load_movielens_small(f)
+    assert e.value.line == 4 and e.value.path == str(f)
+
+
+def test_movielens_integral_ids_scale_and_empty(tmp_path):
+    f = tmp_path / "ratings.csv"
+    f.write_text("\n".join([HEADER, "1.0,10,4.0,964982703", "1,30.0,2.5,964982704", "7,10,5,964982705"]))
+    _check_small(load_movielens_small(f))  # 3.0-style ids are integral: accepted
+    f.write_text("\n".join([HEADER, "1,10,7,1", "2,10,10,1"]))
+    r = load_movielens(f, scale=(1, 10), step=1)
+    np.testing.assert_array_equal(r.values[r.mask], [7, 10])
+    with pytest.raises(DataFormatError, match="line 2: rating must be on the rating scale"):
+        load_movielens_small(f)
+    f.write_text("")
+    with pytest.raises(DataFormatError, match=r"ratings\.csv: empty file"):
+        load_movielens_small(f)
+    f.write_text(HEADER + "\n\n")
+    with pytest.raises(DataFormatError, match=r"ratings\.csv: no ratings after the header"):
+        load_movielens_small(f)
+    f.write_text(ROWS[0] + "\n")
+    with pytest.raises(DataFormatError, match=r"line 1: no header"):
+        load_movielens_small(f)
+    f.write_bytes(HEADER.encode() + b"\n1,10,4.0,9\xff\n")
+    with pytest.raises(DataFormatError, match=r"line 2: byte 0xff at column 11 is not utf-8 text"):
+        load_movielens_small(f)
+
+
+@pytest.mark.parametrize("version, name, text", [
+    ("100k", "u.data", "1\t10\t4\t964982703\n1\t30\t2\t964982704\n7\t10\t5\t964982705\n"),
+    ("1m", "ratings.dat", "1::10::4::964982703\n1::30::2::964982704\n7::10::5::964982705\n"),
+    ("10m", "ratings.dat", "1::10::4.0::964982703\n1::30::2.5::964982704\n7::10::5::964982705\n"),
+    ("25m", "ratings.csv", "\n".join([HEADER, *ROWS])),
+])
+def test_movielens_versions(tmp_path, version, name, text):
+    (tmp_path / name).write_text(text)
+    r = load_movielens(tmp_path, version=version)
+    assert r.user_ids.tolist() == [1, 7] and r.item_ids.tolist() == [10, 30]
+    assert r.values[0, 0] == 4.0 and r.values[1, 0] == 5.0
+
+
+def test_movielens_version_scales(tmp_path):
+    (tmp_path / "u.data").write_text("1\t10\t4\t1\n1\t30\t2.5\t2\n")
+    with pytest.raises(DataFormatError, match=r"u\.data, line 2: rating must be a multiple of 1 on the rating "
+                                              r"scale \[1, 5\], got '2.5'"):
+        load_movielens(tmp_path, version="100k")
+    (tmp_path / "ratings.dat").write_text("1::10::0.5::1\n")
+    with pytest.raises(DataFormatError, match=r"line 1: rating must be on the rating scale \[1, 5\]"):
+        load_movielens(tmp_path, version="1m")
+    assert load_movielens(tmp_path, version="10m").values[0, 0] == 0.5
+    (tmp_path / "ratings.csv").write_text("1\t10\t4\t1\n")
+    with pytest.raises(DataFormatError, match="version='100k'"):
+        load_movielens(tmp_path / "ratings.csv")
+
+
+@pytest.mark.parametrize("kwargs, exc, name", [
+    ({"version": "2k"}, ValueError, "version"),
+    ({"version": ["latest"]}, ValueError, "version"),
+    ({"scale": (5, 1)}, ValueError, "scale"),
+    ({"scale": (0, float("nan"))}, ValueError, r"scale\[1\]"),
+    ({"scale": 5}, ValueError, "scale"),
+    ({"step": -0.5}, ValueError, "step"),
+    ({"path": 3}, TypeError, "path"),
+    ({"path": None, "version": "100k"}, ValueError, "path"),
+])
+def test_movielens_bad_arguments(tmp_path, kwargs, exc, name):
+    args = {"path": tmp_path} | kwargs
+    with pytest.raises(exc, match=f"^{name}"):
+        load_movielens(**args)
+
+
+def test_ratings_from_triples():
+    r = ratings_from_triples([7, 1, 1], [10.0, 10, 30], [5.0, 4.0, 2.5], scale=(0.5, 5), step=0.5)
+    _check_small(r)
+    for kwargs, exc, match in [
+        (dict(users=[1, 2.5]), ValueError, r"users\[1\]: must be an integer, got 2.5"),
+        (dict(items=[1, -2]), ValueError, r"items\[1\]: must be >= 0"),
+        (dict(ratings=[3, np.nan]), ValueError, r"ratings\[1\]: must be a finite number"),
+        (dict(ratings=[3, 6]), ValueError, r"ratings\[1\]: must be on the rating scale \[0.5, 5\], got 6.0"),
+        (dict(ratings=[3, 3.7]), ValueError, r"ratings\[1\]: must be a multiple of 0.5"),
+        (dict(items=[1]), ValueError, r"items: expected length 2"),
+        (dict(users=[[1, 2]]), ValueError, r"users: expected a 1-D array"),
+        (dict(users=["a", "b"]), TypeError, r"users: expected a 1-D array of numbers"),
+        (dict(items=[5, 5], users=[1, 1]), ValueError, r"users/items: duplicate rating"),
+        (dict(users=[], items=[], ratings=[]), ValueError, r"users: no ratings"),
+        (dict(scale=(5, 0.5)), ValueError, r"scale: expected lo < hi"),
+    ]:
+        args = dict(users=[1, 2], items=[1, 2], ratings=[3, 4], scale=(0.5, 5), step=0.5) | kwargs
+        with pytest.raises(exc, match=match):
+            ratings_from_triples(**args)
 
 
 def test_movielens_real(shared_data):
@@ -113,13 +234,62 @@ def test_jester_xls_needs_xlrd(tmp_path, monkeypatch):
 def test_jester_bad_input(tmp_path):
     f = tmp_path / "j.csv"
     f.write_text("1,11.0\n")
-    with pytest.raises(ValueError, match=r"\[-10, 10\]"):
+    with pytest.raises(DataFormatError, match=r"j\.csv, line 1: joke 1 must be on the rating scale \[-10, 10\]"):
         load_jester(f)
     (tmp_path / "j.txt").write_text("")
     with pytest.raises(ValueError, match="path"):
         load_jester(tmp_path / "j.txt")
     with pytest.raises(ValueError, match="version"):
         load_jester(version="3")
+
+
+@pytest.mark.parametrize("line, match", [
+    ("2,3.5,nan,99", r"joke 2 must be a finite number, got 'nan'"),
+    ("2,3.5,-10.5,99", r"joke 2 must be on the rating scale \[-10, 10\] or 99 \(not rated\), got '-10.5'"),
+    ("2.5,3.5,1,99", r"count must be an integer, got '2.5'"),
+    ("7,3.5,1,99", r"count must be a count of rated jokes in \[0, 3\], got '7'"),
+    ("2,3.5,1", r"expected 4 fields \(count, joke 1, joke 2, joke 3\), got 3"),
+    (",3.5,1,99", r"count is empty"),
+    ("2,3.5,x,99", r"joke 2 must be a number, got 'x'"),
+])
+def test_jester_malformed_line(tmp_path, line, match):
+    f = tmp_path / "jester.csv"
+    f.write_text("\n".join([line, "1,99,0.0,99", "3,1,2,3"]) + "\n")
+    with pytest.raises(DataFormatError, match=r"jester\.csv, line 1: " + match):
+        load_jester(f)
+
+
+def test_jester_scale_and_empty(tmp_path):
+    f = tmp_path / "j.csv"
+    f.write_text("1,5\n1,-5\n")
+    r = load_jester(f, scale=(-5, 5))
+    np.testing.assert_allclose(r.values[:, 0], [10.0, 0.0])
+    f.write_text("0,99,\n0,,99\n")
+    with pytest.raises(DataFormatError, match=r"j\.csv: no ratings"):
+        load_jester(f)
+    for scale, name in [((0, 100), "scale: must not contain 99"), ((1, 1), "scale: expected lo < hi")]:
+        with pytest.raises(ValueError, match=name):
+            load_jester(f, scale=scale)
+
+
+def test_jester_xls_bad_cell(tmp_path, monkeypatch):
+    rows = [[1, 2.0, 99], [1, "n/a", 99]]
+
+    class Sheet:
+        nrows = len(rows)
+
+        def row_values(self, i):
+            return rows[i]
+
+    fake = types.SimpleNamespace(open_workbook=lambda *a, **k: types.SimpleNamespace(sheet_by_index=lambda i: Sheet()))
+    monkeypatch.setitem(sys.modules, "xlrd", fake)
+    f = tmp_path / "jester.xls"
+    f.write_bytes(b"")
+    with pytest.raises(DataFormatError, match=r"jester\.xls, row 2: joke 1 must be a number, got 'n/a'"):
+        load_jester(f)
+    rows[1][1] = 12.0
+    with pytest.raises(DataFormatError, match=r"jester\.xls, row 2: joke 1 must be on the rating scale"):
+        load_jester(f)
 
 
 # ---------------------------------------------------------------- synthetic

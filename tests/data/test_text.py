@@ -5,11 +5,13 @@ from hypothesis import strategies as st
 
 from scarjax.data import (
     Corpus,
+    DataFormatError,
     DownloadError,
     corpus_from_texts,
     load_20newsgroups,
     load_lee,
     load_reuters,
+    load_text,
     synthetic_lda_corpus,
     tokenize,
 )
@@ -93,8 +95,94 @@ def test_reuters_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="reut2"):
         load_reuters(tmp_path)
     (tmp_path / "reut2-000.sgm").write_text("<REUTERS><TEXT>no body</TEXT></REUTERS>")
-    with pytest.raises(ValueError, match="BODY"):
+    with pytest.raises(DataFormatError, match="no <BODY> text found in 1 file"):
         load_reuters(tmp_path)
+
+
+@pytest.mark.parametrize("cut, match", [
+    (SGM.index("Showers"), r"line 2: <REUTERS> article is never closed"),  # file cut inside article 1
+    (SGM.index("Cocoa prices"), r"line 17: <REUTERS> article is never closed"),
+])
+def test_reuters_truncated(tmp_path, cut, match):
+    (tmp_path / "reut2-000.sgm").write_bytes(SGM[:cut].encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"reut2-000\.sgm, " + match):
+        load_reuters(tmp_path)
+
+
+@pytest.mark.parametrize("text, match", [
+    (SGM.replace("</BODY></TEXT>\n</REUTERS>\n<REUTERS TOPICS=\"NO\"", "</TEXT>\n</REUTERS>\n<REUTERS TOPICS=\"NO\"", 1),
+     r"line 7: <BODY> is never closed"),
+    (SGM.replace("</REUTERS>", "", 1), r"line 12: <REUTERS> opened before the article opened at line 2"),
+    ("</REUTERS>\n" + SGM, r"line 1: </REUTERS> without an opening"),
+    ("plain text, no tags\n", r"no <REUTERS> article"),
+    ("<REUTERS>\x00\x01</REUTERS>", r"line 1: control character '\\x00'"),
+])
+def test_reuters_malformed(tmp_path, text, match):
+    (tmp_path / "reut2-003.sgm").write_bytes(text.encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"reut2-003\.sgm[,:] " + match):
+        load_reuters(tmp_path)
+
+
+RATINGS_CSV = "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,3,4.0,964981247\n1,6,4.0,964982224\n"
+
+
+@pytest.mark.parametrize("content, match", [
+    (RATINGS_CSV, r", line 1: 'userId,movieId,rating,timestamp' is a table header \(4 ','-separated columns\) "
+                  r"and 3 of the 3 lines below have 4 fields: a CSV table"),
+    ("userId,movieId,rating,timestamp\n", r", line 1: .* is a table header .* and nothing follows"),
+    ("movieId,title,genres\n1,\"Toy Story, The (1995)\",Animation\n2,Jumanji (1995),Adventure\n",
+     r", line 1: 'movieId,title,genres' is a table header"),
+    ("\n1\t10\t4\t88\n2\t10\t3\t89\n", r", line 2: '1\\t10\\t4\\t88' is a row of numbers, as are 2 of the 2"),
+    ("1 2 3\nsome text here\n4 5 6\n", r", line 1: '1 2 3' is a row of numbers, as are 2 of the 3"),
+    ("", r": empty file"),
+    ("\n  \n", r": the file holds only blank lines"),
+    ("the of and\nit is\n", r": no word is left after tokenisation"),
+    ("good text\nbad \x00\x07 text\n", r", line 2: control character '\\x00' at column 5: binary data"),
+])
+def test_text_loaders_refuse_non_text(tmp_path, content, match):
+    f = tmp_path / "lee_background.cor"
+    f.write_bytes(content.encode("latin-1"))
+    for load in (load_text, load_lee):
+        with pytest.raises(DataFormatError, match=r"lee_background\.cor" + match):
+            load(f)
+
+
+def test_load_text_roundtrip_and_arguments(tmp_path):
+    f = tmp_path / "docs.txt"
+    f.write_text("Apples, pears and apples.\n\nHello, world, orange\nNumbers 1 2 3 are fine in prose\n")
+    c = load_text(f)
+    _check_corpus(c)
+    assert c.doc_lengths.tolist() == [3, 3, 3]
+    assert c.vocab == sorted({"apples", "pears", "hello", "world", "orange", "numbers", "fine", "prose"})
+    assert load_text(f, min_count=2).vocab == ["apples"]
+    with pytest.raises(TypeError, match="^path"):
+        load_text(3)
+    with pytest.raises(FileNotFoundError, match="^path"):
+        load_text(tmp_path / "nope.txt")
+    with pytest.raises(TypeError, match="^stop_words"):
+        load_text(f, stop_words="the")
+    with pytest.raises(ValueError, match="^min_count"):
+        load_text(f, min_count=0)
+
+
+@pytest.mark.parametrize("texts, exc, match", [
+    ("one document", TypeError, r"^texts: expected a sequence of documents"),
+    (["ok", 3], TypeError, r"^texts\[1\]: expected a str, got int"),
+    ([b"bytes"], TypeError, r"^texts\[0\]"),
+    ([], ValueError, r"^texts: no documents"),
+    (["1 2 3", "a the"], ValueError, r"^texts: no word is left"),
+    (5, TypeError, r"^texts"),
+])
+def test_corpus_from_texts_bad_arguments(texts, exc, match):
+    with pytest.raises(exc, match=match):
+        corpus_from_texts(texts)
+
+
+def test_tokenize_bad_arguments():
+    with pytest.raises(TypeError, match="^text"):
+        tokenize(b"bytes")
+    with pytest.raises(TypeError, match="^stop_words"):
+        tokenize("a b", stop_words="ab")
 
 
 def test_20newsgroups_offline_is_clear(tmp_path):
@@ -104,6 +192,13 @@ def test_20newsgroups_offline_is_clear(tmp_path):
         load_20newsgroups(tmp_path, subset="dev")
     with pytest.raises(ValueError, match="remove"):
         load_20newsgroups(tmp_path, remove=("signatures",))
+    with pytest.raises(TypeError, match="^remove"):
+        load_20newsgroups(tmp_path, remove="headers")
+    with pytest.raises(TypeError, match="^download_if_missing"):
+        load_20newsgroups(tmp_path, download_if_missing="no")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="^path: .* is a file"):
+        load_20newsgroups(tmp_path / "file")
 
 
 def test_synthetic_lda_defaults_and_truth():
