@@ -413,6 +413,7 @@ def synthetic_lda_corpus(
     doc_length = check_int("doc_length", doc_length)
     alpha = check_float("alpha", alpha, 0.0, open_low=True)
     beta = check_float("beta", beta, 0.0, open_low=True)
+    return_truth = check_bool("return_truth", return_truth)
     rng = as_rng(key_or_seed)
     phi = rng.dirichlet(np.full(n_words, beta), size=n_topics)
     theta = rng.dirichlet(np.full(n_topics, alpha), size=n_docs)
