@@ -1,16 +1,25 @@
-"""Shared plumbing for experiments: results I/O, figures, confidence intervals, progress."""
+"""Shared plumbing for experiments: results I/O with run metadata, figures, progress.
+
+Statistics over trials live in :mod:`experiments._stats` (censoring-aware: a trial that
+never re-converged is never dropped from a mean or a bound check)."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import functools
 import json
 import math
 import os
+import platform
+import subprocess
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-__all__ = ["pyplot", "save_results", "load_results", "figure_path", "save_figure", "mean_ci", "progress", "to_jsonable"]
+__all__ = ["pyplot", "save_results", "load_results", "figure_path", "save_figure", "progress", "to_jsonable",
+           "recorded", "run_meta", "machine"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -70,22 +79,111 @@ def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
     return path
 
 
-def mean_ci(x: Any, axis: int = -1, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and half-width of the Student-t confidence interval (thesis: 95% CIs over 100
-    trials). Infinite entries are excluded (and should be reported separately)."""
-    from scipy import stats
-
-    a = np.asarray(x, dtype=np.float64)
-    a = np.where(np.isfinite(a), a, np.nan)
-    n = np.sum(~np.isnan(a), axis=axis)
-    mean = np.nanmean(a, axis=axis)
-    sd = np.nanstd(a, axis=axis, ddof=1) if np.all(n > 1) else np.zeros_like(mean)
-    t = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1))
-    return mean, t * sd / np.sqrt(np.maximum(n, 1))
-
-
 def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterable:
     """A tqdm progress bar on stderr (disabled when ``SCARJAX_NO_PROGRESS`` is set)."""
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, leave=False, disable=bool(os.environ.get("SCARJAX_NO_PROGRESS")))
+
+
+# ----------------------------------------------------------------------------- run metadata
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _git() -> dict | None:
+    """``{"commit", "dirty"}`` of the source tree the experiments run from (None outside git)."""
+    try:
+        commit = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def machine() -> dict:
+    """The machine an experiment runs on: platform, Python, JAX and its devices, CPUs."""
+    import jax
+
+    devices = jax.devices()
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "jax_backend": jax.default_backend(),
+        "jax_devices": len(devices),
+        "jax_device_kinds": sorted({d.device_kind for d in devices}),
+    }
+
+
+def _mode(config: Any) -> str:
+    """``'quick'`` (``Config.quick()``), ``'full'`` (``Config()``) or ``'custom'``."""
+    cls = type(config)
+    try:
+        if hasattr(cls, "quick") and config == cls.quick():
+            return "quick"
+        if config == cls():
+            return "full"
+    except TypeError:
+        pass
+    return "custom"
+
+
+def run_meta(config: Any, started: str, wall_s: float, load_start: list | None) -> dict:
+    """The ``meta`` block every result carries (see :func:`recorded`)."""
+    return {
+        "started_utc": started,
+        "finished_utc": _utc(),
+        "wall_s": float(wall_s),
+        "mode": _mode(config),
+        "loadavg_start": load_start,
+        "loadavg_end": _loadavg(),
+        "git": _git(),
+        **machine(),
+    }
+
+
+def recorded(name: str) -> Callable:
+    """Decorator for an experiment's ``run(config, out_dir)``: times the call and writes
+    its results, with a ``meta`` block (:func:`run_meta`: start/end UTC, wall time, quick
+    or full, platform, Python, JAX and devices, CPUs, load average at start and end, git
+    commit), to ``out_dir/results/<name>.json`` — the one place results are saved, so they
+    carry their metadata however ``run`` is called."""
+
+    def deco(run: Callable) -> Callable:
+        @functools.wraps(run)
+        def wrapper(config, out_dir, *args, **kwargs):
+            started, load0, t0 = _utc(), _loadavg(), time.perf_counter()
+            results = run(config, out_dir, *args, **kwargs)
+            results["meta"] = run_meta(config, started, time.perf_counter() - t0, load0)
+            save_results(out_dir, name, results)
+            return results
+
+        return wrapper
+
+    return deco

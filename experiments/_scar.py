@@ -44,10 +44,13 @@ class ModelSpec:
     long_converge_epoch: int = 20  # Fig 5.11: ε calibrated at this epoch
 
 
+MLR_LR, MLR_LONG_LR, MLR_BATCH = 0.5, 0.1, 200  # Figs 5.7-5.10; Fig 5.11's longer run
+
+
 def _mlr_digits():
     from scarjax.models import mlr
 
-    return mlr.digits(lr=0.5, batch_size=200)
+    return mlr.digits(lr=MLR_LR, batch_size=MLR_BATCH)
 
 
 def _mlr_digits_long():
@@ -55,7 +58,7 @@ def _mlr_digits_long():
 
     # A smaller step than Figs 5.7-5.10 so that 30 epochs stay in the steadily converging
     # regime (with lr 0.5 the loss reaches its noise floor within ~10 epochs).
-    return mlr.digits(lr=0.1, batch_size=200)
+    return mlr.digits(lr=MLR_LONG_LR, batch_size=MLR_BATCH)
 
 
 def _mlr_mnist5k():

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import optax
 
-from experiments._common import save_figure, save_results
+from experiments._common import recorded, save_figure
 from scarjax import pollux as px
 from scarjax.pollux import _problems
 
@@ -81,6 +81,7 @@ def _time_to(h, target):
     return float(h["eval_time"][hit[0]]) if hit.size else float("inf")
 
 
+@recorded(NAME)
 def run(config: Config, out_dir) -> dict:
     t0 = time.perf_counter()
     sim, sim_src = _sim_params(config, out_dir)
@@ -143,7 +144,6 @@ def run(config: Config, out_dir) -> dict:
             speedup=(t_fix / t_ada) if np.isfinite(t_ada) and t_ada > 0 else None,
         )
     out["seconds"] = time.perf_counter() - t0
-    save_results(out_dir, NAME, out)
     _plot(out, out_dir)
     return out
 

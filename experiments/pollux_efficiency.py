@@ -23,12 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments._common import progress, save_figure, save_results
+from experiments._common import progress, recorded, save_figure
 from scarjax import pollux as px
 from scarjax.pollux import _problems
 
 NAME = "pollux_efficiency"
 DESCRIPTION = "Pollux Figs 3.3/3.4: PGNS estimate vs exact, measured vs predicted efficiency"
+
+
+FROZEN_K, FROZEN_B = 8, 32  # micro-batches x their size of each frozen-parameter PGNS draw
 
 
 @dataclasses.dataclass
@@ -41,7 +44,7 @@ class Config:
     train_steps: int = 1500
     checkpoints: int = 10
     pgns_decay: float = 0.95
-    frozen_draws: int = 64  # fresh estimates at frozen checkpoint params (K=8 x 32)
+    frozen_draws: int = 64  # fresh estimates at frozen checkpoint params (FROZEN_K x FROZEN_B)
     measure_problems: tuple[str, ...] = ("mlr", "cnn")  # Part B
     batch_multipliers: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     lr_grid: int = 8  # geometric LR grid eta0 * 2^(j-2), j = 0..lr_grid-1 (at most)
@@ -103,9 +106,9 @@ def _train_track(prob, cfg: Config, key):
     @jax.jit
     def frozen(params, key):  # estimator averaged over draws at fixed params (no lag)
         def one(key):
-            xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, 8, 32)
+            xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, FROZEN_K, FROZEN_B)
             g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-            return px.microbatch_stats(g, 32)
+            return px.microbatch_stats(g, FROZEN_B)
 
         st = jax.lax.map(one, jax.random.split(key, cfg.frozen_draws))
         return px.noise_scale(px.GradStats(st.sqr.mean(), st.var.mean()))
@@ -221,10 +224,11 @@ def _measure_efficiency(prob, params, cfg: Config, key):
     )
 
 
+@recorded(NAME)
 def run(config: Config, out_dir) -> dict:
     t0 = time.perf_counter()
     key = jax.random.PRNGKey(0)
-    out = {"config": dataclasses.asdict(config), "problems": {}}
+    out = {"config": dataclasses.asdict(config), "problems": {}, "frozen_microbatches": [FROZEN_K, FROZEN_B]}
     for name in config.problems:
         prob = _problem(name)
         key, k1, k2 = jax.random.split(key, 3)
@@ -254,7 +258,6 @@ def run(config: Config, out_dir) -> dict:
         entry["track_seconds"] = t_a
         out["problems"][name] = entry
     out["seconds"] = time.perf_counter() - t0
-    save_results(out_dir, NAME, out)
     _plot(out, out_dir)
     return out
 
@@ -336,8 +339,9 @@ def _pct(x) -> str:
 def report(res: dict) -> str:
     lines = ["## Pollux: statistical efficiency (Figs 3.3, 3.4)", ""]
     n = res["config"]["frozen_draws"]
+    k, b = res.get("frozen_microbatches", (FROZEN_K, FROZEN_B))
     lines.append(
-        f"| problem | phi rel. error, estimator at frozen params ({n} draws of 8x32) | "
+        f"| problem | phi rel. error, estimator at frozen params ({n} draws of {k}x{b}) | "
         "phi rel. error, in-training EMA | mean abs. error measured vs predicted "
         "efficiency |"
     )
@@ -359,7 +363,10 @@ def report(res: dict) -> str:
         f"subset of {res['config'].get('eval_size', 'all')} training examples (the same for "
         "every batch size); batch sizes whose efficiency is below "
         f"{res['config'].get('min_efficiency', 0)} are not run to the end (censored, shown as "
-        "upper bounds and left out of the error)."
+        "upper bounds and left out of the error"
+        + "".join(f"; {e['measure'].get('censored', 0)} of {len(e['measure']['rows'])} batch sizes for {name}"
+                  for name, e in res["problems"].items() if "measure" in e)
+        + ")."
     )
     for name, e in res["problems"].items():
         if "measure" in e:

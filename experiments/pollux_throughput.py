@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from experiments._common import save_figure, save_results
+from experiments._common import recorded, save_figure
 
 NAME = "pollux_throughput"
 DESCRIPTION = "Pollux Figs 3.5/3.6: throughput model fitted to step times measured here"
@@ -343,6 +343,7 @@ def _parallel_ratio(records) -> dict | None:
     return dict(local_bsz=max(r["local_bsz"] for r in records), t1=t[1], t2=t[2], ratio=t[2] / t[1])
 
 
+@recorded(NAME)
 def run(config: Config, out_dir) -> dict:
     from scarjax import pollux as px
 
@@ -372,7 +373,6 @@ def run(config: Config, out_dir) -> dict:
         cpu_count=os.cpu_count(),
         seconds=time.perf_counter() - t0,
     )
-    save_results(out_dir, NAME, out)
     _plot(out, out_dir)
     return out
 
