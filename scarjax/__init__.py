@@ -8,7 +8,8 @@ Core API (thesis Ch. 5, SCAR):
   composed with :func:`chain`.
 * :func:`run`, :func:`run_trials` – the perturbed loop (Eq 5.2) as one compiled
   ``lax.scan``; Monte-Carlo trials as one ``vmap``.
-* :func:`rework_cost`, :func:`calibrate_eps` – measured rework (Eq 5.4).
+* :func:`rework_cost`, :func:`calibrate_eps` – measured rework (Eq 5.4);
+  :func:`check_rework` – rework and the Thm 5.3.1 bound that applies to it, together.
 * :mod:`scarjax.bounds` – Thm 5.3.1 and its variants (Appendix B).
 """
 
@@ -16,7 +17,7 @@ from scarjax import bounds, checkpoint, faults, hooks, models, partition, persis
 from scarjax.algorithms import fixed_point, from_optax
 from scarjax.core import Algorithm, State, Trace, run, run_trials, split_trials
 from scarjax.hooks import chain
-from scarjax.rework import calibrate_eps, iterations_to, rework_cost
+from scarjax.rework import ReworkCheck, calibrate_eps, check_rework, iterations_to, rework_cost
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,6 @@ __all__ = [
     "rework_cost",
     "calibrate_eps",
     "iterations_to",
+    "check_rework",
+    "ReworkCheck",
 ]
