@@ -5,13 +5,13 @@ file, the line and what is wrong, instead of NumPy's message or a silently wrong
   (whatever its name), truncated or corrupt gzip streams reported as such;
 * :func:`text_lines` - bytes -> text lines (with 1-based line numbers), rejecting bytes
   that are not text in the given encoding and control characters (binary data);
-* :func:`parse_table` - delimited numeric rows -> float64 array, checking the field
+* :func:`parse_table` - delimited numeric rows -> an array, checking the field
   count of every line, that every field is a number, and each column's constraints
   (:class:`Column`: finite, integral ids, a rating scale, a grid step, a "missing"
   sentinel); the first offending line is reported.
 
-The fast path is one :func:`numpy.loadtxt` call; the slow per-field path runs only to
-locate an unparsable field.
+The fast path is one :func:`numpy.loadtxt` call and per-column min/max checks; the slow
+per-field parse and the element-wise masks run only to locate the offending field.
 """
 
 from __future__ import annotations
