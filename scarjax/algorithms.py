@@ -11,8 +11,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax import workers as wk
 from scarjax.core import Algorithm, State
@@ -24,10 +26,22 @@ __all__ = ["from_optax", "fixed_point", "sample_batch", "num_examples"]
 
 def num_examples(data: PyTree) -> int:
     """Number of examples (the common leading axis of every leaf of ``data``)."""
-    sizes = {x.shape[0] for x in jax.tree.leaves(data)}
+    leaves = jax.tree.leaves(data)
+    if not leaves:
+        raise ValueError("data must hold at least one array (examples along the leading axis), got none")
+    for path, x in jax.tree_util.tree_leaves_with_path(data):
+        if np.ndim(x) < 1:
+            raise ValueError(
+                f"data{jax.tree_util.keystr(path)} must be an array with a leading example axis, "
+                f"got {type(x).__name__} of shape {np.shape(x)}"
+            )
+    sizes = {np.shape(x)[0] for x in leaves}
     if len(sizes) != 1:
         raise ValueError(f"data leaves must share their leading (example) axis, got sizes {sizes}")
-    return sizes.pop()
+    n = sizes.pop()
+    if n == 0:
+        raise ValueError("data has no examples (leading axis of length 0)")
+    return n
 
 
 def sample_batch(data: PyTree, key: jax.Array, batch_size: int | None) -> PyTree:
@@ -48,7 +62,25 @@ def sample_batch(data: PyTree, key: jax.Array, batch_size: int | None) -> PyTree
 def _init_fn(init_params: PyTree | Callable[[jax.Array], PyTree]) -> Callable[[jax.Array], PyTree]:
     if callable(init_params):
         return init_params
+    if not jax.tree.leaves(init_params):
+        raise ValueError(f"init_params must be a pytree of arrays (or a function key -> params), got {init_params!r}")
+    va.check_finite_tree("init_params", init_params)
     return lambda key: jax.tree.map(jnp.asarray, init_params)
+
+
+def _check_common(loss_name: str, loss: Any, init_params: Any, optimum: Any, norm: Any, name: Any) -> None:
+    """Checks shared by :func:`from_optax` and :func:`fixed_point`: callables, a name, and
+    an optimum with the parameters' structure and shapes (when the parameters are given
+    as values; otherwise :func:`scarjax.run` checks it against ``init``'s output)."""
+    va.check_callable(loss_name, loss)
+    va.check_callable("norm", norm)
+    va.check_str("name", name)
+    if optimum is not None:
+        if not jax.tree.leaves(optimum):
+            raise ValueError(f"optimum must be a pytree of arrays like the parameters, or None; got {optimum!r}")
+        va.check_finite_tree("optimum", optimum)
+        if not callable(init_params):
+            va.check_tree_like("optimum", optimum, init_params, "init_params")
 
 
 def from_optax(
@@ -92,9 +124,10 @@ def from_optax(
     """
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
+    _check_common("loss_fn", loss_fn, init_params, optimum, norm, name)
     n = num_examples(data)
-    if batch_size is not None and (isinstance(batch_size, bool) or not 1 <= int(batch_size) <= n):
-        raise ValueError(f"batch_size must be in [1, {n}] or None, got {batch_size!r}")
+    if batch_size is not None:
+        batch_size = va.check_int("batch_size", batch_size, lo=1, hi=n)
     make_params = _init_fn(init_params)
     grad_fn = jax.grad(loss_fn)
 
@@ -169,6 +202,8 @@ def fixed_point(
     With write-point perturbations only, the loop reproduces Eq 5.2 exactly:
     ``y⁽ᵏ⁺¹⁾ = f(y⁽ᵏ⁾ + δₖ)``.
     """
+    va.check_callable("f", f)
+    _check_common("loss", loss, init_params, optimum, norm, name)
     make_params = _init_fn(init_params)
 
     def init(key, data):

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import partition as pt
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -58,10 +59,6 @@ __all__ = [
 ]
 
 STRATEGIES = ("full", "priority", "round_robin", "random")
-
-
-def _concrete(x: Any) -> bool:
-    return x is not None and not tu.is_traced(x) and np.ndim(x) == 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,21 +87,26 @@ class Checkpoint:
 
     def __post_init__(self):
         if isinstance(self.strategy, str) or not tu.is_traced(self.strategy):
-            if self.strategy not in STRATEGIES:
-                raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if _concrete(self.fraction):
-            f = float(self.fraction)
-            if not 0.0 < f <= 1.0:
-                raise ValueError(f"fraction must be in (0, 1], got {self.fraction!r}")
-            if isinstance(self.strategy, str) and self.strategy == "full" and f != 1.0:
+            if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
+                raise ValueError(
+                    f"strategy must be one of {STRATEGIES} (or a traced int index into it, e.g. "
+                    f"from run_trials' hook_args={{'strategy': [...]}}), got {self.strategy!r}"
+                )
+        if self.fraction is None or not tu.is_traced(self.fraction):
+            if self.fraction is None:
+                raise TypeError("fraction must be a number in (0, 1], got None")
+            va.check_real("fraction", self.fraction, lo=0.0, hi=1.0, lo_open=True)
+            if np.ndim(self.fraction) != 0:
+                raise ValueError(f"fraction must be a scalar, got shape {np.shape(self.fraction)}")
+            if isinstance(self.strategy, str) and self.strategy == "full" and float(self.fraction) != 1.0:
                 raise ValueError(
                     f"strategy 'full' saves every block: fraction must be 1, got {self.fraction!r}"
                 )
-        if _concrete(self.period):
-            p = float(self.period)
-            if isinstance(self.period, bool) or not p.is_integer() or p < 1:
-                raise ValueError(f"period must be an integer >= 1 (iterations) or None, got {self.period!r}")
-        if not (self.norm in ("auto", "l2", "l1") or callable(self.norm)):
+        if self.period is not None and not tu.is_traced(self.period):
+            va.check_integer_value("period", self.period, lo=1)
+            if np.ndim(self.period) != 0:
+                raise ValueError(f"period must be a scalar, got shape {np.shape(self.period)}")
+        if not (isinstance(self.norm, str) and self.norm in ("auto", "l2", "l1") or callable(self.norm)):
             raise ValueError(f"norm must be 'auto', 'l2', 'l1' or a callable, got {self.norm!r}")
 
     def replace(self, **changes: Any) -> "Checkpoint":
@@ -130,6 +132,7 @@ class CheckpointState(NamedTuple):
 
 def init(state: Any, partition: pt.Partition) -> CheckpointState:
     """A running checkpoint initialised to ``state`` (``w⁽⁰⁾``, Sec 5.4.2)."""
+    pt.check_matches(partition, state)
     return CheckpointState(
         saved=state,
         saved_at=jnp.zeros((partition.num_blocks,), jnp.int32),
@@ -225,7 +228,7 @@ def save(
 ) -> CheckpointState:
     """Write the selected blocks of ``state`` into the running checkpoint (and refresh
     the never-lost leaves); ``advance`` moves the round-robin cursor."""
-    block_mask = jnp.asarray(block_mask, bool)
+    block_mask = pt._check_block_mask(block_mask, partition)
     saved = pt.restore(ckpt.saved, state, partition, block_mask)
     # Never-lost leaves (id -1) are global state (e.g. the Adam step count): refreshed at
     # every save so that a full recovery reloads a consistent copy.
@@ -251,6 +254,10 @@ def step(
 ) -> tuple[CheckpointState, jax.Array]:
     """Take a checkpoint at iteration ``k`` if one is :func:`due`: returns the new
     running checkpoint and the mask of blocks saved (all ``False`` when none)."""
+    if not isinstance(spec, Checkpoint):
+        raise TypeError(f"spec must be a Checkpoint, got {type(spec).__name__}")
+    pt.check_matches(partition, state)
+    va.check_tree_like("ckpt.saved", ckpt.saved, state, "state")
     B = partition.num_blocks
     if spec.period is None:
         return ckpt, jnp.zeros((B,), bool)
@@ -278,6 +285,7 @@ def saver(partition: pt.Partition, spec: Checkpoint, *, name: str = "checkpoint"
         raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
     if not isinstance(spec, Checkpoint):
         raise TypeError(f"spec must be a Checkpoint, got {type(spec).__name__}")
+    va.check_str("name", name)
 
     def init_fn(state, key):
         return init(state, partition)

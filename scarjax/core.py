@@ -33,11 +33,14 @@ messages weighted by the points each worker processed (Sync-on-the-fly Eq 5) and
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax import workers as wk
 from scarjax.hooks import Context, Hook, HookChain, POINTS, flatten_hooks
@@ -105,6 +108,17 @@ class Algorithm:
     apply: Callable[[PyTree, State, PyTree, jax.Array], tuple[Params, State]] | None = None
     shard: Callable[[PyTree, int], PyTree] | None = None
 
+    def __post_init__(self):
+        # Only the static fields are checked here: ``data`` and ``optimum`` are leaves that
+        # JAX replaces by tracers or placeholders when it unflattens the pytree. The
+        # optimum is checked against the parameters when a run is traced (``run``).
+        for nm in ("init", "update", "loss", "norm"):
+            va.check_callable(nm, getattr(self, nm))
+        for nm in ("grad", "apply", "shard"):
+            if getattr(self, nm) is not None:
+                va.check_callable(nm, getattr(self, nm))
+        va.check_str("name", self.name)
+
     @property
     def has_workers(self) -> bool:
         """Whether the algorithm supports worker mode (has ``grad`` and ``apply``)."""
@@ -118,6 +132,7 @@ class Algorithm:
         """``‖params − w*‖`` in the algorithm's norm (requires ``optimum``)."""
         if self.optimum is None:
             raise ValueError(f"algorithm {self.name!r} has no known optimum")
+        va.check_tree_like("optimum", self.optimum, params, "the parameters")
         return self.norm(tu.tree_sub(params, self.optimum))
 
 
@@ -200,9 +215,16 @@ def _run_impl(
     measure_read_effect: bool,
 ) -> tuple[State, Trace]:
     data = algorithm.data
+    _check_events(hooks, steps)
     k_init, k_hooks, k_loop = jax.random.split(key, 3)
-    state = algorithm.init(k_init, data) if init_state is None else init_state
-    state = State(*state)
+    if init_state is None:
+        state = State(*algorithm.init(k_init, data))
+    else:
+        state = State(*init_state)
+        _check_init_state(state, jax.eval_shape(lambda k: State(*algorithm.init(k, data)), k_init))
+    if algorithm.optimum is not None:
+        va.check_tree_like("optimum", algorithm.optimum, state.params,
+                           f"the parameters of algorithm {algorithm.name!r}")
     names = _unique_names(hooks)
     hook_states = tuple(
         h.init(state, k) for h, k in zip(hooks, jax.random.split(k_hooks, max(len(hooks), 1)))
@@ -343,33 +365,195 @@ def _run_impl(
 _run_jit = jax.jit(_run_impl, static_argnums=(3, 4, 5))
 
 
-def _validate(algorithm: Algorithm, steps: int) -> None:
+# --------------------------------------------------------------------------------------
+# Validation at the API boundary (concrete values; shapes also at trace time).
+
+
+def _check_events(hooks: tuple[Hook, ...], steps: int) -> None:
+    """Refuse events a hook is scheduled for at or after the last iteration: the loop runs
+    iterations ``0 … steps − 1``, so they would silently never happen (``hooks.at(k)``,
+    ``when=k``, ``Failure(at=k)``; see :attr:`scarjax.hooks.Hook.events`)."""
+    for h in hooks:
+        for arg, k in h.events:
+            if k >= steps:
+                raise ValueError(
+                    f"{arg}={k} (hook {h.name!r}) is not before the last iteration: steps={steps} "
+                    f"runs iterations 0 ... {steps - 1}, so the event would never happen; "
+                    f"schedule it before step {steps} or run more steps"
+                )
+
+
+def _check_init_state(state: State, expected: State) -> None:
+    for part in ("params", "aux"):
+        va.check_tree_like(f"init_state.{part}", getattr(state, part), getattr(expected, part),
+                           f"algorithm.init(...).{part}")
+    for (path, x), e in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(expected)):
+        dx = jax.dtypes.canonicalize_dtype(jnp.result_type(x))
+        de = jax.dtypes.canonicalize_dtype(e.dtype)
+        if dx != de:
+            raise ValueError(
+                f"init_state{jax.tree_util.keystr(path)} has dtype {dx}, but algorithm.init gives {de}"
+            )
+
+
+def _check_algorithm(algorithm: Any) -> None:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if algorithm.optimum is not None:
+        va.check_finite_tree("optimum", algorithm.optimum)
+
+
+_INIT_CHECKED: "weakref.WeakKeyDictionary[Algorithm, bool]" = weakref.WeakKeyDictionary()
+
+
+def _check_initial(algorithm: Algorithm, init_state: Any) -> None:
+    """A NaN/inf initial state would run to an all-NaN trace: refuse it. A given
+    ``init_state`` is checked as given; otherwise ``algorithm.init`` is evaluated once per
+    algorithm object (eagerly, at a fixed key, outside the compiled loop) and its
+    parameters checked."""
+    if init_state is not None:
+        if not (isinstance(init_state, (State, tuple, list)) and len(init_state) == 2):
+            raise TypeError(
+                f"init_state must be a scarjax.State(params, aux), got {type(init_state).__name__}"
+            )
+        va.check_finite_tree("init_state.params", init_state[0])
+        va.check_finite_tree("init_state.aux", init_state[1])
+        return
+    if _INIT_CHECKED.get(algorithm):
+        return
+    state = State(*algorithm.init(jax.random.key(0), algorithm.data))
+    try:
+        va.check_finite_tree("initial state params", state.params)
+    except ValueError as e:
+        raise ValueError(
+            f"algorithm {algorithm.name!r}: {e} (algorithm.init gives a non-finite initial "
+            "state, so every iteration would be NaN; check init_params / the init function)"
+        ) from None
+    _INIT_CHECKED[algorithm] = True
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def _as_key(key: Any, name: str = "key") -> jax.Array:
-    if isinstance(key, int):
-        return jax.random.key(key)
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    if key.dtype == jnp.uint32 and key.shape[-1:] == (2,):
-        return jax.random.wrap_key_data(key)
-    raise TypeError(
-        f"{name} must be a PRNG key (jax.random.key(seed)) or an int seed, "
-        f"got dtype {key.dtype} shape {key.shape}"
+    """A single PRNG key from a key or an int seed (``TypeError``/``ValueError`` naming
+    ``name``)."""
+    if isinstance(key, jax.Array) and jnp.ndim(key) >= 1 and (
+        jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.ndim >= 2
+    ):
+        raise ValueError(f"{name} must be a single PRNG key, got shape {key.shape}; use run_trials for many")
+    return va.check_key(name, key)
+
+
+def _is_factory(hooks: Any) -> bool:
+    return callable(hooks) and not isinstance(hooks, (Hook, HookChain))
+
+
+def _choice_vocabulary(path: tuple, names: list[str]) -> tuple[str, ...]:
+    """The names a string hook argument indexes: ``faults.RECOVERIES`` under a key
+    ``'recovery'``, ``checkpoint.STRATEGIES`` under ``'strategy'``; elsewhere the one of
+    them that contains every name and is not ambiguous."""
+    from scarjax.checkpoint import STRATEGIES
+    from scarjax.faults import RECOVERIES
+
+    where = f"hook_args{jax.tree_util.keystr(path)}"
+    keys = [getattr(p, "key", getattr(p, "name", None)) for p in path]
+    last = keys[-1] if keys else None
+    vocabs = {"recovery": RECOVERIES, "strategy": STRATEGIES}
+    if last in vocabs:
+        vocab = vocabs[last]
+        bad = sorted(set(names) - set(vocab))
+        if bad:
+            raise ValueError(f"{where} values must be among {vocab}, got {bad}")
+        return vocab
+    fits = [v for v in (RECOVERIES, STRATEGIES) if set(names) <= set(v)]
+    if len(fits) == 1:
+        return fits[0]
+    if not fits:
+        raise ValueError(
+            f"{where}: strings must be recovery names {RECOVERIES} or checkpoint strategies "
+            f"{STRATEGIES}, got {sorted(set(names))}"
+        )
+    raise ValueError(
+        f"{where}: {sorted(set(names))} could be recoveries or checkpoint strategies; put "
+        "them under a key 'recovery' or 'strategy' (e.g. hook_args={'recovery': [...]})"
     )
+
+
+def _is_strings(x: Any) -> bool:
+    if isinstance(x, str):
+        return True
+    if isinstance(x, (list, tuple)) and x and all(isinstance(e, str) for e in x):
+        return True
+    return isinstance(x, np.ndarray) and x.dtype.kind in "US"
+
+
+def _prepare_hook_args(hook_args: PyTree, n: int | None) -> PyTree:
+    """Check ``hook_args`` (numeric, finite, a leading trial axis of length ``n`` when
+    ``n`` is given) and map names to indices: strings (``'partial'``/``'full'``, checkpoint
+    strategies) become int32 indices into ``faults.RECOVERIES`` / ``checkpoint.STRATEGIES``,
+    which ``faults.scar(recovery=...)`` and ``Checkpoint(strategy=...)`` accept traced."""
+
+    def one(path, x):
+        where = f"hook_args{jax.tree_util.keystr(path)}"
+        if _is_strings(x):
+            names = [x] if isinstance(x, str) else [str(e) for e in np.asarray(x).ravel().tolist()]
+            vocab = _choice_vocabulary(path, names)
+            shape = () if isinstance(x, str) else np.shape(x)
+            x = np.asarray([vocab.index(nm) for nm in names], np.int32).reshape(shape)
+        elif va.is_traced(x):
+            pass
+        else:
+            if x is None or isinstance(x, (bytes,)) or not (
+                isinstance(x, (bool, int, float, np.generic, np.ndarray, jax.Array))
+            ):
+                raise TypeError(f"{where} must be a number or an array, got {type(x).__name__} {x!r}")
+            a = np.asarray(x)
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"{where} must be numeric, got dtype {a.dtype}")
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                raise ValueError(f"{where} must be finite, got {int(np.sum(~np.isfinite(a)))} NaN/inf entries")
+        if n is not None and np.shape(x)[:1] != (n,):
+            raise ValueError(
+                f"{where} needs a leading axis of length {n} (one entry per key), got shape {np.shape(x)}"
+            )
+        return x
+
+    return jax.tree_util.tree_map_with_path(one, hook_args, is_leaf=_is_strings)
+
+
+def _hook_spec(hooks: Any, hook_args: Any, n: int | None) -> tuple[Any, Any]:
+    """``(spec, hook_args)``: a tuple of hooks, or the factory with its checked args."""
+    if hook_args is None:
+        if _is_factory(hooks):
+            raise TypeError(
+                "hooks is a function (a hook factory) but hook_args is None: pass "
+                "hook_args=... (the factory's argument) or the hooks themselves"
+            )
+        return flatten_hooks(hooks), None
+    if not _is_factory(hooks):
+        raise TypeError(
+            "with hook_args, hooks must be a function hook_args -> hooks (a hook factory), "
+            f"got {type(hooks).__name__}"
+        )
+    return hooks, _prepare_hook_args(hook_args, n)
+
+
+def _validate(algorithm: Any, steps: Any) -> int:
+    _check_algorithm(algorithm)
+    return va.check_int("steps", steps, lo=1)
 
 
 def run(
     algorithm: Algorithm,
-    hooks: Hook | HookChain | Sequence[Hook] | None,
+    hooks: Hook | HookChain | Sequence[Hook] | Callable[[Any], Any] | None,
     steps: int,
     key: jax.Array | int,
     *,
+    hook_args: PyTree | None = None,
     init_state: State | None = None,
     measure_read_effect: bool = False,
 ) -> tuple[State, Trace]:
@@ -377,21 +561,38 @@ def run(
 
     The whole run is one jit-compiled ``lax.scan``; the compiled program is cached per
     (algorithm callables, hooks, steps), so repeated calls with new keys or new data of
-    the same shape do not recompile.
+    the same shape do not recompile. To vary a hook *parameter* (a perturbation size, a
+    failure iteration, the recovery) without recompiling, give the hooks as a factory and
+    the parameter as ``hook_args``: the factory is traced once per (factory, steps) and
+    ``hook_args`` is an argument of the compiled program.
 
     Args:
       algorithm: the :class:`Algorithm` to iterate.
       hooks: a :class:`~scarjax.hooks.Hook`, a :func:`~scarjax.hooks.chain`, a sequence
-        of hooks, or ``None`` for an unperturbed run.
-      steps: number of iterations ``T`` (static).
+        of hooks, or ``None`` for an unperturbed run; or, with ``hook_args``, a function
+        ``hook_args -> hooks`` (reuse the same function object to reuse the program).
+      steps: number of iterations ``T`` (static): iterations ``0 … T − 1`` run, and a hook
+        scheduled at a concrete step ``>= T`` (``when=``, ``hooks.at``, ``Failure(at=)``)
+        is refused (it would silently never happen).
       key: a PRNG key (or an int seed); it determines initialisation, minibatches and
         every random perturbation, so the same key gives the same result.
-      init_state: start from this state instead of ``algorithm.init(key)``.
+      hook_args: the factory's argument (any pytree of numbers/arrays; traced). Strings
+        are names: recoveries (``'partial'``/``'full'``, under a key ``'recovery'``) and
+        checkpoint strategies (under ``'strategy'``) become int32 indices into
+        :data:`scarjax.faults.RECOVERIES` / :data:`scarjax.checkpoint.STRATEGIES`, which
+        ``faults.scar(recovery=...)`` / ``Checkpoint(strategy=...)`` accept.
+      init_state: start from this state instead of ``algorithm.init(key)`` (same structure,
+        shapes and dtypes; finite).
       measure_read_effect: also compute the unperturbed update each step to record
         ``‖Δ(view) − Δ(y)‖`` (Example 5.2.2); costs a second update.
 
     Returns:
       ``(final_state, trace)``.
+
+    Raises:
+      TypeError / ValueError naming the argument: a non-positive or non-int ``steps``, a bad
+      key, events scheduled at or after ``steps``, an ``optimum`` or ``init_state`` whose
+      structure or shapes differ from the parameters', a non-finite initial state.
 
     Example:
       >>> import jax, scarjax
@@ -401,14 +602,24 @@ def run(
       >>> _, pert = scarjax.run(qp, scarjax.hooks.gaussian(1.0, when=100), 200, jax.random.key(0))
       >>> bool(pert.point_delta["write"][100] > 0)
       True
+      >>> kick = lambda size: scarjax.hooks.gaussian(size, when=100)
+      >>> _, pert = scarjax.run(qp, kick, 200, 0, hook_args=0.5)  # compiled once for any size
     """
-    _validate(algorithm, steps)
+    steps = _validate(algorithm, steps)
     key = _as_key(key)
-    if key.shape != ():
-        raise ValueError(f"key must be a single PRNG key, got shape {key.shape}; use run_trials")
-    return _run_jit(
-        algorithm, key, init_state, flatten_hooks(hooks), steps, bool(measure_read_effect)
-    )
+    spec, hook_args = _hook_spec(hooks, hook_args, None)
+    measure = _check_flag("measure_read_effect", measure_read_effect)
+    _check_initial(algorithm, init_state)
+    if hook_args is None:
+        return _run_jit(algorithm, key, init_state, spec, steps, measure)
+    return _run_args_jit(algorithm, key, hook_args, init_state, spec, steps, measure)
+
+
+def _run_args_core(algorithm, key, hook_args, init_state, factory, steps, measure):
+    return _run_impl(algorithm, key, init_state, flatten_hooks(factory(hook_args)), steps, measure)
+
+
+_run_args_jit = jax.jit(_run_args_core, static_argnums=(4, 5, 6))
 
 
 def run_trials(
@@ -423,44 +634,49 @@ def run_trials(
 ) -> tuple[State, Trace]:
     """Monte-Carlo trials of :func:`run` as one ``vmap``-ped, jit-compiled program.
 
-    Trial ``i`` equals ``run(algorithm, hooks, steps, keys[i])`` (tested).
+    What trial ``i`` equals: ``run(algorithm, hooks, steps, keys[i])`` (or, with a
+    factory, ``run(algorithm, hooks, steps, keys[i], hook_args=<slice i of hook_args>)``)
+    computes the same iteration from the same random numbers: initialisation, minibatches,
+    failure times, lost blocks and every other random draw are bit-identical, so every
+    discrete outcome (which step a hook fires at, which blocks are lost or saved) is the
+    same. The floating-point arithmetic is not bit-identical in general: under ``vmap`` XLA
+    batches each trial's matrix products and reductions, which may sum in another order, so
+    one step may differ by float32 rounding (a few ulp of the values involved), and that
+    difference is carried forward like any perturbation of the iterate (Eq 5.2): it stays
+    at rounding level where the iteration contracts and drifts along flat directions
+    (MF's rescaling of L and R). Measured (``tests/test_core.py``), as
+    ``max |trial − run| / max |run|`` per leaf: 0 (bit for bit) for the unperturbed QP and
+    for element-wise fixed-point maps; ≤ 1e-6 for the QP under perturbation, failure and
+    stale-read hooks; ≤ 2e-5 for MLR; ≤ 3e-4 for MF's factors (its loss ≤ 1e-6) after
+    30 ALS steps.
 
     Args:
-      keys: ``[n]`` PRNG keys (e.g. ``jax.random.split(key, n)``), or an int ``n`` for
-        ``split(key(0), n)``.
+      keys: ``[n]`` PRNG keys (e.g. ``jax.random.split(key, n)``, ``n >= 1``), or an int
+        ``n`` for ``split(key(0), n)``.
       hooks: as for :func:`run`; or, when ``hook_args`` is given, a function mapping one
         trial's slice of ``hook_args`` to hooks, so hook parameters (perturbation sizes,
-        failure fractions) vary across trials inside the same program, e.g.
+        failure fractions, recoveries) vary across trials inside the same program, e.g.
         ``run_trials(alg, lambda s: gaussian(s, when=500), 1000, keys, hook_args=sizes)``.
-      hook_args: pytree whose leaves have a leading axis of length ``n``.
+      hook_args: pytree whose leaves have a leading axis of length ``n``. Strings are
+        names, mapped to int32 indices before tracing (see :func:`run`): e.g.
+        ``hook_args={'recovery': ['partial', 'full', ...]}`` with a factory
+        ``lambda a: faults.scar(part, failure=f, recovery=a['recovery'])``.
 
     Returns:
       ``(final_states, trace)`` with a leading trial axis on every leaf.
     """
-    _validate(algorithm, steps)
-    if isinstance(keys, int):
-        if keys < 1:
-            raise ValueError(f"keys as a trial count must be >= 1, got {keys}")
-        keys = jax.random.split(jax.random.key(0), keys)
-    keys = _as_key(keys, "keys")
-    if keys.ndim != 1:
-        raise ValueError(f"keys must be a 1-D array of PRNG keys, got shape {keys.shape}")
+    steps = _validate(algorithm, steps)
+    if isinstance(keys, bool) or (isinstance(keys, (int, np.integer))):
+        n = va.check_int("keys (a trial count)", keys, lo=1)
+        keys = jax.random.split(jax.random.key(0), n)
+    keys = va.check_key("keys", keys, batched=True)
     n = keys.shape[0]
-    if hook_args is not None:
-        if not callable(hooks) or isinstance(hooks, (Hook, HookChain)):
-            raise TypeError("with hook_args, hooks must be a function hook_args[i] -> hooks")
-        for leaf in jax.tree.leaves(hook_args):
-            if jnp.shape(leaf)[:1] != (n,):
-                raise ValueError(
-                    f"hook_args leaves need a leading axis of length {n} (one per key), "
-                    f"got shape {jnp.shape(leaf)}"
-                )
-        spec = hooks
-    else:
-        spec = flatten_hooks(hooks)
-    return _trials_jit(
-        algorithm, keys, hook_args, init_state, spec, steps, bool(measure_read_effect)
-    )
+    if n == 0:
+        raise ValueError("keys is empty: run_trials needs at least one key (one per trial)")
+    spec, hook_args = _hook_spec(hooks, hook_args, n)
+    measure = _check_flag("measure_read_effect", measure_read_effect)
+    _check_initial(algorithm, init_state)
+    return _trials_jit(algorithm, keys, hook_args, init_state, spec, steps, measure)
 
 
 def _trials_core(algorithm, keys, hook_args, init_state, spec, steps, measure):
@@ -476,5 +692,11 @@ _trials_jit = jax.jit(_trials_core, static_argnums=(4, 5, 6))
 
 
 def split_trials(tree: PyTree, i: int) -> PyTree:
-    """Trial ``i`` of a vmapped result (``jax.tree.map(lambda x: x[i], tree)``)."""
+    """Trial ``i`` of a vmapped result (``jax.tree.map(lambda x: x[i], tree)``); ``i`` must
+    index the trial axis (JAX would silently clamp an out-of-range index)."""
+    leaves = [x for x in jax.tree.leaves(tree) if np.ndim(x) >= 1]
+    if not leaves:
+        raise ValueError("tree has no array leaves with a trial axis")
+    n = np.shape(leaves[0])[0]
+    i = va.check_int("i", i, lo=-n, hi=n - 1)
     return jax.tree.map(lambda x: x[i], tree)

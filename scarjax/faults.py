@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import checkpoint as ck
 from scarjax import partition as pt
 from scarjax import tree as tu
@@ -73,8 +74,12 @@ class Geometric:
     stop: int | None = None
 
     def __post_init__(self):
-        if _concrete(self.rate) and not 0.0 < float(self.rate) <= 1.0:
-            raise ValueError(f"rate must be in (0, 1], got {self.rate!r}")
+        if self.rate is None or not tu.is_traced(self.rate):
+            if self.rate is None:
+                raise TypeError("rate must be a number in (0, 1], got None")
+            va.check_real("rate", self.rate, lo=0.0, hi=1.0, lo_open=True)
+            if np.ndim(self.rate) != 0:
+                raise ValueError(f"rate must be a scalar, got shape {np.shape(self.rate)}")
         if isinstance(self.start, bool) or not isinstance(self.start, (int, np.integer)) or self.start < 0:
             raise ValueError(f"start must be an int >= 0, got {self.start!r}")
         if self.stop is not None and (
@@ -101,9 +106,11 @@ class Geometric:
 
 def geometric_times(dist: Geometric, key: jax.Array | int, n: int) -> np.ndarray:
     """``n`` failure times from ``dist`` (host array), e.g. for ``hook_args``."""
-    if isinstance(key, (int, np.integer)):
-        key = jax.random.key(int(key))
-    return np.asarray(dist.sample(key, (int(n),)))
+    if not isinstance(dist, Geometric):
+        raise TypeError(f"dist must be a Geometric, got {type(dist).__name__}")
+    n = va.check_int("n", n, lo=1)
+    key = va.check_key("key", key)
+    return np.asarray(dist.sample(key, (n,)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,16 +140,15 @@ class Failure:
                 f"give exactly one of at (iteration) and geometric (Geometric); got "
                 f"at={self.at!r}, geometric={self.geometric!r}"
             )
-        if _concrete(self.fraction) and not 0.0 <= float(self.fraction) <= 1.0:
-            raise ValueError(f"fraction must be in [0, 1], got {self.fraction!r}")
-        if _concrete(self.servers):
-            s = float(self.servers)
-            if isinstance(self.servers, bool) or not s.is_integer() or s < 0:
-                raise ValueError(f"servers must be an integer >= 0, got {self.servers!r}")
-        if _concrete(self.at):
-            a = float(self.at)
-            if isinstance(self.at, bool) or not a.is_integer() or a < 0:
-                raise ValueError(f"at must be an integer iteration >= 0, got {self.at!r}")
+        for nm in ("fraction", "servers", "at"):
+            v = getattr(self, nm)
+            if v is not None and not tu.is_traced(v):
+                if nm == "fraction":
+                    va.check_real("fraction", v, lo=0.0, hi=1.0)
+                else:
+                    va.check_integer_value(nm, v, lo=0)
+                if np.ndim(v) != 0:
+                    raise ValueError(f"{nm} must be a scalar, got shape {np.shape(v)}")
         if self.geometric is not None and not isinstance(self.geometric, Geometric):
             raise TypeError(f"geometric must be a Geometric, got {type(self.geometric).__name__}")
 
@@ -155,7 +161,18 @@ class Failure:
             return jnp.asarray(self.at, jnp.int32)
         return self.geometric.sample(key)
 
+    def events(self) -> tuple[tuple[str, int], ...]:
+        """The concrete iteration of the failure (``failure.at``, or the earliest a
+        :class:`Geometric` time can take) for :attr:`scarjax.hooks.Hook.events`."""
+        if _concrete(self.at):
+            return (("failure.at", int(self.at)),)
+        if self.geometric is not None:
+            return (("failure.geometric.start", int(self.geometric.start)),)
+        return ()
+
     def check(self, partition: pt.Partition) -> None:
+        if not isinstance(partition, pt.Partition):
+            raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
         if _concrete(self.servers) and int(self.servers) > partition.num_servers:
             raise ValueError(
                 f"servers must be <= num_servers={partition.num_servers}, got {self.servers!r}"
@@ -180,6 +197,7 @@ def recover(
     """The state after recovering from the checkpoint ``saved``: ``'partial'`` reloads
     the lost blocks only (Sec 5.4.1), ``'full'`` the whole state. Inside a trace
     ``recovery`` may be an int32 index into :data:`RECOVERIES`."""
+    recovery = _recovery(recovery)
     if not isinstance(recovery, str):  # traced index into RECOVERIES
         full = recover("full", state, saved, partition, lost)
         part = recover("partial", state, saved, partition, lost)
@@ -190,6 +208,27 @@ def recover(
     if recovery == "partial":
         return pt.restore(state, saved, partition, lost)
     raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+
+
+def _recovery(recovery: Any) -> Any:
+    """A recovery name, from a name or an int index into :data:`RECOVERIES` (concrete:
+    checked and mapped to its name; traced, e.g. from ``run_trials``' ``hook_args``: kept)."""
+    if isinstance(recovery, str):
+        return va.check_choice("recovery", recovery, RECOVERIES)
+    if tu.is_traced(recovery):
+        if jnp.ndim(recovery) != 0 or not jnp.issubdtype(jnp.result_type(recovery), jnp.integer):
+            raise ValueError(
+                f"recovery traced must be an int scalar index into {RECOVERIES}, got "
+                f"{jnp.result_type(recovery)} shape {jnp.shape(recovery)}"
+            )
+        return recovery
+    if isinstance(recovery, (int, np.integer, np.ndarray, jax.Array)) and not isinstance(recovery, bool) \
+            and np.ndim(recovery) == 0 and np.issubdtype(np.asarray(recovery).dtype, np.integer):
+        i = int(recovery)
+        if not 0 <= i < len(RECOVERIES):
+            raise ValueError(f"recovery as an index must be in [0, {len(RECOVERIES) - 1}] ({RECOVERIES}), got {i}")
+        return RECOVERIES[i]
+    raise ValueError(f"recovery must be one of {RECOVERIES} (or an int index into it), got {recovery!r}")
 
 
 class ScarState(NamedTuple):
@@ -235,10 +274,10 @@ def scar(
         if not isinstance(failure, Failure):
             raise TypeError(f"failure must be a Failure or None, got {type(failure).__name__}")
         failure.check(partition)
-    if (isinstance(recovery, str) or not tu.is_traced(recovery)) and recovery not in RECOVERIES:
-        raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+    recovery = _recovery(recovery)
     if after_recovery is not None and not callable(after_recovery):
         raise TypeError("after_recovery must be a callable (state, data) -> state")
+    va.check_str("name", name)
     B = partition.num_blocks
 
     def init_fn(state, key):
@@ -255,11 +294,15 @@ def scar(
             rec = recover(recovery, state, hstate.checkpoint.saved, partition, hstate.lost)
             if after_recovery is not None:
                 rec = after_recovery(rec, ctx.algorithm.data)
+                if isinstance(rec, tuple) and not isinstance(rec, type(state)) and len(rec) == 2:
+                    rec = type(state)(*rec)
+                va.check_tree_like("after_recovery(state, data)", rec, state, "the state")
             state = jax.tree.map(lambda a, b: jnp.where(fire, a, b), rec, state)
         ckpt, _ = ck.step(spec, hstate.checkpoint, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
         return state, hstate._replace(checkpoint=ckpt)
 
-    return Hook(point="write", init=init_fn, apply=apply, name=name)
+    events = failure.events() if failure is not None else ()
+    return Hook(point="write", init=init_fn, apply=apply, name=name, events=events)
 
 
 def failure(
@@ -396,8 +439,13 @@ def simulate_failures(
             raise ValueError(f"{nm} must be an int >= {lo}, got {v!r}")
     if converge_at >= steps:
         raise ValueError(f"converge_at must be < steps={steps}, got {converge_at}")
-    if recovery not in RECOVERIES:
-        raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
+    va.check_choice("recovery", recovery, RECOVERIES)
+    if not isinstance(partition, pt.Partition):
+        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+    if checkpoint is not None and not isinstance(checkpoint, ck.Checkpoint):
+        raise TypeError(f"checkpoint must be a Checkpoint or None, got {type(checkpoint).__name__}")
+    if grid is not None and not isinstance(grid, dict):
+        raise TypeError(f"grid must be a dict {{name: values}} or None, got {type(grid).__name__}")
     grid = dict(grid or {})
     for g in grid:
         if g not in _GRID_KEYS:
@@ -432,8 +480,7 @@ def simulate_failures(
                 checkpoint.replace(fraction=x)
             elif k == "ckpt_period":
                 checkpoint.replace(period=int(x))
-    if isinstance(key, (int, np.integer)):
-        key = jax.random.key(int(key))
+    key = va.check_key("key", key)
     k_trials, k_time = jax.random.split(key)
     keys = jax.random.split(k_trials, trials)
     if failure.at is not None:

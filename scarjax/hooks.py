@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 
 PyTree = Any
@@ -55,6 +56,7 @@ __all__ = [
     "adversarial",
     "reset",
     "flatten_hooks",
+    "scheduled_steps",
 ]
 
 
@@ -88,12 +90,23 @@ class Hook:
     init: Callable[[Any, jax.Array], PyTree]
     apply: Callable[[Any, PyTree, Context], tuple[Any, PyTree]]
     name: str = "hook"
+    events: tuple[tuple[str, int], ...] = ()
+    """``(argument, step)`` pairs: concrete iterations at which the hook is scheduled to
+    act (``when=k``, ``at(k, …)``, the start of ``every``/``with_probability``, a
+    failure's ``at``). :func:`scarjax.run` refuses a step ``>= steps`` (the loop runs
+    iterations ``0 … steps − 1``, so the event would silently never happen)."""
 
     def __post_init__(self):
-        if self.point not in POINTS:
+        if not isinstance(self.point, str) or self.point not in POINTS:
             raise ValueError(f"point must be one of {POINTS}, got {self.point!r}")
-        if not callable(self.init) or not callable(self.apply):
-            raise TypeError("init and apply must be callables")
+        va.check_callable("init", self.init)
+        va.check_callable("apply", self.apply)
+        va.check_str("name", self.name)
+        if not isinstance(self.events, tuple) or not all(
+            isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
+            for e in self.events
+        ):
+            raise TypeError(f"events must be a tuple of (argument name, int step) pairs, got {self.events!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -133,10 +146,21 @@ Schedule = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def _check_step(name: str, value: Any, minimum: int = 0) -> None:
-    if tu.is_traced(value):
-        return
-    if isinstance(value, bool) or not float(value).is_integer() or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    va.check_integer_value(name, value, lo=minimum)
+    if not tu.is_traced(value) and np.ndim(value) != 0:
+        raise ValueError(f"{name} must be a single integer, got shape {np.shape(value)}")
+
+
+def _scheduled(schedule: Schedule, *steps: Any) -> Schedule:
+    """Record on ``schedule`` the concrete steps it needs (read by :func:`scheduled_steps`)."""
+    schedule._scarjax_steps = tuple(int(s) for s in steps if not tu.is_traced(s))
+    return schedule
+
+
+def scheduled_steps(schedule: Any) -> tuple[int, ...]:
+    """The concrete steps a schedule is known to need: every step of :func:`at`, the
+    ``start`` of :func:`every` and :func:`with_probability`; ``()`` for other callables."""
+    return getattr(schedule, "_scarjax_steps", ())
 
 
 def always() -> Schedule:
@@ -156,7 +180,12 @@ def at(*steps: int) -> Schedule:
     for s in steps:
         _check_step("step", s)
     arr = jnp.asarray(steps, jnp.int32)
-    return lambda step, key: jnp.any(step == arr)
+    return _scheduled(lambda step, key: jnp.any(step == arr), *steps)
+
+
+def _check_stop(start: Any, stop: Any) -> None:
+    if not tu.is_traced(start) and not tu.is_traced(stop) and stop <= start:
+        raise ValueError(f"stop must be > start={start} (the window [start, stop) is empty), got {stop!r}")
 
 
 def _window(step: jax.Array, start: int, stop: int | None) -> jax.Array:
@@ -170,28 +199,39 @@ def every(k: int, start: int = 0, stop: int | None = None) -> Schedule:
     _check_step("start", start)
     if stop is not None:
         _check_step("stop", stop)
-    return lambda step, key: _window(step, start, stop) & ((step - start) % k == 0)
+        _check_stop(start, stop)
+    return _scheduled(lambda step, key: _window(step, start, stop) & ((step - start) % k == 0), start)
 
 
 def with_probability(p: float, start: int = 0, stop: int | None = None) -> Schedule:
     """Fire independently with probability ``p`` at each step in ``[start, stop)``
     (thesis Fig 5.3c: ``p = 0.001`` per iteration)."""
-    if not tu.is_traced(p) and not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+    va.check_real("p", p, lo=0.0, hi=1.0, scalar=True)
     _check_step("start", start)
     if stop is not None:
         _check_step("stop", stop)
-    return lambda step, key: _window(step, start, stop) & jax.random.bernoulli(key, p)
+        _check_stop(start, stop)
+    return _scheduled(lambda step, key: _window(step, start, stop) & jax.random.bernoulli(key, p), start)
 
 
 def _as_schedule(when: Any) -> Schedule:
     if when is None:
         return always()
     if isinstance(when, (int, np.integer)) and not isinstance(when, bool):
+        va.check_int("when", when, lo=0)
+        return at(int(when))
+    if isinstance(when, (jax.Array, np.ndarray)) and when.ndim == 0 and jnp.issubdtype(when.dtype, jnp.integer):
+        if tu.is_traced(when):  # a step varied across trials (hook_args)
+            return lambda step, key: step == when
+        va.check_int("when", int(when), lo=0)
         return at(int(when))
     if callable(when):
         return when
-    raise TypeError(f"when must be a step (int) or a schedule, got {type(when).__name__}")
+    raise TypeError(f"when must be a step (int) or a schedule, got {type(when).__name__} {when!r}")
+
+
+def _events(schedule: Schedule) -> tuple[tuple[str, int], ...]:
+    return tuple(("when", s) for s in scheduled_steps(schedule))
 
 
 # --------------------------------------------------------------------------------------
@@ -213,6 +253,9 @@ def param_hook(
     key)`` when ``when`` fires (at ``'write'``: the stored parameters; at ``'read'``: the
     view; at ``'update'``: the update Δ). ``init(state, key)`` builds the (constant) hook
     state; default none."""
+    va.check_callable("transform", transform)
+    if init is not None:
+        va.check_callable("init", init)
     schedule = _as_schedule(when)
     init = init or (lambda state, key: ())
 
@@ -229,7 +272,7 @@ def param_hook(
             return value._replace(params=new), hstate
         return new, hstate
 
-    return Hook(point=point, init=init, apply=apply, name=name)
+    return Hook(point=point, init=init, apply=apply, name=name, events=_events(schedule))
 
 
 def perturbation(
@@ -250,6 +293,8 @@ def perturbation(
       ...     lambda p, s, ctx, key: jax.tree.map(jnp.ones_like, p), when=hooks.every(10))
     """
 
+    va.check_callable("delta_fn", delta_fn)
+
     def transform(params, hstate, ctx, key):
         delta = delta_fn(params, hstate, ctx, key)
         return jax.tree.map(lambda p, d: p + d.astype(p.dtype), params, delta)
@@ -258,11 +303,9 @@ def perturbation(
 
 
 def _check_nonneg(name: str, x: Any) -> None:
-    if tu.is_traced(x):
-        return
-    arr = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {x!r}")
+    va.check_real(name, x, lo=0.0)
+    if not tu.is_traced(x) and np.ndim(x) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(x)}")
 
 
 def gaussian(std: float, *, when: Any = None, point: str = "write", name: str = "gaussian") -> Hook:
@@ -307,6 +350,7 @@ def adversarial(size: float, *, when: Any = None, point: str = "write", name: st
 def random_mask(key: jax.Array, tree: PyTree, fraction: jax.Array | float) -> PyTree:
     """Boolean masks over the entries of ``tree`` selecting exactly ``round(fraction·n)``
     of its ``n`` entries uniformly at random (``fraction`` may be traced)."""
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
     leaves, treedef = jax.tree.flatten(tree)
     n = sum(x.size for x in leaves)
     u = jax.random.uniform(key, (n,))
@@ -324,8 +368,8 @@ def reset(fraction: float, *, when: Any = None, name: str = "reset") -> Hook:
     """Reset a uniformly random ``fraction`` of the parameter entries to their initial
     values ``w⁽⁰⁾`` (thesis Fig 5.6: the perturbation partial recovery from an initial
     checkpoint causes). A write-point hook; ``fraction`` may be traced."""
-    if not tu.is_traced(fraction) and not 0.0 <= float(fraction) <= 1.0:
-        raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+    _check_nonneg("fraction", fraction)
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
 
     def transform(params, hstate, ctx, key):
         mask = random_mask(key, params, fraction)

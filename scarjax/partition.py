@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 
 PyTree = Any
@@ -69,6 +70,7 @@ __all__ = [
     "restore",
     "block_distances",
     "leaf_block_ids",
+    "check_matches",
 ]
 
 NEVER = -1
@@ -106,12 +108,50 @@ class Partition:
     def reassign(self, server_of: Any) -> "Partition":
         """The same blocks on other servers (re-partitioning, Sec 5.4.3 'Actions During
         a Failure' step 1). ``server_of`` may be traced."""
+        if not va.is_traced(server_of):
+            va.check_integer_value("server_of", server_of, lo=0, hi=self.num_servers - 1)
         server_of = jnp.asarray(server_of, jnp.int32)
         if server_of.shape != (self.num_blocks,):
             raise ValueError(
                 f"server_of must have shape ({self.num_blocks},), got {server_of.shape}"
             )
         return self.replace(server_of=server_of)
+
+
+def check_matches(partition: Any, state: Any, name: str = "partition") -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``partition`` was built for a state like
+    ``state`` (a :class:`~scarjax.State`, or a bare params pytree checked against the
+    params part): same tree structure, and every leaf's block ids broadcastable to the
+    leaf (same ndim; each axis 1 or the leaf's size). Works on tracers (shapes only), so
+    a partition of one model used on another fails here, not inside JAX."""
+    if not isinstance(partition, Partition):
+        raise TypeError(f"{name} must be a scarjax.partition.Partition, got {type(partition).__name__}")
+    blocks = partition.blocks
+    b_def, s_def = jax.tree.structure(blocks), jax.tree.structure(state)
+    if b_def != s_def:
+        params = getattr(blocks, "params", None)
+        if params is not None and jax.tree.structure(params) == s_def:
+            blocks = params
+        else:
+            raise ValueError(
+                f"{name} was built for a state of another structure: the partition has "
+                f"{b_def}, the state is {s_def} (build the partition from this model's state)"
+            )
+    for (path, ids), x in zip(jax.tree_util.tree_leaves_with_path(blocks), jax.tree.leaves(state)):
+        i_shape, x_shape = tuple(np.shape(ids)), tuple(np.shape(x))
+        if len(i_shape) != len(x_shape) or any(a not in (1, b) for a, b in zip(i_shape, x_shape)):
+            raise ValueError(
+                f"{name} was built for another model: its block ids at "
+                f"{jax.tree_util.keystr(path) or 'the leaf'} have shape {i_shape}, which does not "
+                f"fit a leaf of shape {x_shape} (build the partition from this model's state)"
+            )
+
+
+def _check_block_mask(block_mask: Any, partition: Partition, name: str = "block_mask") -> jax.Array:
+    shape = tuple(np.shape(block_mask))
+    if shape != (partition.num_blocks,):
+        raise ValueError(f"{name} must have shape ({partition.num_blocks},) (one entry per block), got {shape}")
+    return jnp.asarray(block_mask, bool)
 
 
 jax.tree_util.register_dataclass(
@@ -174,15 +214,19 @@ def random_servers_assignment(key: jax.Array | int | None, num_blocks: int, num_
     blocks dealt round-robin to the servers (every server holds ``⌊B/S⌋`` or ``⌈B/S⌉``
     blocks; each block is on a given server with probability ``1/S``). ``key=None``
     deals the blocks in order (block ``b`` on server ``b mod S``)."""
+    num_blocks = va.check_int("num_blocks", num_blocks, lo=1)
+    num_servers = va.check_int("num_servers", num_servers, lo=1)
     if key is None:
         return (np.arange(num_blocks) % num_servers).astype(np.int32)
-    if isinstance(key, (int, np.integer)):
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if key < 0:
+            raise ValueError(f"key as a seed must be >= 0, got {key!r}")
         seed = int(key)
     else:
-        key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key = jax.random.key_data(key)
-        seed = [int(v) for v in np.asarray(key).ravel()]
+        if va.is_traced(key):
+            raise ValueError("key must be concrete (partitions are built on the host)")
+        key = va.check_key("key", key)
+        seed = [int(v) for v in np.asarray(jax.random.key_data(key)).ravel()]
     # Host-side (numpy) so that building a partition compiles nothing.
     perm = np.random.default_rng(seed).permutation(num_blocks)
     server = np.empty(num_blocks, np.int32)
@@ -308,6 +352,12 @@ def build(
     p_leaves, p_def = jax.tree.flatten(params)
     if not p_leaves:
         raise ValueError("state.params has no array leaves to partition")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if not hasattr(leaf, "shape") and not isinstance(leaf, (int, float, np.number)):
+            raise TypeError(
+                f"state{jax.tree_util.keystr(path)} must be an array (or a jax.eval_shape "
+                f"result), got {type(leaf).__name__} {leaf!r}"
+            )
     # Broadcast the layout prefix over the params leaves.
     is_layout = lambda x: isinstance(x, (str, tuple)) and not (isinstance(x, tuple) and len(x) and not isinstance(x[0], str))  # noqa: E731
     if is_layout(layout):
@@ -348,10 +398,12 @@ def by_axis(state: Any, axis: Any = 0, **kwargs: Any) -> Partition:
     """One block per index of ``axis`` of every params leaf (``axis`` may be a pytree
     prefix of the params, e.g. MF's ``{"L": 0, "R": 1}``: rows of L, columns of R,
     Sec 5.5.1). Keyword arguments go to :func:`build`."""
+    def one(a):
+        return ("axis", va.check_int("axis", a))
+
     if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
-        return build(state, ("axis", int(axis)), **kwargs)
-    layout = jax.tree.map(lambda a: ("axis", int(a)), axis)
-    return build(state, layout, **kwargs)
+        return build(state, one(axis), **kwargs)
+    return build(state, jax.tree.map(one, axis), **kwargs)
 
 
 def by_row(state: Any, **kwargs: Any) -> Partition:
@@ -368,7 +420,7 @@ def by_layer(state: Any, **kwargs: Any) -> Partition:
 def by_shard(state: Any, shards: int = 8, **kwargs: Any) -> Partition:
     """Every params leaf split evenly along its first dimension into ``shards`` blocks
     (fewer if the dimension is smaller) (CNN by-shard, Sec 5.5.1)."""
-    return build(state, ("shard", shards), **kwargs)
+    return build(state, ("shard", va.check_int("shards", shards, lo=1)), **kwargs)
 
 
 def by_element(state: Any, **kwargs: Any) -> Partition:
@@ -401,18 +453,23 @@ def restore(state: Any, saved: Any, partition: Partition, block_mask: jax.Array)
     """``state`` with the entries of the selected blocks replaced by ``saved``'s: partial
     recovery of lost blocks from a checkpoint (Sec 5.4.1), or the save of selected
     blocks into a running checkpoint (Sec 5.4.2) with the roles swapped."""
+    check_matches(partition, state)
+    va.check_tree_like("saved", saved, state, "state")
+    block_mask = _check_block_mask(block_mask, partition)
     masks = entry_masks(partition, block_mask)
     return jax.tree.map(lambda m, s, x: jnp.where(m, s.astype(x.dtype), x), masks, saved, state)
 
 
 def leaf_block_ids(partition: Partition, like: Any) -> PyTree:
     """Block ids broadcast to the full shapes of ``like`` (a state)."""
+    check_matches(partition, like)
     return jax.tree.map(lambda ids, x: jnp.broadcast_to(ids, jnp.shape(x)), partition.blocks, like)
 
 
 def block_sizes(partition: Partition, like: Any) -> jax.Array:
     """``int32[num_blocks]``: number of state entries (params and co-located aux) in each
     block."""
+    check_matches(partition, like)
     total = jnp.zeros((partition.num_blocks,), jnp.int32)
     for ids, x in zip(jax.tree.leaves(partition.blocks), jax.tree.leaves(like)):
         full = jnp.broadcast_to(ids, jnp.shape(x)).ravel()
@@ -427,8 +484,7 @@ def random_blocks(key: jax.Array, num_blocks: int, fraction: jax.Array | float) 
     """``bool[num_blocks]`` with exactly ``round(fraction · B)`` blocks chosen uniformly
     at random (``fraction`` may be traced): a failure losing a uniformly random fraction
     of the blocks (Thm 5.4.2)."""
-    if not tu.is_traced(fraction) and not 0.0 <= float(fraction) <= 1.0:
-        raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
     u = jax.random.uniform(key, (num_blocks,))
     count = jnp.round(jnp.asarray(fraction, jnp.float32) * num_blocks).astype(jnp.int32)
     rank = jnp.argsort(jnp.argsort(u))
@@ -438,8 +494,7 @@ def random_blocks(key: jax.Array, num_blocks: int, fraction: jax.Array | float) 
 def random_servers(key: jax.Array, num_servers: int, count: jax.Array | int) -> jax.Array:
     """``bool[num_servers]`` with exactly ``count`` servers failed, chosen uniformly at
     random (``count`` may be traced)."""
-    if not tu.is_traced(count) and not (0 <= int(count) <= num_servers and float(count).is_integer()):
-        raise ValueError(f"count must be an integer in [0, {num_servers}], got {count!r}")
+    va.check_integer_value("count", count, lo=0, hi=num_servers)
     u = jax.random.uniform(key, (num_servers,))
     rank = jnp.argsort(jnp.argsort(u))
     return rank < jnp.asarray(count, jnp.int32)
@@ -447,6 +502,11 @@ def random_servers(key: jax.Array, num_servers: int, count: jax.Array | int) -> 
 
 def server_blocks(partition: Partition, failed_servers: jax.Array) -> jax.Array:
     """``bool[num_blocks]``: the blocks held by the failed servers."""
+    if tuple(np.shape(failed_servers)) != (partition.num_servers,):
+        raise ValueError(
+            f"failed_servers must have shape ({partition.num_servers},) (one flag per server), "
+            f"got {tuple(np.shape(failed_servers))}"
+        )
     failed_servers = jnp.asarray(failed_servers, bool)
     return failed_servers[partition.server_of]
 
@@ -466,6 +526,8 @@ def block_distances(
     is applied to the difference masked to each block in turn (exact for any norm, cost
     ``O(B · |params|)``).
     """
+    check_matches(partition, a)
+    va.check_tree_like("b", b, a, "a")
     p_ids = partition.blocks.params
     B = partition.num_blocks
     diff = tu.tree_sub(a, b)

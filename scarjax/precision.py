@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook, param_hook
 
@@ -81,8 +82,11 @@ def relative_bound(mantissa_bits: Any, *, stochastic: bool = False) -> Any:
 def _check_bits(name: str, bits: Any, lo: int, hi: int) -> None:
     if tu.is_traced(bits):
         return
-    if isinstance(bits, bool) or not float(bits).is_integer() or not lo <= bits <= hi:
+    if isinstance(bits, bool):
         raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {bits!r}")
+    va.check_integer_value(name, bits, lo=lo, hi=hi)
+    if np.ndim(bits) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(bits)}")
 
 
 def round_float(
@@ -104,6 +108,9 @@ def round_float(
     by ``ldexp`` and integer-valued floats); ``mantissa_bits`` and ``min_exponent`` may be
     traced. Non-finite entries are returned unchanged.
     """
+    _check_bits("mantissa_bits", mantissa_bits, 0, 23)
+    if max_value is not None:
+        va.check_real("max_value", max_value, lo=0.0, lo_open=True)
     x = jnp.asarray(x, jnp.float32)
     m = jnp.asarray(mantissa_bits, jnp.int32)
     _, ex = jnp.frexp(x)  # x = f · 2^ex, f ∈ [0.5, 1)
@@ -162,7 +169,7 @@ def float_format(name: str, *, stochastic: bool = False, emulate: bool = True) -
     :func:`round_float` with the format's mantissa bits, exponent range and largest value
     (allowing stochastic rounding); ``emulate=False`` casts through the JAX dtype
     (round-to-nearest-even, saturating first). Both give identical results (tested)."""
-    if name not in FORMATS:
+    if not isinstance(name, str) or name not in FORMATS:
         raise ValueError(f"name must be one of {tuple(FORMATS)}, got {name!r}")
     m, emin, dtype = FORMATS[name]
     vmax = _format_max(name)
@@ -214,8 +221,9 @@ def qsgd(levels: Any) -> Quantizer:
     ``x̃ᵢ = ‖x‖ sign(xᵢ) ξᵢ`` with ``ξᵢ ∈ {l/s, (l+1)/s}`` chosen so that ``E ξᵢ = |xᵢ|/‖x‖``
     (unbiased; per tensor). ``levels >= 1``; may be traced."""
     if not tu.is_traced(levels):
-        if isinstance(levels, bool) or not float(levels).is_integer() or levels < 1:
+        if isinstance(levels, bool):
             raise ValueError(f"levels must be an integer >= 1, got {levels!r}")
+        va.check_integer_value("levels", levels, lo=1)
 
     def fn(x, key):
         x = jnp.asarray(x, jnp.float32)
@@ -268,6 +276,8 @@ def precision(
     """
     if isinstance(quantizer, str):
         quantizer = float_format(quantizer)
+    if name is not None:
+        va.check_str("name", name)
     if not callable(quantizer):
         raise TypeError(f"quantizer must be callable or a format name, got {type(quantizer).__name__}")
     return param_hook(

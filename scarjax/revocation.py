@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax.workers import WorkerHook, check_workers
 
@@ -67,7 +68,10 @@ def revocations(
         raise ValueError("give exactly one of rate and schedule")
     if isinstance(downtime, bool) or not isinstance(downtime, (int, np.integer)) or downtime < 0:
         raise ValueError(f"downtime must be an int >= 0, got {downtime!r}")
+    if not tu.is_traced(partial) and not isinstance(partial, (bool, np.bool_)):
+        raise TypeError(f"partial must be a bool, got {type(partial).__name__} {partial!r}")
     if schedule is not None:
+        va.check_real("schedule", schedule, lo=0.0, hi=1.0)
         arr = np.asarray(schedule, np.float32)
         if arr.ndim != 2 or arr.shape[1] != workers:
             raise ValueError(f"schedule must have shape [T, {workers}], got {arr.shape}")
@@ -89,8 +93,9 @@ def revocations(
 
         init = lambda state, key: ()  # noqa: E731
     else:
-        if not tu.is_traced(rate) and not 0.0 <= float(rate) <= 1.0:
-            raise ValueError(f"rate must be a probability in [0, 1], got {rate!r}")
+        va.check_real("rate", rate, lo=0.0, hi=1.0)
+        if not tu.is_traced(rate) and np.ndim(rate) != 0:
+            raise ValueError(f"rate must be a scalar probability, got shape {np.shape(rate)}")
 
         def progress(hstate, ctx):
             k_rev, k_frac = jax.random.split(jax.random.fold_in(ctx.key, 7))

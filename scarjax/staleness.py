@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax.workers import WorkerHook, check_workers
 
@@ -65,6 +66,10 @@ def stale_reads(
         once); default none.
     """
     check_workers(workers)
+    va.check_callable("delays", delays)
+    if init_delays is not None:
+        va.check_callable("init_delays", init_delays)
+    va.check_str("name", name)
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
         raise ValueError(f"buffer_size must be an int >= 1 (static), got {buffer_size!r}")
     S = int(buffer_size)
@@ -93,8 +98,11 @@ def stale_reads(
 def _check_staleness(s: Any, name: str = "staleness") -> None:
     if tu.is_traced(s):
         return
-    if isinstance(s, bool) or not float(s).is_integer() or s < 0:
+    if isinstance(s, bool):
         raise ValueError(f"{name} must be an integer >= 0, got {s!r}")
+    va.check_integer_value(name, s, lo=0)
+    if np.ndim(s) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(s)}")
 
 
 def ssp(
@@ -147,6 +155,8 @@ def ssp(
             init_delays = lambda key: jax.random.randint(key, (workers,), 0, s + 1)  # noqa: E731
             fn = lambda step, key, st: st  # noqa: E731
     else:
+        if callable(delays) or delays is None:
+            raise TypeError(f"delays must be one of {DELAY_MODES} or an int array [M], got {delays!r}")
         arr = np.asarray(delays)
         if arr.shape != (workers,) or not np.issubdtype(arr.dtype, np.integer):
             raise ValueError(f"delays as an array must be ints of shape ({workers},), got {arr.dtype} {arr.shape}")
@@ -186,9 +196,7 @@ def asynchronous(
 
     ``mean_delay >= 0`` may be traced; ``max_delay`` is static."""
     check_workers(workers)
-    if not tu.is_traced(mean_delay):
-        if not np.isfinite(mean_delay) or mean_delay < 0:
-            raise ValueError(f"mean_delay must be finite and >= 0, got {mean_delay!r}")
+    va.check_real("mean_delay", mean_delay, lo=0.0)
     _check_staleness(max_delay, "max_delay")
     max_delay = int(max_delay)
     p = 1.0 / (1.0 + jnp.asarray(mean_delay, jnp.float32))

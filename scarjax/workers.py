@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -56,9 +57,9 @@ __all__ = [
 
 def check_workers(workers: Any, name: str = "workers") -> int:
     """Validate a worker count (a concrete int >= 1)."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"{name} must be an int >= 1 (static), got {workers!r}")
-    return workers
+    return int(workers)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scarjax import _validate as va
 from scarjax import algorithms
 from scarjax.core import Algorithm
 
@@ -55,21 +56,32 @@ def mlr(
       add_bias: append a constant-1 feature (its row of ``w`` is the bias; regularised
         like the others, so the loss is strongly convex in every direction).
     """
+    va.check_real("x", x)
+    va.check_integer_value("y", y, lo=0)
+    if not isinstance(add_bias, (bool, np.bool_)):
+        raise TypeError(f"add_bias must be a bool, got {add_bias!r}")
+    va.check_real("lr", lr, lo=0.0, lo_open=True)
+    va.check_real("l2", l2, lo=0.0)
+    va.check_real("init_scale", init_scale, lo=0.0)
     x = jnp.asarray(x, jnp.float32)
-    if add_bias and x.ndim == 2:
-        x = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], axis=1)
-    y = jnp.asarray(y, jnp.int32)
     if x.ndim != 2:
         raise ValueError(f"x must be [n, d], got shape {x.shape}")
-    if y.shape != (x.shape[0],):
-        raise ValueError(f"y must be [n] with n = {x.shape[0]}, got shape {y.shape}")
-    k = int(num_classes if num_classes is not None else int(np.max(np.asarray(y))) + 1)
-    if k < 2:
-        raise ValueError(f"num_classes must be >= 2, got {k}")
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if l2 < 0:
-        raise ValueError(f"l2 must be >= 0, got {l2}")
+    if x.shape[0] == 0:
+        raise ValueError("x has no examples (n = 0)")
+    if add_bias:
+        x = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], axis=1)
+    y_np = np.asarray(y)
+    if y_np.shape != (x.shape[0],):
+        raise ValueError(f"y must be [n] with n = {x.shape[0]}, got shape {y_np.shape}")
+    y = jnp.asarray(y_np, jnp.int32)
+    if num_classes is not None:
+        k = va.check_int("num_classes", num_classes, lo=2)
+        if int(y_np.max()) >= k:
+            raise ValueError(f"y must hold labels in [0, num_classes={k}), got max {int(y_np.max())}")
+    else:
+        k = int(y_np.max()) + 1
+        if k < 2:
+            raise ValueError(f"num_classes must be >= 2, got {k} (from the labels y)")
     d = x.shape[1]
 
     def init_params(key):

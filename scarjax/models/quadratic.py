@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax.core import Algorithm, State
 
 __all__ = ["problem", "random_problem", "fig53_problem", "contraction"]
@@ -48,6 +49,9 @@ def problem(A, w_star, lr: float, w0) -> Algorithm:
     Raises ``ValueError`` (naming the argument) unless ``A`` is square, symmetric and
     positive definite, the shapes agree, and ``0 < lr < 2/λ_max`` (so that ``c < 1``).
     """
+    for nm, v in (("A", A), ("w_star", w_star), ("w0", w0)):
+        va.check_real(nm, v)
+    va.check_real("lr", lr, lo=0.0, lo_open=True)
     A = np.asarray(A, np.float64)
     w_star = np.asarray(w_star, np.float64)
     w0 = np.asarray(w0, np.float64)
@@ -97,10 +101,12 @@ def random_problem(seed: int, d: int, condition: float, *, c: float | None = Non
     ``(κ−1)/(κ+1)``) unless ``c`` is given, in which case ``η = (1 − c)/λ_min`` so that
     the rate is exactly ``c`` (which needs ``c ≥ (κ − 1)/(κ + 1)``).
     """
-    if d < 1:
-        raise ValueError(f"d must be >= 1, got {d}")
-    if not condition >= 1:
-        raise ValueError(f"condition must be >= 1, got {condition}")
+    seed = va.check_int("seed", seed, lo=0)
+    d = va.check_int("d", d, lo=1)
+    va.check_real("condition", condition, lo=1.0)
+    va.check_real("init_distance", init_distance, lo=0.0)
+    if c is not None:
+        va.check_real("c", c, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     rng = np.random.default_rng(seed)
     lam = np.exp(np.linspace(0.0, np.log(condition), d)) if d > 1 else np.ones(1)
     Q, _ = np.linalg.qr(rng.normal(size=(d, d)))

@@ -102,6 +102,9 @@ class Layout:
             state = State(*state) if isinstance(state, tuple) else State(state, ())
         if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
             raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
+        if not (isinstance(headroom, (int, float)) and np.isfinite(headroom)):
+            raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
+        pt.check_matches(partition, state)
         leaves, treedef = jax.tree.flatten(state)
         id_leaves = jax.tree.leaves(partition.blocks)
         if len(id_leaves) != len(leaves):
