@@ -48,6 +48,8 @@ _log = logging.getLogger(__name__)
 #: ε below this multiple of the noise floor is refused, below ``_WARN_FACTOR`` warned.
 _REFUSE_FACTOR = 10.0
 _WARN_FACTOR = 100.0
+#: A stall counts as a rounding floor only below this fraction of the run's largest value.
+_MAX_FLOOR = 1e-3
 
 
 class NoiseFloorWarning(UserWarning):
@@ -155,13 +157,18 @@ def rework_cost(trace: Any, baseline_trace: Any, eps: Any, *, metric: str | None
     with the form of the bound that applies to it.
     """
     m = _resolve_metric(metric, trace, baseline_trace)
-    base = iterations_to(_values(baseline_trace, m, "baseline_trace")[0], eps)
+    b, _ = _values(baseline_trace, m, "baseline_trace")
+    v, _ = _values(trace, m, "trace")
+    for name, x in (("baseline_trace", b), ("trace", v)):
+        if np.any(np.isnan(x)):
+            raise ValueError(f"{name} contains NaN: the run diverged; cannot measure iterations")
+    base = iterations_to(b, eps)
     if np.any(~np.isfinite(base)):
         raise ValueError(
             f"baseline_trace never reaches eps={eps!r}: calibrate eps on the baseline "
             "(calibrate_eps) or run longer"
         )
-    return iterations_to(_values(trace, m, "trace")[0], eps) - base
+    return iterations_to(v, eps) - base
 
 
 # --------------------------------------------------------------------------------------
@@ -175,7 +182,10 @@ def _plateau(values: Any) -> np.ndarray:
     still converging geometrically at any rate is at ≥ √2·m over the first half of that
     tail; one that has stalled at a floor (float32 rounding: constant, or cycling among a
     few values) is back at ≤ 1.1·m there. For a stalled run the plateau is the largest
-    value from its first return to ≤ 1.1·m on.
+    value from its first return to ≤ 1.1·m on. Only a stall below 1e-3 × the run's
+    largest value counts: float32 floors lie orders of magnitude below the start (the
+    Fig 5.3 QP stalls at 1e-5 of it, ridge regression at 1e-7), while a loss levelling off
+    at its minimum ``L* > 0`` is not a rounding floor.
     """
     v = np.asarray(values, np.float64)
     if v.ndim == 0 or v.shape[-1] < 4:
@@ -189,17 +199,20 @@ def _plateau(values: Any) -> np.ndarray:
     stalled = (tau[..., 0] >= 4) & (np.where(first_half, v, np.inf).min(axis=-1) <= 1.1 * m[..., 0])
     j2 = np.argmax((idx >= j) & (v <= 1.1 * m), axis=-1)[..., None]
     level = np.where(idx >= j2, v, -np.inf).max(axis=-1)
+    stalled &= level <= _MAX_FLOOR * v.max(axis=-1)
     return np.where(stalled, level, 0.0)
 
 
 def noise_floor(baseline_trace: Any, metric: str | None = None, *, scale: Any = None) -> np.ndarray:
     """The float32 noise floor of a run's criterion, per trial.
 
-    * ``'distance'``: the level at which the baseline's distance stalls (its measured
-      plateau: float32 iterates cannot get closer to ``w*`` than ~``eps32 · ‖w*‖``), and
-      at least ``eps32 · scale`` when ``scale`` (e.g. ``‖w*‖``, the parameters' norm) is
-      given. ``0`` when the run is still converging at its end and no ``scale`` is given
-      (the floor is then below anything the trace shows).
+    * ``'distance'`` (and a plain array with ``metric=None``): the level at which the
+      baseline's distance stalls (its measured plateau: float32 iterates cannot get
+      closer to ``w*`` than ~``eps32 · ‖w*‖``, and slowly contracting gradient descent
+      stalls higher, ~``eps32 · ‖w*‖/(1 − c)``, when its steps round away), and at least
+      ``eps32 · scale`` when ``scale`` (e.g. ``‖w*‖``, the parameters' norm) is given.
+      ``0`` when the run is still converging at its end, or levels off above 1e-3 of its
+      largest value (not a rounding floor), and no ``scale`` is given.
     * ``'loss'``: the float32 resolution of the loss, ``eps32 · |lowest loss|``: a loss
       level ε is resolved only if ``ε − lowest loss`` is well above it (the loss stops
       resolving its own decrease long before the parameters do).
@@ -282,7 +295,8 @@ def calibrate_eps(baseline_trace: Any, iterations: int, *, metric: str | None = 
 
     Args:
       baseline_trace: the unperturbed run (a Trace, possibly with a trial axis, or an
-        array of criterion values; for an array holding a loss pass ``metric='loss'``).
+        array of criterion values; for an array holding a loss pass ``metric='loss'`` so
+        the loss's noise floor is checked).
       iterations: the iteration ``N`` at which the baseline should converge.
       metric: ``None`` (default): ``'distance'`` when the trace records distances, else
         ``'loss'``.
@@ -363,7 +377,7 @@ class ReworkCheck(NamedTuple):
 
     Attributes (``[...]``: the trace's leading trial axes, ``()`` for one run):
       rework: ``[...]`` measured rework (Eq 5.4) in iterations; ``inf`` where the
-        perturbed run never re-reaches ε within the trace (censored).
+        perturbed run never re-reaches ε within the trace, or diverged (NaN): censored.
       bound: ``[...]`` the bound it is checked against: ``thm_bound + baseline_slack``.
       held: ``[...]`` bool: ``rework <= bound + 1`` (the +1: hitting times are integers,
         ``κ(y) ≤ ⌊·⌋ + 1``). A censored trial counts as **not** held.
@@ -445,7 +459,8 @@ def check_rework(
     measured rework whenever Eq 5.3/5.5 hold with this ``c``. ``baseline_slack`` is 0 when
     the baseline contracts no faster than ``c`` from ``w⁽ˢ⁾`` — then ``bound`` is exactly
     the restarted Eq 5.6. A trial not ``held`` therefore means ``c`` is too small for the
-    run (Eq 5.3/5.5 fail), or ε is at the noise floor.
+    run (Eq 5.3/5.5 fail), or ε is at the noise floor. A trial that diverged (NaN
+    distances or norms) is censored: rework and bound ``inf``, not held.
 
     Returns:
       a :class:`ReworkCheck`.
@@ -467,10 +482,12 @@ def check_rework(
             "‖y − w*‖; give the Algorithm an optimum, or measure loss rework with rework_cost"
         )
     m = "distance"
-    c = float(bounds._check_c(c))
-    if np.ndim(c):
-        raise ValueError(f"c must be a scalar, got {c!r}")
+    c_arr = bounds._check_c(c)
+    if c_arr.ndim:
+        raise ValueError(f"c must be a scalar, got shape {c_arr.shape}")
+    c = float(c_arr)
     dist, res = _values(trace, m, "trace")
+    dist = np.where(np.isnan(dist), np.inf, dist)  # a diverged trial never re-converges
     base, _ = _values(baseline_trace, m, "baseline_trace")
     if base.shape[-1:] != dist.shape[-1:] or base.ndim not in (1, dist.ndim) or (base.ndim == dist.ndim and base.shape != dist.shape):
         raise ValueError(
@@ -498,15 +515,19 @@ def check_rework(
             raise ValueError(f"eps must be a scalar or one per trial {dist.shape[:-1]}, got shape {eps_arr.shape}")
     _guard_noise(eps_arr, base, res, m, floor, "check_rework")
 
-    norms = bounds._norms_of(trace)
+    norms = bounds._trace_norms(trace)
+    norms = np.where(np.isnan(norms), np.inf, norms)  # a diverged trial: infinite bound
+    if np.any(norms < 0) or norms.shape != dist.shape:
+        raise ValueError(f"trace: perturbation norms of shape {norms.shape} must be >= 0, one per iteration {dist.shape}")
     perturbed = (norms > 0).any(axis=-1)
     s = np.asarray(np.argmax(norms > 0, axis=-1))
     # The premise of the restart: y⁽ᵏ⁾ = w⁽ᵏ⁾ for k <= s (paired runs, same keys).
     idx = np.arange(dist.shape[-1])
     before = idx <= np.where(perturbed, s, -1)[..., None]
     b = np.broadcast_to(base, dist.shape)
-    gap = np.abs(dist - b) / np.maximum(np.maximum(np.abs(b), np.abs(dist)), 1e-30)
-    bad = before & (gap > 1e-3) & (np.maximum(np.abs(b), np.abs(dist)) > 1e3 * res * np.abs(b[..., :1]))
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(dist - b) / np.maximum(np.maximum(np.abs(b), np.abs(dist)), 1e-30)
+        bad = before & (gap > 1e-3) & (np.maximum(np.abs(b), np.abs(dist)) > 1e3 * res * np.abs(b[..., :1]))
     if np.any(bad):
         k = int(np.argwhere(bad)[0][-1])
         raise ValueError(
@@ -515,7 +536,7 @@ def check_rework(
         )
 
     rework = rework_cost(dist, base, eps_arr, metric=m)
-    thm = np.asarray(bounds.trace_rework_bound(trace, c, start="auto"), np.float64)
+    thm = np.asarray(bounds._trace_bound(norms, dist, None, c, T=None, start="auto", expectation=False), np.float64)
     kappa_w = np.broadcast_to(iterations_to(base, eps_arr), rework.shape)
     d_s = np.take_along_axis(dist, s[..., None], axis=-1)[..., 0]
     log_inv_c = math.log(1.0 / c)

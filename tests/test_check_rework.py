@@ -274,11 +274,15 @@ def test_check_rework_is_exact_and_vectorised_on_100k_synthetic_runs():
     dist2 = dist.copy()
     dist2[0] = base
     dist2[1, -1] = 10.0  # trial 1 ends above ε
-    tr2 = tr2._replace(distance=dist2, loss=dist2)
+    dist2[2, s[2] + 1 :] = np.nan  # trial 2 diverges after its perturbation
+    write2 = np.array(tr2.point_delta["write"])
+    write2[2, -1] = np.nan
+    tr2 = tr2._replace(distance=dist2, loss=dist2, point_delta={**tr2.point_delta, "write": write2})
     chk2 = scarjax.check_rework(tr2, base, c, converge_at=40)
+    assert chk2.rework[2] == np.inf and chk2.bound[2] == np.inf and not chk2.held[2]
     assert chk2.start[0] == -1 and chk2.bound[0] == 0 and chk2.rework[0] == 0 and chk2.held[0]
-    assert chk2.rework[1] == np.inf and not chk2.held[1] and chk2.n_censored == 1
-    assert chk2.n_held == n - 1 and "in 99999 of 100000 trials (1 did not re-converge" in chk2.summary()
+    assert chk2.rework[1] == np.inf and not chk2.held[1] and chk2.n_censored == 2
+    assert chk2.n_held == n - 2 and "in 99998 of 100000 trials (2 did not re-converge" in chk2.summary()
 
 
 def test_trace_rework_bound_start_forms():
@@ -310,6 +314,8 @@ def test_trace_rework_bound_start_forms():
         (lambda tr, b: scarjax.check_rework(tr, b, 0.9), ValueError, "exactly one of eps and converge_at"),
         (lambda tr, b: scarjax.check_rework(tr, b, 0.9, eps=1e-3, converge_at=100), ValueError, "exactly one"),
         (lambda tr, b: scarjax.check_rework(tr, b, 1.2, converge_at=100), ValueError, "c must"),
+        (lambda tr, b: scarjax.check_rework(tr, b, [0.9, 0.95], converge_at=100), ValueError, "c must be a scalar"),
+        (lambda tr, b: bounds.trace_rework_bound(tr, "fast"), TypeError, "c must be a number"),
         (lambda tr, b: scarjax.check_rework(tr, b, 0.9, converge_at=100.0), TypeError, "converge_at must be an int"),
         (lambda tr, b: scarjax.check_rework(tr, b, 0.9, converge_at=STEPS + 5), ValueError, "converge_at must be in"),
         (lambda tr, b: scarjax.check_rework(tr, b, 0.9, eps=-1.0), ValueError, "eps must be finite and > 0"),
