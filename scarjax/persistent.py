@@ -368,8 +368,11 @@ class PersistentCheckpoint:
 
     # ---------------------------------------------------------------- bookkeeping
 
-    def _committed(self) -> list[int]:
-        self._mgr.reload()
+    def _committed(self, reload: bool = True) -> list[int]:
+        """Committed steps; ``reload=False`` trusts orbax's own bookkeeping (cheap: used
+        on the save path, where nothing is in flight and only this store writes)."""
+        if reload:
+            self._mgr.reload()
         return sorted(int(s) for s in self._mgr.all_steps())
 
     def _refs(self, step: int) -> set[int]:
@@ -492,7 +495,7 @@ class PersistentCheckpoint:
             self._manifests[step] = (loc, at)
             self._damaged.pop(step, None)
             self._wrote = True
-            self._rebase()
+            self._rebase(set(self._committed(reload=False)))
 
     def wait(self) -> None:
         """Block until the in-flight write (if any) is committed, then delete the steps
@@ -568,7 +571,7 @@ class PersistentCheckpoint:
         # One write in flight: the previous one must be committed before the next
         # manifest (which may reference it) is written, and before garbage collection.
         self._finish()
-        committed = self._committed()
+        committed = self._committed(reload=False)
         if committed and step <= committed[-1]:
             raise ValueError(f"step {step} must be after the latest saved step {committed[-1]}")
         if committed and self._base is None:

@@ -577,7 +577,7 @@ def test_driver_recovers_from_previous_save_when_newest_is_damaged(mlr_problem, 
     with pytest.warns(PS.CheckpointWarning, match=r"step 8 .* is damaged and was skipped: .*; using the running checkpoint of step 4"):
         res = PS.run(alg, part, specs[strategy], 40, 0, tmp_path / "ckpt", failure=failure, segment=4,
                      on_save=lambda k, cache, mask: cache_after_recovery.setdefault(k, np.asarray(cache.saved_at)))
-    assert list(damaged) == [8]
+    assert list(damaged) == [8] and res.fail_at == 12
     [ev_clean] = [e for e in clean.events if e["kind"] == "failure"]
     [ev] = [e for e in res.events if e["kind"] == "failure"]
     assert (ev_clean["restored_from"], ev["restored_from"]) == (8, 4)
