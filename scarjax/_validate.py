@@ -21,6 +21,7 @@ import numpy as np
 
 __all__ = [
     "is_traced",
+    "check_numeric",
     "check_int",
     "check_integer_value",
     "check_real",
@@ -59,6 +60,14 @@ def _numeric(name: str, value: Any) -> np.ndarray:
     if np.issubdtype(a.dtype, np.complexfloating):
         raise TypeError(f"{name} must be real, got {a.dtype}")
     return a.astype(np.float64)
+
+
+def check_numeric(name: str, value: Any) -> np.ndarray:
+    """``value`` as a float64 NumPy array (``TypeError`` naming ``name`` unless it is a
+    real number or an array of them; NaN/inf allowed)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    return _numeric(name, value)
 
 
 def check_int(name: str, value: Any, *, lo: int | None = None, hi: int | None = None) -> int:

@@ -416,8 +416,9 @@ def _check_initial(algorithm: Algorithm, init_state: Any) -> None:
             raise TypeError(
                 f"init_state must be a scarjax.State(params, aux), got {type(init_state).__name__}"
             )
+        # Only the parameters: optimizer state may hold inf by design (e.g. a best-so-far
+        # loss initialised to inf).
         va.check_finite_tree("init_state.params", init_state[0])
-        va.check_finite_tree("init_state.aux", init_state[1])
         return
     if _INIT_CHECKED.get(algorithm):
         return
@@ -636,19 +637,22 @@ def run_trials(
 
     What trial ``i`` equals: ``run(algorithm, hooks, steps, keys[i])`` (or, with a
     factory, ``run(algorithm, hooks, steps, keys[i], hook_args=<slice i of hook_args>)``)
-    computes the same iteration from the same random numbers: initialisation, minibatches,
-    failure times, lost blocks and every other random draw are bit-identical, so every
-    discrete outcome (which step a hook fires at, which blocks are lost or saved) is the
-    same. The floating-point arithmetic is not bit-identical in general: under ``vmap`` XLA
-    batches each trial's matrix products and reductions, which may sum in another order, so
-    one step may differ by float32 rounding (a few ulp of the values involved), and that
+    runs the same iteration on the same random numbers: initialisation, minibatches,
+    failure times, lost and saved blocks and every other random draw are bit-identical,
+    so every discrete outcome (the steps a hook fires at, the blocks a failure loses) is
+    the same. The floating-point results are not bit-identical in general: under
+    ``vmap`` XLA batches each trial's matrix products and reductions (norms, losses),
+    which may sum in another order, so a step may differ by float32 rounding, and that
     difference is carried forward like any perturbation of the iterate (Eq 5.2): it stays
     at rounding level where the iteration contracts and drifts along flat directions
-    (MF's rescaling of L and R). Measured (``tests/test_core.py``), as
-    ``max |trial − run| / max |run|`` per leaf: 0 (bit for bit) for the unperturbed QP and
-    for element-wise fixed-point maps; ≤ 1e-6 for the QP under perturbation, failure and
-    stale-read hooks; ≤ 2e-5 for MLR; ≤ 3e-4 for MF's factors (its loss ≤ 1e-6) after
-    30 ALS steps.
+    (MF's rescaling ``L Q``, ``Q⁻¹ R``). They are bit-identical when no batched reduction
+    enters the iteration: the unperturbed QP, element-wise fixed-point maps under
+    element-wise hooks (tested). Measured over 3 keys × 30 steps
+    (``benchmarks/trials_vs_run.py``), as ``max |trial − run| / max |run|`` per leaf: QP
+    (4-d and 50-d) and MLR under Gaussian, adversarial, reset, SCAR-failure and SSP hooks
+    ≤ 2e-7 for the parameters and ≤ 2e-6 for the trace (up to ~700 ulp on entries near
+    0); MF (ALS) ≤ 3e-4 for the factors, ≤ 3e-6 for the loss. ``tests/test_core.py``
+    asserts identical discrete outcomes and ≤ 1e-5 for the QP and MLR.
 
     Args:
       keys: ``[n]`` PRNG keys (e.g. ``jax.random.split(key, n)``, ``n >= 1``), or an int

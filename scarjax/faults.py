@@ -257,7 +257,10 @@ def scar(
       checkpoint: the :class:`~scarjax.checkpoint.Checkpoint` spec; ``None`` keeps the
         checkpoint at ``w⁽⁰⁾`` forever (partial recovery is then the reset of Fig 5.6).
       failure: the :class:`Failure`; ``None`` for no failure (checkpointing only).
-      recovery: ``'partial'`` or ``'full'`` (or a traced index into :data:`RECOVERIES`).
+      recovery: ``'partial'`` or ``'full'``, or an int index into :data:`RECOVERIES`
+        (traced in a hook factory: ``run_trials``/``run`` map names given in
+        ``hook_args``, e.g. ``hook_args={'recovery': ['partial', 'full', ...]}``, to these
+        indices before tracing).
       after_recovery: ``after_recovery(state, data) -> state``, applied right after a
         recovery (traceable), e.g. LDA's ``rebuild_counts`` to regenerate the word-topic
         counts from the recovered assignments.

@@ -350,7 +350,7 @@ def adversarial(size: float, *, when: Any = None, point: str = "write", name: st
 def random_mask(key: jax.Array, tree: PyTree, fraction: jax.Array | float) -> PyTree:
     """Boolean masks over the entries of ``tree`` selecting exactly ``round(fraction·n)``
     of its ``n`` entries uniformly at random (``fraction`` may be traced)."""
-    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0, scalar=True)
     leaves, treedef = jax.tree.flatten(tree)
     n = sum(x.size for x in leaves)
     u = jax.random.uniform(key, (n,))
@@ -369,7 +369,7 @@ def reset(fraction: float, *, when: Any = None, name: str = "reset") -> Hook:
     values ``w⁽⁰⁾`` (thesis Fig 5.6: the perturbation partial recovery from an initial
     checkpoint causes). A write-point hook; ``fraction`` may be traced."""
     _check_nonneg("fraction", fraction)
-    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0, scalar=True)
 
     def transform(params, hstate, ctx, key):
         mask = random_mask(key, params, fraction)

@@ -403,7 +403,19 @@ def by_axis(state: Any, axis: Any = 0, **kwargs: Any) -> Partition:
 
     if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
         return build(state, one(axis), **kwargs)
-    return build(state, jax.tree.map(one, axis), **kwargs)
+    if axis is None:
+        raise TypeError("axis must be an int or a pytree (prefix of state.params) of ints, got None")
+    layout = jax.tree.map(one, axis)
+    params = getattr(state, "params", state)
+    is_axis = lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == "axis"  # noqa: E731
+    try:
+        jax.tree.map(lambda lay, sub: None, layout, params, is_leaf=is_axis)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"axis must be an int or a pytree prefix of state.params ({jax.tree.structure(params)}) of ints, "
+            f"got {axis!r}"
+        ) from None
+    return build(state, layout, **kwargs)
 
 
 def by_row(state: Any, **kwargs: Any) -> Partition:
@@ -484,7 +496,7 @@ def random_blocks(key: jax.Array, num_blocks: int, fraction: jax.Array | float) 
     """``bool[num_blocks]`` with exactly ``round(fraction · B)`` blocks chosen uniformly
     at random (``fraction`` may be traced): a failure losing a uniformly random fraction
     of the blocks (Thm 5.4.2)."""
-    va.check_real("fraction", fraction, lo=0.0, hi=1.0)
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0, scalar=True)
     u = jax.random.uniform(key, (num_blocks,))
     count = jnp.round(jnp.asarray(fraction, jnp.float32) * num_blocks).astype(jnp.int32)
     rank = jnp.argsort(jnp.argsort(u))
@@ -494,7 +506,7 @@ def random_blocks(key: jax.Array, num_blocks: int, fraction: jax.Array | float) 
 def random_servers(key: jax.Array, num_servers: int, count: jax.Array | int) -> jax.Array:
     """``bool[num_servers]`` with exactly ``count`` servers failed, chosen uniformly at
     random (``count`` may be traced)."""
-    va.check_integer_value("count", count, lo=0, hi=num_servers)
+    va.check_integer_value("count", count, lo=0, hi=num_servers, scalar=True)
     u = jax.random.uniform(key, (num_servers,))
     rank = jnp.argsort(jnp.argsort(u))
     return rank < jnp.asarray(count, jnp.int32)

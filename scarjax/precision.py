@@ -110,7 +110,7 @@ def round_float(
     """
     _check_bits("mantissa_bits", mantissa_bits, 0, 23)
     if max_value is not None:
-        va.check_real("max_value", max_value, lo=0.0, lo_open=True)
+        va.check_real("max_value", max_value, lo=0.0, lo_open=True, scalar=True)
     x = jnp.asarray(x, jnp.float32)
     m = jnp.asarray(mantissa_bits, jnp.int32)
     _, ex = jnp.frexp(x)  # x = f · 2^ex, f ∈ [0.5, 1)
@@ -223,7 +223,7 @@ def qsgd(levels: Any) -> Quantizer:
     if not tu.is_traced(levels):
         if isinstance(levels, bool):
             raise ValueError(f"levels must be an integer >= 1, got {levels!r}")
-        va.check_integer_value("levels", levels, lo=1)
+        va.check_integer_value("levels", levels, lo=1, scalar=True)
 
     def fn(x, key):
         x = jnp.asarray(x, jnp.float32)

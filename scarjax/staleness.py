@@ -196,7 +196,7 @@ def asynchronous(
 
     ``mean_delay >= 0`` may be traced; ``max_delay`` is static."""
     check_workers(workers)
-    va.check_real("mean_delay", mean_delay, lo=0.0)
+    va.check_real("mean_delay", mean_delay, lo=0.0, scalar=True)
     _check_staleness(max_delay, "max_delay")
     max_delay = int(max_delay)
     p = 1.0 / (1.0 + jnp.asarray(mean_delay, jnp.float32))

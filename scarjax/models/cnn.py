@@ -45,6 +45,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from scarjax import _validate as va
 from scarjax import algorithms
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State
@@ -154,6 +155,8 @@ def cnn(
     Returns an :class:`~scarjax.Algorithm` whose ``params`` is a dict ``{layer: {"kernel",
     "bias"}}`` and whose ``aux`` is the Adam state (moments shaped like ``params``).
     """
+    va.check_real("x", x)
+    va.check_numeric("y", y)
     x = np.asarray(x, np.float32)
     y = np.asarray(y)
     if x.ndim == 2:
@@ -182,7 +185,8 @@ def cnn(
         eval_size = min(_check_pos_int("eval_size", eval_size), n)
     for nm, v, lo, hi in (("learning_rate", learning_rate, 0.0, np.inf), ("b1", b1, 0.0, 1.0),
                           ("b2", b2, 0.0, 1.0), ("eps", eps, 0.0, np.inf)):
-        if isinstance(v, bool) or not np.isfinite(v) or not (lo < v < hi or (nm.startswith("b") and v == 0)):
+        va.check_numeric(nm, v)
+        if isinstance(v, bool) or np.ndim(v) != 0 or not np.isfinite(v) or not (lo < v < hi or (nm.startswith("b") and v == 0)):
             raise ValueError(f"{nm} must be in ({lo}, {hi}), got {v!r}")
 
     image_shape = tuple(int(s) for s in x.shape[1:])

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax.core import Algorithm, State
 
 __all__ = [
@@ -278,8 +279,7 @@ def lda(
     if isinstance(n_topics, bool) or not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
         raise ValueError(f"n_topics must be an int >= 1, got {n_topics!r}")
     for nm, v in (("alpha", alpha), ("beta", beta)):
-        if isinstance(v, bool) or not np.isfinite(v) or v <= 0:
-            raise ValueError(f"{nm} must be finite and > 0, got {v!r}")
+        va.check_real(nm, v, lo=0.0, lo_open=True, scalar=True)
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     K, W, D = int(n_topics), int(n_words), n_docs

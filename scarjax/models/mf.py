@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
 from scarjax import algorithms
 from scarjax.core import Algorithm
 
@@ -146,8 +147,11 @@ def mf(
         if not (hasattr(values, "values") and hasattr(values, "mask")):
             raise TypeError("mask is required unless values is a scarjax.data.Ratings")
         values, mask = values.values, values.mask
+    va.check_numeric("values", values)
     v = np.asarray(values, dtype=np.float32)
     mk = np.asarray(mask)
+    if mk.dtype.kind not in "biuf":
+        raise TypeError(f"mask must be a boolean (or 0/1) array, got dtype {mk.dtype}")
     if v.ndim != 2:
         raise ValueError(f"values must be a [m, n] matrix, got shape {v.shape}")
     if mk.shape != v.shape:
@@ -158,8 +162,7 @@ def mf(
     if not np.isfinite(v[mk]).all():
         raise ValueError("values must be finite where mask is True")
     p = _check_int("factors", factors, 1)
-    if isinstance(lam, bool) or not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
+    va.check_real("lam", lam, lo=0.0, scalar=True)
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if not mk.any():

@@ -60,9 +60,9 @@ def mlr(
     va.check_integer_value("y", y, lo=0)
     if not isinstance(add_bias, (bool, np.bool_)):
         raise TypeError(f"add_bias must be a bool, got {add_bias!r}")
-    va.check_real("lr", lr, lo=0.0, lo_open=True)
-    va.check_real("l2", l2, lo=0.0)
-    va.check_real("init_scale", init_scale, lo=0.0)
+    va.check_real("lr", lr, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("l2", l2, lo=0.0, scalar=True)
+    va.check_real("init_scale", init_scale, lo=0.0, scalar=True)
     x = jnp.asarray(x, jnp.float32)
     if x.ndim != 2:
         raise ValueError(f"x must be [n, d], got shape {x.shape}")
@@ -114,6 +114,10 @@ def solve_optimum(algorithm: Algorithm, *, steps: int = 20_000, lr: float | None
     parameters until the gradient norm is below ``tol`` or ``steps`` iterations; raises
     ``ValueError`` if it does not converge.
     """
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
+    steps = va.check_int("steps", steps, lo=1)
+    va.check_real("tol", tol, lo=0.0, lo_open=True, scalar=True)
     state = algorithm.init(jax.random.key(0), algorithm.data)
     f = lambda p: algorithm.loss(state._replace(params=p), algorithm.data)  # noqa: E731
     opt = optax.lbfgs()

@@ -51,7 +51,7 @@ def problem(A, w_star, lr: float, w0) -> Algorithm:
     """
     for nm, v in (("A", A), ("w_star", w_star), ("w0", w0)):
         va.check_real(nm, v)
-    va.check_real("lr", lr, lo=0.0, lo_open=True)
+    va.check_real("lr", lr, lo=0.0, lo_open=True, scalar=True)
     A = np.asarray(A, np.float64)
     w_star = np.asarray(w_star, np.float64)
     w0 = np.asarray(w0, np.float64)
@@ -103,10 +103,10 @@ def random_problem(seed: int, d: int, condition: float, *, c: float | None = Non
     """
     seed = va.check_int("seed", seed, lo=0)
     d = va.check_int("d", d, lo=1)
-    va.check_real("condition", condition, lo=1.0)
-    va.check_real("init_distance", init_distance, lo=0.0)
+    va.check_real("condition", condition, lo=1.0, scalar=True)
+    va.check_real("init_distance", init_distance, lo=0.0, scalar=True)
     if c is not None:
-        va.check_real("c", c, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        va.check_real("c", c, lo=0.0, hi=1.0, lo_open=True, hi_open=True, scalar=True)
     rng = np.random.default_rng(seed)
     lam = np.exp(np.linspace(0.0, np.log(condition), d)) if d > 1 else np.ones(1)
     Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
