@@ -149,3 +149,20 @@ def test_traced_strategy_matches_static():
         ref = ck.step(spec, ckpt, s, PART, jnp.int32(2), key)
         np.testing.assert_array_equal(out[1][i], ref[1], err_msg=name)
         np.testing.assert_array_equal(out[0].cursor[i], ref[0].cursor, err_msg=name)
+
+
+def test_checkpoint_of_another_model_is_refused():
+    small = State({"w": jnp.zeros((B - 1, 2))}, ())
+    with pytest.raises(ValueError, match="partition"):
+        ck.init(small, PART)
+    ckpt = ck.init(_state(), PART)
+    with pytest.raises(ValueError, match="partition"):
+        ck.step(ck.Checkpoint("priority", 0.5, 4), ckpt, small, PART, 4, jax.random.key(0))
+    with pytest.raises(ValueError, match="block_mask"):
+        ck.save(ckpt, _state(), PART, jnp.ones(B + 1, bool), 3)
+    with pytest.raises(TypeError, match="fraction"):
+        ck.Checkpoint("priority", "half", 8)
+    with pytest.raises(TypeError, match="period"):
+        ck.Checkpoint("priority", 0.5, "8")
+    with pytest.raises(ValueError, match="fraction must be a scalar"):
+        ck.Checkpoint("priority", [0.5, 0.5], 8)

@@ -333,3 +333,26 @@ def test_mf_rows_of_L_and_columns_of_R():
     part = P.by_axis(s0, {"L": 0, "R": 1}, num_servers=3)
     assert part.num_blocks == 12 + 9
     assert part.blocks.params["L"].shape == (12, 1) and part.blocks.params["R"].shape == (1, 9)
+
+
+def test_recovery_as_name_or_index_and_bad_partitions():
+    """recovery may be a concrete index into RECOVERIES (what hook_args names map to);
+    a partition of another model is refused when the run is traced, naming it."""
+    alg = scarjax.fixed_point(lambda w, d: 0.5 * w, jnp.ones(6), lambda w, d: jnp.sum(w ** 2))
+    part = P.by_element(State(jnp.ones(6), ()))
+    fail = F.Failure(fraction=0.5, at=2)
+    by_name = scarjax.run(alg, F.scar(part, failure=fail, recovery="full"), 4, 0)
+    by_index = scarjax.run(alg, F.scar(part, failure=fail, recovery=F.RECOVERIES.index("full")), 4, 0)
+    np.testing.assert_array_equal(by_name[1].loss, by_index[1].loss)
+    with pytest.raises(ValueError, match="recovery as an index"):
+        F.scar(part, recovery=2)
+    with pytest.raises(ValueError, match="recovery"):
+        F.scar(part, recovery=None)
+    other = P.by_element(State(jnp.ones(5), ()))
+    with pytest.raises(ValueError, match="partition was built for another model"):
+        scarjax.run(alg, F.scar(other, failure=fail), 4, 0)
+    with pytest.raises(ValueError, match="partition"):
+        F.simulate_failures(alg, other, trials=2, steps=6, converge_at=4, failure=fail)
+    bad_after = F.scar(part, failure=fail, after_recovery=lambda s, d: State(s.params[:3], s.aux))
+    with pytest.raises(ValueError, match="after_recovery"):
+        scarjax.run(alg, bad_after, 4, 0)

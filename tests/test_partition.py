@@ -164,3 +164,32 @@ def test_bad_inputs():
         P.random_servers(jax.random.key(0), 4, 5)
     with pytest.raises(ValueError, match="server_of"):
         P.by_row(s).reassign(jnp.zeros(2, jnp.int32))
+
+
+def test_partition_of_another_model_is_refused():
+    """check_matches (used by restore, block_distances, checkpoint.init and scar's
+    init) names the partition when tree structure or leaf shapes differ, instead of failing
+    inside JAX (or broadcasting silently)."""
+    s = _adam_state()
+    part = P.by_row(s)
+    P.check_matches(part, s)  # its own state: fine
+    P.check_matches(part, s.params)  # the params part alone: fine
+    other_shape = State({"w": jnp.zeros((7, 3)), "b": jnp.ones(3)}, ())
+    other_tree = State({"w": jnp.zeros((5, 3))}, ())
+    for state in (other_shape, other_tree):
+        with pytest.raises(ValueError, match="partition was built for"):
+            P.check_matches(part, state)
+        with pytest.raises(ValueError, match="partition"):
+            P.restore(state, state, part, jnp.ones(part.num_blocks, bool))
+    with pytest.raises(ValueError, match="block ids at .*'w'.* shape \\(5, 1\\)"):
+        P.block_distances(part, {"b": jnp.ones(3), "w": jnp.zeros((6, 3))}, {"b": jnp.ones(3), "w": jnp.zeros((6, 3))})
+    with pytest.raises(ValueError, match="block_mask"):
+        P.restore(s, s, part, jnp.ones(part.num_blocks + 1, bool))
+    with pytest.raises(ValueError, match="server_of must be an integer in"):
+        part.reassign(np.full(part.num_blocks, part.num_servers))  # no such server
+    with pytest.raises(ValueError, match="axis must be an int or a pytree prefix"):
+        P.by_axis(s, {"nope": 0})
+    with pytest.raises(TypeError, match="axis"):
+        P.by_axis(s, "rows")
+    with pytest.raises(TypeError, match="key"):
+        P.by_row(s, key="abc")
