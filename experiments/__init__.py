@@ -6,11 +6,17 @@ Every experiment module defines
   and ``DESCRIPTION`` (one line, shown by ``scarjax list``);
 * ``Config``: a dataclass of the experiment's settings, whose defaults are the full
   (thesis) settings and whose ``Config.quick()`` gives the cut-down ``--quick`` settings;
-* ``run(config, out_dir) -> dict``: runs it, writes ``out_dir/results/NAME.json`` and the
-  figure(s) ``out_dir/paper_figs/NAME*.png`` (via :mod:`experiments._common`) and returns
-  the results;
+* ``run(config, out_dir) -> dict``: runs it, writes the figure(s)
+  ``out_dir/paper_figs/NAME*.png`` and returns the results; decorated with
+  ``@_common.recorded(NAME)``, which adds the run's ``meta`` block (UTC start/end, wall
+  time, quick/full, machine, JAX and devices, load average, git commit) and writes
+  ``out_dir/results/NAME.json`` — however ``run`` is called;
 * ``report(results) -> str``: the Markdown section of ``REPRODUCTION.md`` that sets our
-  numbers beside the paper's claims.
+  numbers beside the paper's claims; every number in it is computed from ``results``.
+
+Rework statistics go through :mod:`experiments._stats`: a trial that never re-reaches ε
+is censored at its run's horizon (restricted means printed "≥", censored counts in every
+table and JSON, bound checks over all trials), never dropped.
 
 ``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce`` runs them.
 """

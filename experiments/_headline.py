@@ -67,13 +67,14 @@ def table(results: dict[str, dict]) -> str | None:
              "both compared means are lower bounds.\n" if bounded else "")
     trials = {n: (results.get(n) or {}).get("config", {}).get("trials")
               for n in ("fig5_7_partial_recovery", "fig5_9_priority_checkpoint")}
+    lost = (f9.get("config") or {}).get("fail_fraction")
     return f"""## Headline: SCAR's rework reductions (thesis Secs 5.5.3–5.5.4)
 
 Rework reduction (1 − ours/baseline, mean rework over trials; Fig 5.7: {trials['fig5_7_partial_recovery']}
 trials per point, Fig 5.9: {trials['fig5_9_priority_checkpoint']}). Columns 2–4: partial over full
 recovery with the given fraction of parameters failed; column 5: partial recovery with
 priority checkpoints of 1/8 of the parameters at 8× frequency over traditional recovery,
-half the parameters failed; column 6: trials behind those columns that never re-reached ε
+{'a fraction ' + format(lost, 'g') + ' of' if lost is not None else ''} the parameters failed; column 6: trials behind those columns that never re-reached ε
 within their run (their rework counts at the iterations the run had left: restricted means).
 Details, confidence intervals and differences in the sections below.
 

@@ -45,6 +45,7 @@ class ModelSpec:
 
 
 MLR_LR, MLR_LONG_LR, MLR_BATCH = 0.5, 0.1, 200  # Figs 5.7-5.10; Fig 5.11's longer run
+CNN_SHARDS = 8  # "by shard": every tensor split along its first dimension into at most this many
 
 
 def _mlr_digits():
@@ -140,29 +141,35 @@ MODELS: dict[str, ModelSpec] = {
                               lambda s0, alg, num_servers=8: P.by_layer(s0, num_servers=num_servers, key=0), "scarjax.models.cnn",
                               steps=40, converge_at=20),
     "cnn_by_shard": ModelSpec("cnn_by_shard", "CNN by shard (MNIST 14x14)", _cnn,
-                              lambda s0, alg, num_servers=8: P.by_shard(s0, shards=8, num_servers=num_servers, key=0), "scarjax.models.cnn",
+                              lambda s0, alg, num_servers=8: P.by_shard(s0, shards=CNN_SHARDS, num_servers=num_servers, key=0), "scarjax.models.cnn",
                               steps=40, converge_at=20),
 }
 
 
-_NOTES = {
-    "cnn": """CNN panels (thesis Figs 5.8/5.10): the Monte-Carlo-sized CNN `scarjax.models.cnn.mnist_small`
-(MNIST 5k at 14x14, channels 4/8, hidden 64/64, Adam 1e-3 with 4 steps of 8 examples per
-iteration, loss on 64 images), ε calibrated at iteration 20 on a still-falling loss
-(the thesis trains to a cross-entropy of 0.08); by shard splits every tensor along its
-first dimension into min(8, dim) shards (3 for the 3x3 conv kernels).""",
-    "lda": """LDA panel: 100 synthetic documents x 80 tokens, ε calibrated at sweep 15, where the NLL
-still falls by ~8 sampling-noise standard deviations per sweep (at the plateau the hitting
-times are noise-limited). In Figs 5.9/5.10 its full-checkpoint period C = 16 exceeds the
-15 sweeps to convergence, so failures precede the first full checkpoint: traditional
-recovery restarts from w⁽⁰⁾ and priority at 1x is partial recovery from w⁽⁰⁾.""",
-}
-
-
-def notes(models) -> str:
-    """Markdown notes on the model settings of the panels in ``models`` (names or a dict)."""
-    kinds = dict.fromkeys(n.split("_")[0] for n in models)
-    return "".join(f"\n{_NOTES[k]}\n" for k in kinds if k in _NOTES)
+def notes(models: dict, *, priority: bool = False) -> str:
+    """Markdown notes on the model settings of a figure's panels, from its per-model results
+    (``{name: results}`` with ``converge_at`` and ``ckpt_period``); ``priority``: the
+    figure is Figs 5.9/5.10 (the note on checkpoints preceding convergence applies)."""
+    out = []
+    lda = [r for n, r in models.items() if n.startswith("lda")]
+    for r in lda:
+        N, C = r["converge_at"], r["ckpt_period"]
+        text = (f"LDA panel: the synthetic corpus of `experiments._scar` (`lda_synthetic`), ε calibrated at sweep "
+                f"{N}, while the NLL still falls steeply (on its plateau the hitting times are noise-limited).")
+        if priority and C >= N:
+            text += (f" Its full-checkpoint period C = {C} is at least the {N} sweeps to convergence, so failures "
+                     "precede the first full checkpoint: traditional recovery restarts from w⁽⁰⁾ and priority at "
+                     "1x is partial recovery from w⁽⁰⁾.")
+        out.append(text)
+    cnn = [r for n, r in models.items() if n.startswith("cnn")]
+    if cnn:
+        N = sorted({r["converge_at"] for r in cnn})
+        out.append("CNN panels (thesis Figs 5.8/5.10): the Monte-Carlo-sized CNN `scarjax.models.cnn.mnist_small` "
+                   "(the embedded MNIST sample, downscaled, trained by Adam; architecture and costs in its "
+                   f"docstring), ε calibrated at iteration {', '.join(map(str, N))} on a still-falling loss (the "
+                   f"thesis trains to a cross-entropy of 0.08); by shard splits every tensor along its first "
+                   f"dimension into min({CNN_SHARDS}, dim) shards.")
+    return "".join(f"\n{t}\n" for t in out)
 
 
 def available(names=None) -> list[str]:

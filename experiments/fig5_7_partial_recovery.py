@@ -12,7 +12,7 @@ vmapped program over fractions × trials (:func:`scarjax.faults.simulate_failure
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -142,6 +142,8 @@ def report(results: dict) -> str:
     n_flat = sum(t[1] for t in trends.values())
     cens = sum(sum(r[rec]["censored"]) for r in models.values() for rec in ("partial", "full"))
     total = sum(c["n"] for r in models.values() for rec in ("partial", "full") for c in r[rec]["cells"])
+    cnn = (" (the CNN's Adam step count, which partial recovery keeps and full recovery rewinds)"
+           if any(n.startswith("cnn") for n in models) else "")
     return f"""## Figs 5.7/5.8 — partial vs full recovery (`{NAME}`)
 
 ![fig]({NAME}.png)
@@ -170,7 +172,6 @@ Mean rework (iterations, ± 95% Student-t CI on the restricted values) per faile
 As in the thesis, partial-recovery rework rises with the failed fraction in {n_rise} of {len(models)}
 models, and full-recovery rework varies less across fractions than partial's in {n_flat} of {len(models)}
 (claimed only where no trial is censored). Where the fraction is 1 the two recoveries reload the same
-blocks and differ only in state that is never lost (the CNN's Adam step count, which partial recovery
-keeps and full recovery rewinds). Our models and data are smaller than the thesis's (embedded data
+blocks and differ only in state that is never lost{cnn}. Our models and data are smaller than the thesis's (embedded data
 sets), so absolute rework differs; the reductions are the comparable quantity.
 {_scar.notes(results['models'])}"""

@@ -26,6 +26,7 @@ DESCRIPTION = "Figs 5.9/5.10: priority vs round-robin vs random partial checkpoi
 
 THESIS_REDUCTION = (78, 95)  # % vs traditional, partial + priority 1/8 at 8x, 1/2 lost
 STRATEGIES = ("priority", "round_robin", "random")
+C_MULTIPLE = 16  # the full-checkpoint period C is a multiple of this (the largest frequency)
 
 
 @dataclass
@@ -46,8 +47,8 @@ class Config:
 def run_model(name: str, config: Config) -> dict:
     spec, alg, part = _scar.setup(name)
     t0 = time.perf_counter()
-    # A multiple of 16 so that r·C is a whole number of iterations for r = 1/16 ... 1.
-    C = 16 * max(1, int(round(config.ckpt_period * spec.converge_at / 16)))
+    # A multiple of C_MULTIPLE so that r·C is a whole number of iterations for r = 1/16 ... 1.
+    C = C_MULTIPLE * max(1, int(round(config.ckpt_period * spec.converge_at / C_MULTIPLE)))
     rate = min(1.0, 1.0 / max(1.0, config.fail_mean * spec.converge_at))
     failure = F.Failure(fraction=config.fail_fraction,
                         geometric=F.Geometric(rate, start=1, stop=spec.converge_at))
@@ -148,9 +149,9 @@ def report(results: dict) -> str:
 
 ![fig]({NAME}.png)
 
-Half of the blocks lost at T ~ Geometric (mean {cfg['fail_mean']:.2f}·N, truncated at the
-baseline's convergence N); partial recovery from a running checkpoint saving 1/f of the
-blocks every C/f iterations (C ≈ {cfg['ckpt_period']:.2f}·N rounded to a multiple of 16);
+A fraction {cfg['fail_fraction']:g} of the blocks lost at T ~ Geometric (mean {cfg['fail_mean']:.2f}·N, truncated at
+the baseline's convergence N); partial recovery from a running checkpoint saving 1/f of the
+blocks every C/f iterations (C ≈ {cfg['ckpt_period']:.2f}·N rounded to a multiple of {C_MULTIPLE});
 {cfg['trials']} trials per point. Mean rework (iterations; restricted mean: a trial that never
 re-reaches ε counts at the iterations its run had left, printed "≥" then, with the count;
 {cens} of {total} trials did not re-converge):
@@ -160,7 +161,8 @@ re-reaches ε counts at the iterations its run had left, printed "≥" then, wit
 {chr(10).join(rows)}
 
 Rework reduction of partial recovery + priority 1/8 checkpoints at 8x frequency over
-traditional checkpoint-restart at 1/2 failures ("≤"/"≥": the true reduction lies on that side):
+traditional checkpoint-restart, a fraction {cfg['fail_fraction']:g} of the blocks lost ("≤"/"≥": the true
+reduction lies on that side):
 
 | model | reduction |
 |---|---|
@@ -171,4 +173,4 @@ Thesis: priority rework falls as checkpoints get smaller and more frequent; roun
 helps or hurts depending on the model; random nearly always hurts. Ours: priority rework at
 {freqs[-1]}x is below its {freqs[0]}x value in {pr_falls} of {len(models)} models; random at {freqs[-1]}x is
 above its {freqs[0]}x value in {rand_hurts} of {len(models)}.
-{_scar.notes(results['models'])}"""
+{_scar.notes(results['models'], priority=True)}"""

@@ -193,6 +193,11 @@ def _g(x):
     return _stats.fmt_value(x)
 
 
+def _b2(x) -> str:
+    """A B.2 bound: infinite where ε lies below the B.1 floor (no finite bound)."""
+    return "none (ε < F)" if x is not None and np.isinf(x) else _g(x)
+
+
 def _rw(r: dict) -> str:
     """A row's rework: the value, or that the run never reached ε (censored: rework > the
     iterations it had left)."""
@@ -266,7 +271,7 @@ def report(results: dict) -> str:
         f"{results['config']['tail']} iterations; bound = Eq B.1 at the start of that window, "
         "c^k‖w0 − w*‖ + F(1 − c^k), which tends to F; ✓ = achieved ≤ bound, – = no perturbation (m = 23 is float32 "
         "itself); \"not re-conv. (> h)\": the run never reached ε, its rework exceeds the h iterations it had "
-        "left. The QP is Fig 5.3's with w* moved off the dyadic grid, so that no format represents it exactly):",
+        "left; \"none (ε < F)\": B.2 gives no finite bound, ε lying below the floor. The QP is Fig 5.3's with w* moved off the dyadic grid, so that no format represents it exactly):",
         "",
     ]
     for p in ("qp", "mlr"):
@@ -284,7 +289,7 @@ def report(results: dict) -> str:
             mark = "–" if ok is None else ("✓" if ok else "✗")
             lines.append(
                 f"| {r['label']} | {'stoch.' if r['stochastic'] else 'nearest'} | {r['Delta']:.2e} | {r['floor']:.2e} | {r['achieved_floor']:.2e} | "
-                f"{r['predicted_floor']:.2e} | {mark} | {_rw(r)} | {_g(r['b2_bound'])} | {_it(r, steps)} | {_g(r['predicted_iters'])} |"
+                f"{r['predicted_floor']:.2e} | {mark} | {_rw(r)} | {_b2(r['b2_bound'])} | {_it(r, steps)} | {_b2(r['predicted_iters'])} |"
             )
         lines.append("")
     lines.append(_prose(results))

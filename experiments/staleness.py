@@ -177,9 +177,9 @@ def _prose(results: dict) -> str:
             else:
                 parts.append(f"all {n_all} trials re-reach ε")
             out.append(f"{p.upper()} {mode}: " + "; ".join(parts) + ".")
-    if any(rec(p, m, s)["stats"]["mean"] < 0 for p in P for m in ("ssp", "async") for s in s_values if s > 0):
-        out.append("Negative rework: averaging gradients from older, farther iterates acts like momentum along the "
-                   "slow eigen-direction.")
+    if "qp" in P and any(rec("qp", m, s)["stats"]["mean"] < 0 for m in ("ssp", "async") for s in s_values if s > 0):
+        out.append("On the QP, negative rework: averaging gradients from older, farther iterates acts like momentum "
+                   "along the slow eigen-direction.")
     out.append("Staleness perturbs every step, so Δ_T grows like c^{-T}·δ/(1−c) and the bound with it: Thm 5.3.1 "
                "is a statement about perturbations that stop; the every-step case is B.1.1's floor (see the "
                "precision experiment).")

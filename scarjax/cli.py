@@ -59,7 +59,8 @@ def run_settings(results: dict[str, dict | None]) -> str:
     by_mode: dict[str, list[str]] = {}
     for n, m in metas.items():
         by_mode.setdefault(m["mode"], []).append(n)
-    mode_text = "; ".join(f"{mode} settings: {', '.join(ns)}" for mode, ns in by_mode.items())
+    mode_text = (f"all at {next(iter(by_mode))} settings" if len(by_mode) == 1
+                 else "; ".join(f"{mode} settings: {', '.join(ns)}" for mode, ns in by_mode.items()))
     l_hi = max((m.get("loadavg_start") or [0])[0] for m in metas.values())
     l_hi = max(l_hi, max((m.get("loadavg_end") or [0])[0] for m in metas.values()))
     lines = [

@@ -4,7 +4,6 @@ import dataclasses
 import json
 
 import numpy as np
-import pytest
 
 from experiments._common import to_jsonable
 
