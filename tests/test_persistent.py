@@ -521,7 +521,9 @@ def test_driver_failure_and_recovery_from_disk(tmp_path):
     assert np.count_nonzero(f.delta) == 1
     kinds = [e["kind"] for e in p.events]
     assert kinds == ["checkpoint", "failure", "checkpoint"]
-    assert all(e["select_s"] >= 0 and e["save_call_s"] >= 0 for e in p.events if e["kind"] == "checkpoint")
+    # Saves at every period C = 6 (full strategy: every block), the failure at T = 11.
+    assert [e["step"] for e in p.events] == [6, 11, 12]
+    assert all(e["blocks"] == part.num_blocks for e in p.events if e["kind"] == "checkpoint")
     with pytest.raises(ValueError, match="already holds"):
         PS.run(alg, part, ck.Checkpoint("full", 1.0, 6), 16, 0, tmp_path / "partial")
 
