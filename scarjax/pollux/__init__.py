@@ -2,7 +2,9 @@
 goodput-optimal batch size and the job-level adaptive agent.
 
 Modules:
-  pgns        Eq 3.2 / App. A.1 estimators, pre-conditioner from optax states, optax transforms
+  pgns        Eq 3.2 / App. A.1 estimators and the optax transforms (track_pgns, with_pgns)
+  precond     the pre-conditioner P from an optax state (hyper-parameters read, never defaulted)
+  estimate    estimate_pgns_at: phi at fixed parameters over many draws, with the exact value
   efficiency  Eq 3.3 efficiency, Eq 3.1 goodput, statistical epochs
   throughput  Eq 3.4-3.9 throughput model and its RMSLE fit (Sec 3.4.1)
   tuning      Eq 3.10 batch-size optimisation and LR scaling rules
@@ -10,6 +12,7 @@ Modules:
 """
 
 from scarjax.pollux.efficiency import efficiency, efficiency_from_stats, goodput, statistical_epochs
+from scarjax.pollux.estimate import PGNSEstimate, estimate_pgns_at
 from scarjax.pollux.pgns import (
     GradStats,
     PGNSState,
@@ -17,6 +20,7 @@ from scarjax.pollux.pgns import (
     differenced_stats,
     exact_stats,
     find_pgns_state,
+    microbatch_axes,
     microbatch_stats,
     noise_scale,
     per_example_grads,
@@ -54,17 +58,20 @@ __all__ = [
     "FitResult",
     "GradStats",
     "LRScaleState",
+    "PGNSEstimate",
     "PGNSState",
     "PGNSWrapperState",
     "ThroughputParams",
     "differenced_stats",
     "efficiency",
     "efficiency_from_stats",
+    "estimate_pgns_at",
     "exact_stats",
     "find_pgns_state",
     "fit_throughput",
     "goodput",
     "lr_scale",
+    "microbatch_axes",
     "microbatch_stats",
     "noise_scale",
     "optimize_batch_size",

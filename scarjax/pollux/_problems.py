@@ -129,3 +129,89 @@ def sample_microbatches(key, x, y, num_micro: int, micro_size: int):
     (the sampling under which the estimators of App. A.1 are exactly unbiased)."""
     idx = jax.random.randint(key, (num_micro, micro_size), 0, x.shape[0])
     return x[idx], y[idx]
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist():
+    from scarjax.data import load_mnist_5k
+
+    x, y = load_mnist_5k()
+    return np.asarray(x, np.float32).reshape(len(x), -1), np.asarray(y, np.int32)
+
+
+def mlp_mnist(sizes: tuple[int, ...] = (784, 256, 256, 10), key: jax.Array | None = None) -> Problem:
+    """A ReLU MLP on the embedded MNIST-5k sample, raw pixels in [0, 1] (784-256-256-10 by
+    default, 269,322 parameters; LeCun-normal weights, zero biases).  The raw pixels keep
+    MNIST's border pixels: 0 in every image, or non-zero in only a few."""
+    x, y = _mnist()
+    key = jax.random.PRNGKey(0) if key is None else key
+    keys = jax.random.split(key, len(sizes) - 1)
+    init = jax.nn.initializers.lecun_normal()
+    params = {
+        f"dense{i}": {"kernel": init(k, (a, b)), "bias": jnp.zeros(b)}
+        for i, (k, a, b) in enumerate(zip(keys, sizes[:-1], sizes[1:]))
+    }
+    n_layers = len(sizes) - 1
+
+    def apply(p, xb):
+        h = xb
+        for i in range(n_layers):
+            h = h @ p[f"dense{i}"]["kernel"] + p[f"dense{i}"]["bias"]
+            if i < n_layers - 1:
+                h = jax.nn.relu(h)
+        return h
+
+    return _make("mlp_mnist", params, apply, jnp.asarray(x), jnp.asarray(y))
+
+
+def mixed_mnist(key: jax.Array | None = None) -> Problem:
+    """Several layers of different shapes on MNIST-5k: a 5x5 conv (8 channels, stride 2),
+    a wide dense layer, a narrow bottleneck, layer norm, a wider layer and the classifier
+    (conv 5x5x1x8 -> 1568x256 -> 256x32 -> LayerNorm(32) -> 32x128 -> 128x10; 415,674
+    parameters; leaves from 8 to 401k entries: tall, flat, 4-d)."""
+    x, y = _mnist()
+    key = jax.random.PRNGKey(0) if key is None else key
+    ks = jax.random.split(key, 5)
+    init = jax.nn.initializers.lecun_normal()
+    shapes = [(1568, 256), (256, 32), (32, 128), (128, 10)]
+    params = {
+        "conv": {"kernel": init(ks[0], (5, 5, 1, 8)), "bias": jnp.zeros(8)},
+        **{
+            f"dense{i}": {"kernel": init(k, s), "bias": jnp.zeros(s[1])}
+            for i, (k, s) in enumerate(zip(ks[1:], shapes))
+        },
+        "norm": {"scale": jnp.ones(32), "bias": jnp.zeros(32)},
+    }
+
+    def apply(p, xb):
+        img = xb.reshape(-1, 28, 28, 1)
+        h = jax.lax.conv_general_dilated(
+            img, p["conv"]["kernel"], (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        h = jax.nn.relu(h + p["conv"]["bias"]).reshape(img.shape[0], -1)
+        h = jax.nn.relu(h @ p["dense0"]["kernel"] + p["dense0"]["bias"])
+        h = h @ p["dense1"]["kernel"] + p["dense1"]["bias"]
+        mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+        h = (h - mu) * jax.lax.rsqrt(var + 1e-5) * p["norm"]["scale"] + p["norm"]["bias"]
+        h = jax.nn.relu(h @ p["dense2"]["kernel"] + p["dense2"]["bias"])
+        return h @ p["dense3"]["kernel"] + p["dense3"]["bias"]
+
+    return _make("mixed_mnist", params, apply, jnp.asarray(x), jnp.asarray(y))
+
+
+def cnn_mnist(key: jax.Array | None = None) -> Problem:
+    """The thesis's CNN (:class:`scarjax.models.cnn.CNN`: two 3x3 convs with ReLU and max
+    pooling, three dense layers; channels (4, 8), hidden (32, 32)) on MNIST-5k 28x28."""
+    from flax import nnx
+
+    from scarjax.models.cnn import CNN
+
+    x, y = _mnist()
+    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**30))
+    graphdef, params = nnx.split(CNN((28, 28, 1), 10, rngs=nnx.Rngs(seed)), nnx.Param)
+    params = jax.tree.map(jnp.asarray, nnx.to_pure_dict(params))
+
+    def apply(p, xb):
+        return nnx.merge(graphdef, p)(xb.reshape(-1, 28, 28, 1))
+
+    return _make("cnn_mnist", params, apply, jnp.asarray(x), jnp.asarray(y))

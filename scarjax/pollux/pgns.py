@@ -54,7 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax.pollux import _checks
+from scarjax.pollux import _checks, precond
+from scarjax.pollux.precond import preconditioner
 
 PyTree = Any
 Preconditioner = PyTree | None  # a diagonal with the structure of params, or None = I
@@ -95,14 +96,34 @@ def _stacked_sq_norms(grads: PyTree, precond: Preconditioner) -> jax.Array:
     return jax.vmap(lambda g: _sq_norm(g, precond))(grads)
 
 
-def _stack_size(grads: PyTree, name: str, axis: int = 0) -> int:
-    """The common size ``K`` of the stacking axis ``axis`` of every leaf."""
+Axis = Any  # 0, -1, or a pytree of them (a prefix of the gradients' structure), per leaf
+
+
+def _leaf_axes(grads: PyTree, axis: Axis) -> list[int]:
+    """The stacking axis of every leaf of ``grads`` (``axis`` an int or a prefix pytree)."""
+    if isinstance(axis, (int, np.integer)):
+        return [int(axis)] * len(jax.tree.leaves(grads))
+    try:
+        per_leaf = jax.tree.map(lambda a, sub: jax.tree.map(lambda _: a, sub), axis, grads)
+    except ValueError as e:
+        raise ValueError(
+            f"microbatch_axis must be 0, -1 or a pytree of them that is a prefix of the gradients' "
+            f"structure: {jax.tree.structure(axis)} vs {jax.tree.structure(grads)}"
+        ) from e
+    return [int(a) for a in jax.tree.leaves(per_leaf)]
+
+
+def _stack_size(grads: PyTree, name: str, axis: Axis = 0) -> int:
+    """The common size ``K`` of the stacking axis of every leaf (``axis`` per leaf)."""
     leaves = jax.tree.leaves(grads)
     if not leaves:
         raise ValueError(f"{name} is an empty pytree")
-    sizes = {jnp.shape(x)[axis] if -jnp.ndim(x) <= axis < jnp.ndim(x) else None for x in leaves}
+    axes = _leaf_axes(grads, axis)
+    sizes = {jnp.shape(x)[a] if -jnp.ndim(x) <= a < jnp.ndim(x) else None for x, a in zip(leaves, axes)}
     if None in sizes or len(sizes) != 1:
-        where = "leading axis" if axis == 0 else f"axis {axis}"
+        where = (
+            "leading axis" if set(axes) == {0} else f"axis {axes[0]}" if len(set(axes)) == 1 else "stacking axis"
+        )
         raise ValueError(
             f"{name} must be stacked per micro-batch: every leaf needs the same {where} K, "
             f"got sizes {sorted(s for s in sizes if s is not None)} "
@@ -111,11 +132,38 @@ def _stack_size(grads: PyTree, name: str, axis: int = 0) -> int:
     return int(sizes.pop())
 
 
-def _check_axis(axis) -> int:
-    """``microbatch_axis``: 0 (``vmap``'s default ``out_axes``) or -1 (stacked last)."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or axis not in (0, -1):
-        raise ValueError(f"microbatch_axis must be 0 or -1 (vmap's out_axes), got {axis!r}")
-    return int(axis)
+def _check_axis(axis) -> Axis:
+    """``microbatch_axis``: 0 (``vmap``'s default ``out_axes``), -1 (stacked last), or a
+    pytree of 0/-1 per leaf (e.g. :func:`microbatch_axes`), as ``vmap``'s ``out_axes``."""
+
+    def one(a):
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or a not in (0, -1):
+            raise ValueError(
+                f"microbatch_axis must be 0 or -1 (vmap's out_axes), or a pytree of them per leaf; got {axis!r}"
+            )
+        return int(a)
+
+    if isinstance(axis, (dict, list, tuple)):
+        if not jax.tree.leaves(axis):
+            raise ValueError(f"microbatch_axis must be 0 or -1 (vmap's out_axes), or a pytree of them; got {axis!r}")
+        return jax.tree.map(one, axis)
+    return one(axis)
+
+
+def microbatch_axes(params: PyTree) -> PyTree:
+    """The faster micro-batch stacking axis of every leaf on XLA:CPU: ``-1`` for a weight
+    matrix whose last dimension is narrow (at most 1/8 of the one before, e.g. a classifier's
+    ``[784, 10]`` kernel), ``0`` otherwise.
+
+    Use the same tree for ``jax.vmap(..., out_axes=axes)`` and ``microbatch_axis=axes``.  The
+    per-micro-batch weight gradients of a dense layer ``[in, out]`` are a batched product
+    ``X_k^T D_k``; stacked last, XLA computes the transposed product ``D_k^T X_k``, which is
+    much faster when ``out`` is narrow, and slower when it is not
+    (``benchmarks/bench_pollux.py``).  The statistics are the same for every choice.
+    """
+    return jax.tree.map(
+        lambda x: -1 if jnp.ndim(x) >= 2 and 8 * jnp.shape(x)[-1] <= jnp.shape(x)[-2] else 0, params
+    )
 
 
 def two_batch_stats(small_sq: jax.Array, big_sq: jax.Array, small_batch, big_batch) -> GradStats:
@@ -133,7 +181,7 @@ def two_batch_stats(small_sq: jax.Array, big_sq: jax.Array, small_batch, big_bat
 
 
 def microbatch_stats(
-    grads: PyTree, microbatch_size, precond: Preconditioner = None, *, microbatch_axis: int = 0
+    grads: PyTree, microbatch_size, precond: Preconditioner = None, *, microbatch_axis: Axis = 0
 ) -> GradStats:
     """Unbiased PGNS statistics from ``K >= 2`` micro-batch gradients (Eq 3.2, App. A.1).
 
@@ -181,7 +229,7 @@ def _sum_pair(a: jax.Array, b: jax.Array, dims: tuple[int, ...]) -> tuple[jax.Ar
     )
 
 
-def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Preconditioner, axis: int = 0):
+def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Preconditioner, axis: Axis = 0):
     """Mean gradient and :func:`microbatch_stats` in one pass over each leaf.
 
     ``mean_k |P g_k|^2 = sum_i P_i^2 mean_k g_ki^2`` and ``|P mean_k g_k|^2 = sum_i P_i^2
@@ -191,6 +239,7 @@ def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Prec
     the stacked gradients).
     """
     leaves, treedef = jax.tree.flatten(grads)
+    axes = _leaf_axes(grads, axis)
     if precond is None:
         pleaves = [None] * len(leaves)
     else:
@@ -201,9 +250,9 @@ def _microbatch_mean_stats(grads: PyTree, k: int, microbatch_size, precond: Prec
                 "it must be a diagonal with the structure of params"
             )
     means, small, big = [], 0.0, 0.0
-    for g, p in zip(leaves, pleaves):
+    for g, p, a in zip(leaves, pleaves, axes):
         gf = g.astype(jnp.promote_types(g.dtype, jnp.float32))  # accumulate bf16/fp16 in f32
-        total, total_sq = _sum_pair(gf, jnp.square(gf), (axis % g.ndim,))
+        total, total_sq = _sum_pair(gf, jnp.square(gf), (a % g.ndim,))
         mean, msq = total / k, total_sq / k
         means.append(mean.astype(g.dtype))
         w = 1.0 if p is None else jnp.square(p)
@@ -272,240 +321,7 @@ def per_example_grads(loss_fn: Callable[..., jax.Array], params: PyTree, *batch)
     return jax.vmap(jax.grad(loss_fn), in_axes=(None,) + (0,) * len(batch))(params, *batch)
 
 
-# ---------------------------------------------------------------------------
-# Pre-conditioner from an optax optimizer state
-# ---------------------------------------------------------------------------
-
-
-def _optax_types(*names: str) -> tuple[type, ...]:
-    out = []
-    for n in names:
-        t = getattr(optax, n, None)
-        if t is None:
-            t = getattr(optax._src.transform, n, None)  # pylint: disable=protected-access
-        if isinstance(t, type):
-            out.append(t)
-    return tuple(out)
-
-
-_IDENTITY_STATES = _optax_types(
-    "EmptyState",
-    "TraceState",
-    "ScaleByScheduleState",
-    "ScaleState",
-    "AddDecayedWeightsState",
-    "ClipState",
-    "ClipByGlobalNormState",
-    "AddNoiseState",
-    "EmaState",
-    "ZeroNansState",
-    "NonNegativeParamsState",
-    "MonitorState",
-    "SnapshotState",
-    "AdaptiveGradClipState",
-)
-_NOT_DERIVABLE = _optax_types(
-    "ScaleByLionState",
-    "FactoredState",
-    "ScaleBySM3State",
-    "ScaleByNovogradState",
-    "ScaleByAdanState",
-    "ScaleByTrustRatioState",
-    "ScaleByRpropState",
-    "ScaleByLBFGSState",
-    "ScaleByAdaDeltaState",
-    "ScaleByBacktrackingLinesearchState",
-    "ScaleByZoomLinesearchState",
-    "ScaleByDistanceOverGradientsState",
-    "ScaleByOptimisticGradientState",
-)
-_PARTIAL = _optax_types("MaskedState", "MultiTransformState", "PartitionState")
-
-_ADAM = _optax_types("ScaleByAdamState")
-_AMSGRAD = _optax_types("ScaleByAmsgradState")
-_BELIEF = _optax_types("ScaleByBeliefState")
-_RSS = _optax_types("ScaleByRssState")
-_RMS = _optax_types("ScaleByRmsState", "ScaleByRmsWithCountState")
-_RSTD = _optax_types("ScaleByRStdDevState", "ScaleByRStdDevWithCountState")
-
-
-def _hp(hyper: dict, name: str, override, default: float):
-    if override is not None:
-        return override
-    if name in hyper:
-        return hyper[name]
-    return default
-
-
-def _bias_corr(count, decay):
-    """``1 - decay**count``, with 1 where ``count == 0`` (no update seen yet)."""
-    c = jnp.asarray(count, jnp.float32)
-    return jnp.where(c > 0, 1.0 - jnp.asarray(decay, jnp.float32) ** c, 1.0)
-
-
-def _with_count(count, p_tree):
-    """Before the first update the second moments are empty: use ``P = I``."""
-    started = jnp.asarray(count) > 0
-    return jax.tree.map(lambda p: jnp.where(started, p, jnp.ones_like(p)), p_tree)
-
-
-def _diag_from(state, hyper: dict, eps, b2) -> PyTree:
-    """The diagonal ``P`` of one optax state, mirroring optax 0.2.x default updates."""
-    if isinstance(state, _ADAM):  # adam, adamw, nadam, ...: m_hat / (sqrt(nu_hat + eps_root) + eps)
-        e = _hp(hyper, "eps", eps, 1e-8)
-        er = hyper.get("eps_root", 0.0)
-        bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
-        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc + er) + e), state.nu))
-    if isinstance(state, _AMSGRAD):
-        e = _hp(hyper, "eps", eps, 1e-8)
-        er = hyper.get("eps_root", 0.0)
-        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n + er) + e), state.nu_max))
-    if isinstance(state, _BELIEF):  # adabelief: nu already contains eps_root
-        e = _hp(hyper, "eps", eps, 1e-16)
-        bc = _bias_corr(state.count, _hp(hyper, "b2", b2, 0.999))
-        return _with_count(state.count, jax.tree.map(lambda n: 1.0 / (jnp.sqrt(n / bc) + e), state.nu))
-    if isinstance(state, _RSS):  # adagrad
-        e = _hp(hyper, "eps", eps, 1e-7)
-        return jax.tree.map(lambda t: jnp.where(t > 0, jax.lax.rsqrt(t + e), 0.0), state.sum_of_squares)
-    if isinstance(state, _RMS):  # rmsprop (eps_in_sqrt=True, optax's default)
-        e = _hp(hyper, "eps", eps, 1e-8)
-        if "count" in state._fields:
-            bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
-            return jax.tree.map(lambda n: jax.lax.rsqrt(n / bc + e), state.nu)
-        return jax.tree.map(lambda n: jax.lax.rsqrt(n + e), state.nu)
-    if isinstance(state, _RSTD):  # centred rmsprop
-        e = _hp(hyper, "eps", eps, 1e-8)
-        if "count" in state._fields:
-            bc = _bias_corr(state.count, _hp(hyper, "decay", b2, 0.9))
-            return jax.tree.map(
-                lambda m, n: jax.lax.rsqrt(n / bc - jnp.square(m / bc) + e), state.mu, state.nu
-            )
-        return jax.tree.map(lambda m, n: jax.lax.rsqrt(n - jnp.square(m) + e), state.mu, state.nu)
-    raise AssertionError(type(state))
-
-
-_DIAG = _ADAM + _AMSGRAD + _BELIEF + _RSS + _RMS + _RSTD
-
-
-def _is_namedtuple(x) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "_fields")
-
-
-def _collect(state, hyper: dict, eps, b2, found: list, path: str) -> None:
-    inj = _optax_types("InjectHyperparamsState", "InjectStatefulHyperparamsState")
-    if isinstance(state, PGNSWrapperState):
-        _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
-    elif isinstance(state, PGNSState):
-        return
-    elif inj and isinstance(state, inj):
-        hp = dict(hyper)
-        hp.update({k: v for k, v in state.hyperparams.items()})
-        _collect(state.inner_state, hp, eps, b2, found, path + ".inner_state")
-    elif isinstance(state, _optax_types("MultiStepsState")):
-        _collect(state.inner_opt_state, hyper, eps, b2, found, path + ".inner_opt_state")
-    elif isinstance(
-        state, _optax_types("ApplyIfFiniteState", "ConditionallyTransformState", "ConditionallyMaskState")
-    ):
-        _collect(state.inner_state, hyper, eps, b2, found, path + ".inner_state")
-    elif isinstance(state, _optax_types("LookaheadState")):
-        _collect(state.fast_state, hyper, eps, b2, found, path + ".fast_state")
-    elif isinstance(state, _DIAG):
-        found.append((path, type(state).__name__, _diag_from(state, hyper, eps, b2)))
-    elif isinstance(state, _IDENTITY_STATES):
-        return
-    elif isinstance(state, _NOT_DERIVABLE):
-        raise ValueError(
-            f"cannot derive a diagonal pre-conditioner P from optimizer state {type(state).__name__} "
-            f"at opt_state{path}: this optimizer is not pre-conditioned SGD (App. A.1). Pass "
-            "preconditioner='identity' to use the plain gradient noise scale, or a callable "
-            "(inner_state, params) -> P"
-        )
-    elif isinstance(state, _PARTIAL):
-        inner: list = []
-        _collect(
-            tuple(x for x in state if _is_namedtuple(x) or isinstance(x, (tuple, list, dict))),
-            hyper,
-            eps,
-            b2,
-            inner,
-            path,
-        )
-        if not inner:
-            return  # nothing pre-conditioned inside the mask/partition
-        raise ValueError(
-            f"cannot derive a pre-conditioner through {type(state).__name__} at opt_state{path} "
-            "(it applies different transforms to different parameters); pass an explicit "
-            "preconditioner callable"
-        )
-    elif _is_namedtuple(state):
-        if any(hasattr(leaf, "shape") and getattr(leaf, "ndim", 0) > 0 for leaf in jax.tree.leaves(state)):
-            raise ValueError(
-                f"unknown optimizer state {type(state).__name__} at opt_state{path} holds per-parameter "
-                "arrays, so its pre-conditioner cannot be derived; pass preconditioner='identity' or a "
-                "callable (inner_state, params) -> P"
-            )
-    elif isinstance(state, (tuple, list)):
-        for i, s in enumerate(state):
-            _collect(s, hyper, eps, b2, found, f"{path}[{i}]")
-    elif isinstance(state, dict):
-        for k, s in state.items():
-            _collect(s, hyper, eps, b2, found, f"{path}[{k!r}]")
-    elif state is None:
-        return
-    else:
-        raise TypeError(f"opt_state{path} is not an optax state (got {type(state).__name__})")
-
-
-def preconditioner(opt_state, *, eps: float | None = None, b2: float | None = None) -> Preconditioner:
-    """The diagonal pre-conditioner ``P`` of Eq 3.2, read from an optax optimizer's state.
-
-    Footnote 3 / App. A.1: adaptive optimizers are SGD (with momentum) applied to
-    ``P g``.  Supported, mirroring optax's update rules with default options:
-
-    ==========================  ===================================================
-    optimizer (optax state)     ``P``
-    ==========================  ===================================================
-    sgd, sgd+momentum (Trace)   ``None`` (identity: momentum does not precondition)
-    adam / adamw / nadam        ``1 / (sqrt(nu / (1 - b2^t) + eps_root) + eps)``
-    amsgrad                     ``1 / (sqrt(nu_max + eps_root) + eps)``
-    adabelief                   ``1 / (sqrt(s / (1 - b2^t)) + eps)``
-    adagrad (ScaleByRss)        ``rsqrt(sum g^2 + eps)`` (0 where the sum is 0)
-    rmsprop (ScaleByRms)        ``rsqrt(nu + eps)``; centred: ``rsqrt(nu - mu^2 + eps)``
-    ==========================  ===================================================
-
-    Hyper-parameters are read from ``inject_hyperparams`` states when present,
-    else ``eps``/``b2`` given here, else optax's defaults.  Before the first
-    update (``count == 0``) Adam-type states give ``P = I``.  Wrappers
-    (``inject_hyperparams``, ``MultiSteps``, ``apply_if_finite``, lookahead,
-    :func:`with_pgns`) are looked through.
-
-    Returns:
-      A pytree with the structure of params, or ``None`` (identity) if the state
-      has no pre-conditioning component.
-
-    Only *stateful* components can be seen: stateless per-layer rescalings (the
-    trust ratio of LAMB/LARS, gradient clipping) are not part of ``P``.
-
-    Raises:
-      ValueError: for optimizers whose update is not a fixed diagonal
-        pre-conditioning of the gradient (lion, adafactor, SM3, novograd, LAMB/LARS
-        trust ratios, L-BFGS, ...), for masked/partitioned optimizers, for unknown
-        states holding per-parameter arrays, and when two pre-conditioners are found.
-    """
-    found: list = []
-    _collect(opt_state, {}, eps, b2, found, "")
-    if not found:
-        return None
-    if len(found) > 1:
-        where = ", ".join(f"{name} at opt_state{p}" for p, name, _ in found)
-        raise ValueError(
-            f"ambiguous pre-conditioner: found {len(found)} ({where}); "
-            "pass an explicit preconditioner callable"
-        )
-    return found[0][2]
-
-
-_derive_preconditioner = preconditioner  # with_pgns's argument of the same name shadows it
+_derive = precond.derive  # with_pgns's argument ``preconditioner`` shadows the function
 
 
 # ---------------------------------------------------------------------------
@@ -547,6 +363,10 @@ class PGNSWrapperState(NamedTuple):
     pgns: PGNSState
 
 
+precond.LOOK_THROUGH[PGNSWrapperState] = "inner_state"
+precond.SKIP.append(PGNSState)
+
+
 def _init_pgns(params, differenced: bool) -> PGNSState:
     z = jnp.zeros([], jnp.float32)
     prev = jax.tree.map(jnp.zeros_like, params) if differenced else ()
@@ -572,7 +392,7 @@ def _update_pgns(
     decay: float,
     differenced: bool,
     warmup: int = 0,
-    axis: int = 0,
+    axis: Axis = 0,
 ):
     """Fold one step's micro-batch gradients into the smoothed statistics."""
     k = _stack_size(grads, "updates (stacked micro-batch gradients)", axis)
@@ -587,7 +407,10 @@ def _update_pgns(
         valid = jnp.asarray(True)
         biased = jnp.asarray(False)
     elif differenced:
-        mean = jax.tree.map(lambda g: jnp.mean(g, axis=axis), grads)
+        treedef = jax.tree.structure(grads)
+        mean = jax.tree.unflatten(
+            treedef, [jnp.mean(g, axis=a) for g, a in zip(jax.tree.leaves(grads), _leaf_axes(grads, axis))]
+        )
         stats = differenced_stats(state.prev_grad, mean, b, precond)
         valid = state.has_prev
         biased = jnp.asarray(True)
@@ -636,7 +459,7 @@ def track_pgns(
     preconditioner: Preconditioner | str = None,
     decay: float = 0.95,
     differenced: bool = True,
-    microbatch_axis: int = 0,
+    microbatch_axis: Axis = 0,
 ) -> optax.GradientTransformationExtraArgs:
     """Optax transform that estimates the PGNS (Eq 3.2) and averages micro-batch gradients.
 
@@ -709,8 +532,9 @@ def with_pgns(
     differenced: bool = True,
     eps: float | None = None,
     b2: float | None = None,
+    hyperparams: dict | None = None,
     warmup: int = 10,
-    microbatch_axis: int = 0,
+    microbatch_axis: Axis = 0,
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap an optax optimizer so that each update also estimates its PGNS (Eq 3.2).
 
@@ -733,10 +557,14 @@ def with_pgns(
     Args:
       inner: any optax optimizer.
       microbatch_size: examples per micro-batch (or pass ``microbatch_size=`` to update).
-      preconditioner: ``'auto'`` (derive from ``inner``'s state; raises ValueError at
-        ``init`` if it cannot), ``'identity'``, or a callable ``(inner_state, params) -> P``.
+      preconditioner: ``'auto'`` (derive from ``inner``'s state with the hyper-parameters
+        ``inner`` was built with, :func:`preconditioner`; raises ValueError at ``init``
+        if it cannot, naming what is missing), ``'identity'``, or a callable
+        ``(inner_state, params) -> P``.
       decay, differenced, microbatch_axis: as in :func:`track_pgns`.
-      eps, b2: override optax's default ``eps``/``b2`` when deriving ``P``.
+      eps, b2, hyperparams: explicit values of the hyper-parameters ``P`` depends on
+        (``b2``, ``eps``, ``eps_root``, ``decay``, ``eps_in_sqrt``), for optimizers whose
+        values cannot be read from ``inner``; they override what is read.
       warmup: number of initial updates whose statistics are discarded.  An
         adaptive optimizer's ``P`` built from its first few squared gradients is
         extreme (Adam's ``nu`` from one gradient gives ``P ~ 1/|g_i|``), and such
@@ -753,18 +581,20 @@ def with_pgns(
         else callable(preconditioner)
     ):
         raise ValueError(f"preconditioner must be 'auto', 'identity' or a callable, got {preconditioner!r}")
+    explicit = precond.check_explicit(hyperparams, eps, b2)
+    read = precond.optimizer_hyperparams(inner) if preconditioner == "auto" else []
     inner = optax.with_extra_args_support(inner)
 
     def get_p(inner_state, params):
         if preconditioner == "identity":
             return None
         if preconditioner == "auto":
-            return _derive_preconditioner(inner_state, eps=eps, b2=b2)
+            return _derive(inner_state, explicit, read)
         return preconditioner(inner_state, params)
 
     def init_fn(params):
         inner_state = inner.init(params)
-        get_p(inner_state, params)  # fail early, outside jit, if P cannot be derived
+        jax.eval_shape(get_p, inner_state, params)  # fail early, outside jit, if P cannot be derived
         return PGNSWrapperState(inner_state, _init_pgns(params, differenced))
 
     def update_fn(updates, state, params=None, *, microbatch_size=microbatch_size, **extra):

@@ -142,7 +142,7 @@ def test_adam_preconditioned_estimator_matches_exact():
     state, _ = jax.jit(lambda s, ks: jax.lax.scan(body, s, ks))(
         state, jax.random.split(jax.random.PRNGKey(3), 300)
     )
-    p = px.preconditioner(state.inner_state)
+    p = px.preconditioner(state, inner)
     peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
     phi_exact_p = float(px.noise_scale(px.exact_stats(peg, p)))
     phi_exact_i = float(px.noise_scale(px.exact_stats(peg)))
@@ -217,25 +217,28 @@ def test_adam_and_adamw_preconditioner():
     for opt in (optax.adam(1e-3), optax.adamw(1e-3, weight_decay=1e-2)):
         st = _stepped(opt)
         adam = st[0]
-        p = px.preconditioner(st)
+        p = px.preconditioner(st, opt)
         expect = jax.tree.map(lambda n: 1 / (jnp.sqrt(n / (1 - 0.999**2)) + 1e-8), adam.nu)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), p, expect)
     # Before any update: identity-like (all ones).
-    p0 = px.preconditioner(optax.adam(1e-3).init(PARAMS))
+    p0 = px.preconditioner(optax.adam(1e-3).init(PARAMS), optax.adam(1e-3))
     assert all(np.all(np.asarray(x) == 1) for x in jax.tree.leaves(p0))
 
 
 def test_adagrad_and_rmsprop_preconditioner():
-    st = _stepped(optax.adagrad(0.1))
-    p = px.preconditioner(st)
+    opt = optax.adagrad(0.1)
+    st = _stepped(opt)
+    p = px.preconditioner(st, opt)
     jax.tree.map(
         lambda a, s: np.testing.assert_allclose(a, 1 / np.sqrt(s + 1e-7), rtol=1e-5), p, st[0].sum_of_squares
     )
-    st = _stepped(optax.rmsprop(0.1))
-    p = px.preconditioner(st)
+    opt = optax.rmsprop(0.1)
+    st = _stepped(opt)
+    p = px.preconditioner(st, opt)
     jax.tree.map(lambda a, n: np.testing.assert_allclose(a, 1 / np.sqrt(n + 1e-8), rtol=1e-5), p, st[0].nu)
-    st = _stepped(optax.rmsprop(0.1, centered=True))
-    p = px.preconditioner(st)
+    opt = optax.rmsprop(0.1, centered=True)
+    st = _stepped(opt)
+    p = px.preconditioner(st, opt)
     jax.tree.map(
         lambda a, m, n: np.testing.assert_allclose(a, 1 / np.sqrt(n - m * m + 1e-8), rtol=1e-4),
         p,
@@ -247,15 +250,15 @@ def test_adagrad_and_rmsprop_preconditioner():
 def test_preconditioner_reads_injected_hyperparams_and_wrappers():
     opt = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3, b2=0.9, eps=1e-3)
     st = _stepped(opt)
-    p = px.preconditioner(st)
+    p = px.preconditioner(st)  # every value P needs is in the injected state
     nu = st.inner_state[0].nu
     jax.tree.map(
         lambda a, n: np.testing.assert_allclose(a, 1 / (np.sqrt(n / (1 - 0.81)) + 1e-3), rtol=1e-5), p, nu
     )
-    assert px.preconditioner(_stepped(optax.MultiSteps(optax.adam(1e-3), 2))) is not None
-    assert (
-        px.preconditioner(_stepped(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3)))) is not None
-    )
+    multi = optax.MultiSteps(optax.adam(1e-3), 2)
+    assert px.preconditioner(_stepped(multi), multi) is not None
+    chained = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    assert px.preconditioner(_stepped(chained), chained) is not None
 
 
 @pytest.mark.parametrize("opt", [optax.lion(1e-3), optax.adafactor(1e-3), optax.novograd(1e-3)])
