@@ -645,12 +645,12 @@ def run_trials(
     which may sum in another order, so a step may differ by float32 rounding, and that
     difference is carried forward like any perturbation of the iterate (Eq 5.2): it stays
     at rounding level where the iteration contracts and drifts along flat directions
-    (MF's rescaling ``L Q``, ``Q⁻¹ R``). They are bit-identical when no batched reduction
+    (MF's rotations ``L Q``, ``Qᵀ R``, ``Q`` orthogonal, leave its ridge loss unchanged). They are bit-identical when no batched reduction
     enters the iteration: the unperturbed QP, element-wise fixed-point maps under
     element-wise hooks (tested). Measured over 3 keys × 30 steps
     (``benchmarks/trials_vs_run.py``), as ``max |trial − run| / max |run|`` per leaf: QP
     (4-d and 50-d) and MLR under Gaussian, adversarial, reset, SCAR-failure and SSP hooks
-    ≤ 2e-7 for the parameters and ≤ 2e-6 for the trace (up to ~700 ulp on entries near
+    ≤ 2e-7 for the parameters and ≤ 2e-6 for the trace (up to ~750 ulp on entries near
     0); MF (ALS) ≤ 3e-4 for the factors, ≤ 3e-6 for the loss. ``tests/test_core.py``
     asserts identical discrete outcomes and ≤ 1e-5 for the QP and MLR.
 
