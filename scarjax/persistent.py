@@ -851,6 +851,12 @@ def run(
     save is found damaged at recovery, the previous one is used (with a
     :class:`CheckpointWarning`) and the in-memory cache is reset to what is on disk.
 
+    Hooks scheduled for given steps (``when=k``, ``at``, ``every`` / ``with_probability``
+    with a start: any :attr:`scarjax.hooks.Hook.events`) are refused, naming ``hooks``:
+    the segments restart their hooks, so such a hook would fire once per segment at a
+    segment-relative step instead of once at ``k``. Step-independent hooks (``always``,
+    an unstarted ``with_probability``) are accepted.
+
     Events must fall inside the run: a fixed failure ``failure.at >= steps`` or a
     checkpoint interval ``round(fraction·period) >= steps`` raises ``ValueError`` (it
     would never happen). A ``failure.geometric`` draw at or after ``steps`` means no
@@ -880,6 +886,16 @@ def run(
         if isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1:
             raise ValueError(f"segment must be an int >= 1 or None, got {segment!r}")
     _check_keep(keep)
+    from scarjax.hooks import flatten_hooks
+
+    scheduled = [(h.name, arg, k) for h in flatten_hooks(hooks) for arg, k in h.events]
+    if scheduled:
+        name, arg, k = scheduled[0]
+        raise ValueError(
+            f"hooks: hook {name!r} is scheduled for a given step ({arg}={k}); the persistent driver "
+            "restarts hooks in every segment, so it would fire at a segment-relative step, not once "
+            "at that step. Use step-independent hooks here (always, an unstarted with_probability)"
+        )
     # Event iterations: every scheduled event must fall inside the run.
     save_at = []
     if checkpoint.period is not None:

@@ -618,3 +618,18 @@ def test_driver_refuses_events_after_the_last_step(mlr_problem, tmp_path):
     with pytest.raises(ValueError, match=r"directory '.*' exists and is not a directory"):
         (tmp_path / "file").write_text("x")
         PS.run(alg, part, specs["full"], 16, 0, tmp_path / "file")
+
+
+def test_run_refuses_step_scheduled_hooks(tmp_path):
+    """A hook scheduled for step k would fire once per segment (hooks restart there), so the
+    driver refuses it, naming ``hooks``; nothing is written."""
+    from scarjax import hooks as H
+    from scarjax.models import quadratic
+
+    qp = quadratic.fig53_problem()
+    s0 = jax.eval_shape(lambda: qp.init(jax.random.key(0), qp.data))
+    part = P.by_element(s0, num_servers=2, key=0)
+    with pytest.raises(ValueError, match="hooks: hook .* scheduled"):
+        PS.run(qp, part, ck.Checkpoint("full", 1.0, 4), 12, 0, tmp_path / "s",
+               hooks=H.gaussian(0.1, when=9))
+    assert not (tmp_path / "s").exists()
