@@ -29,18 +29,47 @@ def median_time(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> flo
     return statistics.median(times)
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
-    """Median times of several functions measured in interleaved rounds (A B A B …), so
-    that machine noise hits all of them alike; each is warmed up (compiled) first."""
+def interleaved_samples(fns: dict[str, Callable[[], Any]], rounds: int = 5, warmup: int = 1) -> dict[str, list[float]]:
+    """Wall times of several functions measured in interleaved rounds (A B C A B C …), so
+    that machine noise hits all of them alike; each is run ``warmup`` times first (compile).
+    Returns every sample, so callers can form per-round ratios."""
     for fn in fns.values():
-        block(fn())
+        for _ in range(warmup):
+            block(fn())
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for k, fn in fns.items():
             t0 = time.perf_counter()
             block(fn())
             samples[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return samples
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
+    """Median times of several functions measured in interleaved rounds (A B A B …), so
+    that machine noise hits all of them alike; each is warmed up (compiled) first."""
+    return {k: statistics.median(v) for k, v in interleaved_samples(fns, repeats).items()}
+
+
+def ratios(samples: dict[str, list[float]], baseline: str) -> dict[str, dict[str, float]]:
+    """Per variant: ``ratio_min`` (its fastest round over the baseline's fastest round) and
+    ``ratio_median`` (the median over rounds of the ratio within the same round)."""
+    base = samples[baseline]
+    out = {}
+    for k, v in samples.items():
+        out[k] = {
+            "ratio_min": min(v) / min(base),
+            "ratio_median": statistics.median(a / b for a, b in zip(v, base)),
+        }
+    return out
+
+
+def loadavg() -> float | None:
+    """The 1-minute load average (``os.getloadavg``), or ``None`` where it does not exist."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def environment() -> dict:

@@ -1,18 +1,22 @@
 """Pollux benchmarks, measured side by side in one run; prints JSON.
 
-1. PGNS overhead: an Adam step on the mean gradient of a batch of ``K*b`` examples
-   (plain) vs the same step through ``with_pgns`` on ``K`` stacked micro-batch
-   gradients (``vmap(grad)``), MLR (digits, 650 parameters; MNIST-5k, 7,850), the small CNN.  Target: <= 10% with K=8 on MLR.
-   Both stackings: micro-batch axis first (``vmap``'s default) and last
-   (``vmap(..., out_axes=-1)`` with ``with_pgns(..., microbatch_axis=-1)``, ``*_axis_last``).
-   Also the same ``vmap(grad)`` + mean + Adam without the statistics, to separate the
-   cost of per-micro-batch gradients from that of the PGNS statistics (XLA may fuse
-   ``mean(vmap(grad))`` back into one full-batch gradient), and the data-parallel
-   baseline whose ``K`` replica gradients are materialised (as on ``K`` devices before the
-   all-reduce): ``overhead_vs_replica_grads`` is the cost of the statistics alone.
-   MLR is timed twice: with XLA's default thread pools (all cores) and in a subprocess
-   pinned to one core (``pgns_overhead_one_core``), which separates the estimator's own
-   cost from the multi-threaded runtime's per-kernel dispatch.
+1. PGNS overhead (``pgns_overhead``, summarised in ``pgns_overhead_table``): the per-step
+   cost of an Adam step through ``with_pgns`` on ``K=8`` stacked micro-batch gradients of
+   ``b=32`` examples over the plain Adam step on the mean gradient of the same ``K*b``
+   examples, on four MNIST-5k models (``scarjax.pollux._problems``): multinomial logistic
+   regression (7,850 parameters), an MLP 784-256-256-10 (269k), the thesis's CNN
+   (``scarjax.models.cnn``, 14k) and a model with layers of different shapes (conv, wide,
+   narrow, layer norm; 416k).  Variants: the micro-batch axis first (``vmap``'s default),
+   last (``out_axes=-1``) and per leaf (``microbatch_axes``); the stacked gradients without
+   the statistics (``stacked_grads_axis_*``: the cost of per-micro-batch gradients alone,
+   which data-parallel replicas have anyway); and gradient accumulation over the micro-batches
+   (``plain_accum``), the other way to take the plain step.  Every variant runs ``n`` steps
+   per call in one ``lax.scan``; calls are interleaved over rounds; ``ratio_min`` is the
+   fastest round over the plain step's fastest, ``ratio_median`` the median same-round
+   ratio; the load average is recorded.  ``breakdown_ms`` times the pieces alone (full
+   gradient, stacked gradients, statistics, ``P``, Adam) and ``profile`` lists the most
+   expensive XLA ops of one step (``jax.profiler``).  MLR and the MLP are also timed in a
+   subprocess pinned to one core (``pgns_overhead_one_core``).
 2. AdaptDL (petuum/adaptdl 0.2.11, ``adaptdl.goodput``) vs scarjax on the same data:
    ``fit_perf_params`` vs :func:`scarjax.pollux.fit_throughput` (time, prediction error)
    and ``GoodputFunction.optimize`` vs :func:`scarjax.pollux.optimize_batch_size`
@@ -24,7 +28,9 @@
 AdaptDL needs an old NumPy (``np.int``/``np.float``), so it lives in its own virtualenv
 (:func:`setup_adaptdl_venv`, default ``/tmp/adaptdl-venv``) and is driven through a
 subprocess running ``benchmarks/adaptdl/run_adaptdl.py``; it is never a dependency of
-scarjax.  Usage: ``python benchmarks/bench_pollux.py [--no-adaptdl] [--no-overhead] [--measured PATH]``.
+scarjax.  Usage: ``python benchmarks/bench_pollux.py [--quick] [--no-adaptdl] [--no-overhead]
+[--models mlr_mnist,mlp_mnist,cnn_mnist,mixed_mnist] [--rounds N] [--no-one-core] [--no-profile]
+[--measured PATH]`` (``--quick``: 5 rounds of shorter calls, the same table).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 ADAPTDL_VENV = Path(os.environ.get("ADAPTDL_VENV", "/tmp/adaptdl-venv"))
 ADAPTDL_PINS = [
     "torch==2.13.0",
@@ -69,107 +76,265 @@ def setup_adaptdl_venv(path: Path = ADAPTDL_VENV) -> Path:
 
 # ----------------------------------------------------------------------------- 1. overhead
 
+OVERHEAD_MODELS = ("mlr_mnist", "mlp_mnist", "cnn_mnist", "mixed_mnist")
 
-def bench_overhead(
-    k: int = 8, b: int = 32, reps: int = 300, rounds: int = 7, problems=("mlr", "mlr_mnist", "cnn")
-) -> dict:
+
+def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
+    """Jitted ``n``-step training runs (``lax.scan``; micro-batches sampled inside) whose
+    per-step cost is compared.  Adam(1e-3) everywhere; every run applies the same update
+    (the mean gradient of ``k * b`` examples).
+
+    * ``plain``: one gradient of the ``k*b`` batch (the step without PGNS);
+    * ``plain_accum``: the same mean gradient by accumulation over ``k`` micro-batches
+      (``lax.scan``; Pollux's ``s`` accumulation steps), the other step without PGNS;
+    * ``pgns_axis_first`` / ``_last`` / ``_auto``: ``vmap(grad)`` over the ``k``
+      micro-batches stacked on axis 0, on axis -1, or per leaf
+      (:func:`scarjax.pollux.microbatch_axes`), through ``with_pgns``;
+    * ``stacked_grads_axis_*``: the same stacked gradients averaged (the variadic reduction
+      ``with_pgns`` uses, without the statistics) and Adam: the cost of per-micro-batch
+      gradients alone, separated from the statistics.
+    """
     import jax
+    import jax.numpy as jnp
     import optax
 
     from scarjax import pollux as px
+    from scarjax.pollux import _problems, pgns
+
+    adam = optax.adam(1e-3)
+    grad = jax.grad(prob.loss)
+    axes = {"first": 0, "last": -1, "auto": px.microbatch_axes(prob.params)}
+
+    def sample(key):
+        return _problems.sample_microbatches(key, prob.x, prob.y, k, b)
+
+    def scan_run(step):
+        def run(params, state, key):
+            def body(c, key):
+                return step(*c, *sample(key)), None
+
+            return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
+
+        return jax.jit(run)
+
+    def plain(p, s, xb, yb):
+        u, s = adam.update(grad(p, xb.reshape(k * b, *xb.shape[2:]), yb.reshape(k * b)), s, p)
+        return optax.apply_updates(p, u), s
+
+    def accum(p, s, xb, yb):
+        def body(tot, mb):
+            return jax.tree.map(jnp.add, tot, grad(p, *mb)), None
+
+        tot, _ = jax.lax.scan(body, jax.tree.map(jnp.zeros_like, p), (xb, yb))
+        u, s = adam.update(jax.tree.map(lambda t: t / k, tot), s, p)
+        return optax.apply_updates(p, u), s
+
+    def with_pgns_step(axis):
+        opt = px.with_pgns(adam, microbatch_size=b, microbatch_axis=axis)
+
+        def step(p, s, xb, yb):
+            u, s = opt.update(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb), s, p)
+            return optax.apply_updates(p, u), s
+
+        return step, opt.init(prob.params)
+
+    def stacked_only(axis):
+        def step(p, s, xb, yb):
+            gk = jax.lax.optimization_barrier(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb))
+            leaves, tree = jax.tree.flatten(gk)
+            pairs = [pgns._sum_pair(g, jnp.square(g), (a % g.ndim,)) for g, a in zip(leaves, pgns._leaf_axes(gk, axis))]
+            # Keep the sum of squares alive (one element of each): a plain `sum` over the
+            # micro-batch axis alone is 20-30x slower on XLA:CPU (see _microbatch_mean_stats).
+            keep = sum(q.reshape(-1)[0] for _, q in pairs)
+            u, s = adam.update(jax.tree.unflatten(tree, [t / k for t, _ in pairs]), s, p)
+            p = optax.apply_updates(p, u)
+            first = jax.tree.leaves(p)[0]
+            return jax.tree.unflatten(jax.tree.structure(p), [first + 0 * keep] + jax.tree.leaves(p)[1:]), s
+
+        return step
+
+    s0 = adam.init(prob.params)
+    runs = {"plain": (scan_run(plain), s0), "plain_accum": (scan_run(accum), s0)}
+    for name, axis in axes.items():
+        step, st = with_pgns_step(axis)
+        runs[f"pgns_axis_{name}"] = (scan_run(step), st)
+    for name, axis in axes.items():
+        runs[f"stacked_grads_axis_{name}"] = (scan_run(stacked_only(axis)), s0)
+    return runs
+
+
+def _breakdown(prob, k: int, b: int, rounds: int) -> dict:
+    """Milliseconds of the pieces of one step, each jitted alone on fixed inputs (min over
+    interleaved rounds): the full-batch gradient, the stacked micro-batch gradients, the
+    statistics over them (mean and both sums), ``P`` from Adam's state, the Adam update."""
+    import jax
+    import optax
+
+    import _timing
+    from scarjax import pollux as px
+    from scarjax.pollux import _problems, pgns
+
+    adam = optax.adam(1e-3)
+    grad = jax.grad(prob.loss)
+    xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, k, b)
+    p = prob.params
+    st = adam.update(grad(p, xb[0], yb[0]), adam.init(p), p)[1]
+    P = px.preconditioner(st, adam)
+    fns = {
+        "grad_full_batch": (jax.jit(lambda p: grad(p, xb.reshape(k * b, *xb.shape[2:]), yb.reshape(-1))), (p,)),
+        "precond_from_adam_state": (jax.jit(lambda s: px.preconditioner(s, adam)), (st,)),
+        "adam_update": (jax.jit(lambda g, s: adam.update(g, s, p)), (jax.tree.map(lambda x: x, p), st)),
+    }
+    for name, axis in {"first": 0, "last": -1, "auto": px.microbatch_axes(p)}.items():
+        gk = jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb)
+        fns[f"grads_stacked_axis_{name}"] = (jax.jit(lambda p, a=axis: jax.vmap(grad, (None, 0, 0), a)(p, xb, yb)), (p,))
+        fns[f"stats_axis_{name}"] = (jax.jit(lambda g, a=axis: pgns._microbatch_mean_stats(g, k, b, P, a)), (gk,))
+    calls = {name: (lambda f=f, a=a: f(*a)) for name, (f, a) in fns.items()}
+    samples = _timing.interleaved_samples(calls, rounds)
+    return {name: 1e3 * min(v) for name, v in samples.items()}
+
+
+def profile_ops(prob, k: int, b: int, variants=("plain", "pgns_axis_first", "pgns_axis_auto"), n: int = 4, top: int = 12) -> dict:
+    """Per-op profile of single steps (``jax.profiler`` trace, Perfetto JSON): for each
+    variant, the thunks' total microseconds per step and the ``top`` most expensive XLA ops
+    with their output shape and the JAX operation they come from."""
+    import collections
+    import glob
+    import gzip
+    import re
+    import shutil
+    import tempfile
+
+    import jax
+
+    out = {}
+    runs = _overhead_variants(prob, k, b, n)
+    for v in variants:
+        f, st = runs[v]
+        key = jax.random.PRNGKey(1)
+        jax.block_until_ready(f(prob.params, st, key))
+        d = tempfile.mkdtemp(prefix="pgns_trace_")
+        try:
+            jax.profiler.start_trace(d, create_perfetto_trace=True)
+            for _ in range(3):
+                jax.block_until_ready(f(prob.params, st, key))
+            jax.profiler.stop_trace()
+            trace = json.load(gzip.open(glob.glob(f"{d}/**/perfetto_trace.json.gz", recursive=True)[0]))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        hlo = f.lower(prob.params, st, key).compile().as_text()
+        info = {}
+        for line in hlo.splitlines():
+            m = re.match(r"\s*(?:ROOT )?%([\w.-]+) = (\S+)", line)
+            if m:
+                op = re.search(r'op_name="([^"]*)"', line)
+                info[m.group(1)] = (m.group(2), op.group(1).split("/closed_call/")[-1] if op else "")
+        per = collections.defaultdict(float)
+        for e in events:
+            if e.get("ph") == "X" and e.get("name") in info:
+                per[e["name"]] += e.get("dur", 0.0)
+        steps = 3 * n
+        ops = sorted(per.items(), key=lambda kv: -kv[1])
+        ops = [(name, us) for name, us in ops if not info[name][0].startswith("(s32[]")]  # loop bodies
+        out[v] = {
+            "op_us_per_step_total": round(sum(us for name, us in ops if "while" not in name) / steps, 1),
+            "top_ops": [
+                {"op": name, "us_per_step": round(us / steps, 1), "shape": info[name][0], "from": info[name][1]}
+                for name, us in ops[:top]
+            ],
+        }
+    return out
+
+
+def bench_overhead(
+    k: int = 8,
+    b: int = 32,
+    rounds: int = 15,
+    target_s: float = 0.1,
+    problems=OVERHEAD_MODELS,
+    breakdown: bool = True,
+    profile: bool = False,
+) -> dict:
+    """Per-step cost of the PGNS step over the plain step, side by side (interleaved rounds;
+    each timed call runs ``n`` steps in one ``lax.scan``, ``n`` chosen so a call of the plain
+    step takes about ``target_s``).  Ratios: ``ratio_min`` = fastest round over the plain
+    step's fastest round, ``ratio_median`` = median over rounds of the same-round ratio;
+    both against ``plain`` and against the faster of ``plain``/``plain_accum``."""
+    import jax
+
+    import _timing
     from scarjax.pollux import _problems
 
     out = {}
     for name in problems:
         prob = getattr(_problems, name)()
-        n_reps = reps if name.startswith("mlr") else max(reps // 10, 20)
-        plain_opt = optax.adam(1e-3)
-        pgns_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b)
-        last_opt = px.with_pgns(optax.adam(1e-3), microbatch_size=b, microbatch_axis=-1)
-
-        def make_run(opt, microbatches, step_grads):
-            """Jitted ``n`` optimizer steps; ``step_grads(p, xb, yb)`` -> what ``opt`` takes."""
-
-            def run(params, state, key, n):
-                def body(c, key):
-                    p, s = c
-                    xb, yb = _problems.sample_microbatches(
-                        key, prob.x, prob.y, microbatches, k * b // microbatches
-                    )
-                    u, s = opt.update(step_grads(p, xb, yb), s, p)
-                    return (optax.apply_updates(p, u), s), None
-
-                return jax.lax.scan(body, (params, state), jax.random.split(key, n))[0]
-
-            return jax.jit(run, static_argnums=3)
-
-        grads_k = jax.vmap(jax.grad(prob.loss), (None, 0, 0))
-        grads_k_last = jax.vmap(jax.grad(prob.loss), (None, 0, 0), -1)  # micro-batch axis last
-
-        def mean0(g):
-            return jax.tree.map(lambda x: x.mean(0), g)
-
-        # plain: one gradient of the K*b batch; pgns: K stacked micro-batch gradients through
-        # with_pgns; vmap: the same micro-batch gradients averaged, no statistics; replicas:
-        # data-parallel baseline whose K replica gradients are materialised (as on K devices
-        # before the all-reduce) and averaged, no statistics.
-        fp = make_run(plain_opt, 1, lambda p, xb, yb: jax.grad(prob.loss)(p, xb[0], yb[0]))
-        fq = make_run(pgns_opt, k, grads_k)
-        fl = make_run(last_opt, k, grads_k_last)
-        fv = make_run(plain_opt, k, lambda p, xb, yb: mean0(grads_k(p, xb, yb)))
-        fr = make_run(plain_opt, k, lambda p, xb, yb: mean0(jax.lax.optimization_barrier(grads_k(p, xb, yb))))
-        sp, sq = plain_opt.init(prob.params), pgns_opt.init(prob.params)
-        runs = {
-            "plain": (fp, sp),
-            "pgns": (fq, sq),
-            "pgns_axis_last": (fl, last_opt.init(prob.params)),
-            "vmap": (fv, sp),
-            "replicas": (fr, sp),
-        }
-        for f, st in runs.values():  # compile
-            jax.block_until_ready(f(prob.params, st, jax.random.PRNGKey(0), n_reps))
-        times = {v: [] for v in runs}
-        for r in range(rounds):  # interleaved: every variant sees the same machine noise
-            key = jax.random.PRNGKey(r)
-            for v, (f, st) in runs.items():
-                t0 = time.perf_counter()
-                jax.block_until_ready(f(prob.params, st, key, n_reps))
-                times[v].append((time.perf_counter() - t0) / n_reps)
-        tp, tq, tv, tr = (times[v] for v in ("plain", "pgns", "vmap", "replicas"))
-        out[name] = {
+        load_start = _timing.loadavg()
+        probe = _overhead_variants(prob, k, b, 1)["plain"]
+        jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))  # compile
+        t0 = time.perf_counter()
+        jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))
+        n = int(max(2, min(400, round(target_s / max(time.perf_counter() - t0, 1e-6)))))
+        runs = _overhead_variants(prob, k, b, n)
+        key = jax.random.PRNGKey(1)  # the cost does not depend on which examples are drawn
+        calls = {v: (lambda f=f, s=s: f(prob.params, s, key)) for v, (f, s) in runs.items()}
+        samples = _timing.interleaved_samples(calls, rounds)
+        vs_plain = _timing.ratios(samples, "plain")
+        best_plain = "plain" if min(samples["plain"]) <= min(samples["plain_accum"]) else "plain_accum"
+        vs_best = _timing.ratios(samples, best_plain)
+        res = {
+            "parameters": int(sum(x.size for x in jax.tree.leaves(prob.params))),
             "microbatches": k,
             "microbatch_size": b,
-            "plain_step_s": float(np.min(tp)),
-            "pgns_step_s": float(np.min(tq)),
-            "overhead_ratio": float(np.min(tq) / np.min(tp)),
-            "overhead_ratio_median": float(np.median(np.array(tq) / np.array(tp))),
-            # with_pgns(..., microbatch_axis=-1) fed by vmap(grad, out_axes=-1)
-            "pgns_axis_last_step_s": float(np.min(times["pgns_axis_last"])),
-            "overhead_ratio_axis_last": float(np.min(times["pgns_axis_last"]) / np.min(tp)),
-            "overhead_ratio_axis_last_median": float(
-                np.median(np.array(times["pgns_axis_last"]) / np.array(tp))
-            ),
-            "microbatch_grads_only_step_s": float(np.min(tv)),
-            "microbatch_grads_only_ratio": float(np.min(tv) / np.min(tp)),
-            "stats_only_ratio": float(np.min(tq) / np.min(tv)),
-            # PGNS vs data-parallel training whose K replica gradients exist anyway: the
-            # cost of the statistics alone (Pollux's setting, Sec 3.2).
-            "replica_grads_step_s": float(np.min(tr)),
-            "overhead_vs_replica_grads": float(np.min(tq) / np.min(tr)),
-            "loadavg": os.getloadavg()[0],
+            "steps_per_call": n,
+            "rounds": rounds,
+            "faster_plain_step": best_plain,
+            "step_ms_min": {v: 1e3 * min(t) / n for v, t in samples.items()},
+            "ratio_vs_plain": vs_plain,
+            "ratio_vs_faster_plain": vs_best,
         }
+        if breakdown:
+            res["breakdown_ms"] = _breakdown(prob, k, b, max(5, rounds))
+        if profile:
+            res["profile"] = profile_ops(prob, k, b, n=min(n, 4))
+        res["loadavg"] = [load_start, _timing.loadavg()]
+        out[name] = res
     return out
 
 
-def bench_overhead_one_core(reps: int = 300, problems=("mlr", "mlr_mnist")) -> dict:
+def overhead_table(res: dict) -> list[dict]:
+    """One row per model and PGNS variant: min and median ratio to the plain step (and to
+    the faster plain step), with the load average during the model's measurement."""
+    rows = []
+    for model, r in res.items():
+        if not isinstance(r, dict) or "ratio_vs_plain" not in r:
+            continue
+        for v, q in r["ratio_vs_plain"].items():
+            if v.startswith("pgns") or v.startswith("stacked") or v == "plain_accum":
+                rows.append(
+                    {
+                        "model": model,
+                        "variant": v,
+                        "ratio_min": round(q["ratio_min"], 3),
+                        "ratio_median": round(q["ratio_median"], 3),
+                        "ratio_min_vs_faster_plain": round(r["ratio_vs_faster_plain"][v]["ratio_min"], 3),
+                        "ratio_median_vs_faster_plain": round(r["ratio_vs_faster_plain"][v]["ratio_median"], 3),
+                        "loadavg": r["loadavg"],
+                    }
+                )
+    return rows
+
+
+def bench_overhead_one_core(rounds: int = 15, target_s: float = 0.1, problems=("mlr_mnist", "mlp_mnist")) -> dict:
     """:func:`bench_overhead` in a subprocess pinned to one core before JAX starts (XLA then
-    sizes its thread pools for one core).  On a small step the multi-threaded runtime's
-    per-kernel dispatch, not arithmetic, dominates what the statistics add; this run
-    shows the estimator's own cost (and is the setting of one process per core)."""
+    sizes its thread pools for one core: the setting of one process per core).  On a small
+    step the multi-threaded runtime's per-kernel dispatch, not arithmetic, dominates what
+    the statistics add; this run shows the estimator's own cost."""
     code = (
         "import os, sys, json; os.sched_setaffinity(0, {0}); sys.path.insert(0, 'benchmarks'); "
         "import bench_pollux as b; "
-        f"print('@@' + json.dumps(b.bench_overhead(reps={int(reps)}, problems={tuple(problems)!r})))"
+        f"print('@@' + json.dumps(b.bench_overhead(rounds={int(rounds)}, target_s={float(target_s)}, "
+        f"problems={tuple(problems)!r}, breakdown=False)))"
     )
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
@@ -423,14 +588,30 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-adaptdl", action="store_true")
     ap.add_argument("--measured", default="results/pollux_throughput.json")
-    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and shorter calls (same table)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per model (default 15, quick 5)")
+    ap.add_argument("--models", default=",".join(OVERHEAD_MODELS), help="comma-separated overhead models")
     ap.add_argument("--no-overhead", action="store_true", help="skip the PGNS-overhead part")
+    ap.add_argument("--no-one-core", action="store_true", help="skip the one-core overhead run")
+    ap.add_argument("--no-profile", action="store_true", help="skip the per-op profile (jax.profiler trace)")
     args = ap.parse_args(argv)
-    out = {"loadavg_start": os.getloadavg()[0]}
+    rounds = args.rounds or (5 if args.quick else 15)
+    target = 0.03 if args.quick else 0.1
+    models = tuple(m for m in args.models.split(",") if m)
+    bad = sorted(set(models) - set(OVERHEAD_MODELS))
+    if bad:
+        ap.error(f"--models: unknown {bad}; choose from {list(OVERHEAD_MODELS)}")
+    out = {"loadavg_start": os.getloadavg()[0], "quick": bool(args.quick)}
     if not args.no_overhead:
-        out["pgns_overhead"] = bench_overhead(reps=args.reps)
-        if hasattr(os, "sched_setaffinity"):
-            out["pgns_overhead_one_core"] = bench_overhead_one_core(reps=args.reps)
+        out["pgns_overhead"] = bench_overhead(
+            rounds=rounds, target_s=target, problems=models, profile=not args.no_profile
+        )
+        out["pgns_overhead_table"] = overhead_table(out["pgns_overhead"])
+        if hasattr(os, "sched_setaffinity") and not args.no_one_core:
+            one = tuple(m for m in models if m in ("mlr_mnist", "mlp_mnist"))
+            if one:
+                out["pgns_overhead_one_core"] = bench_overhead_one_core(rounds=rounds, target_s=target, problems=one)
+                out["pgns_overhead_one_core_table"] = overhead_table(out["pgns_overhead_one_core"])
     if not args.no_adaptdl:
         try:
             py = setup_adaptdl_venv()
@@ -446,6 +627,7 @@ def main(argv=None) -> dict:
             md = measured_data(Path(args.measured))
             if md is not None:
                 out["adaptdl_measured"] = bench_vs_adaptdl(md, f"measured ({args.measured})", py)
+    out["loadavg_end"] = os.getloadavg()[0]
     print(json.dumps(out, indent=1))
     return out
 

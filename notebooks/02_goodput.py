@@ -44,7 +44,8 @@ print(prob.x.shape, jax.tree.map(jnp.shape, prob.params))
 
 # %%
 K, B = 8, 32
-opt = px.with_pgns(optax.adam(1e-2), microbatch_size=B)
+adam = optax.adam(1e-2)
+opt = px.with_pgns(adam, microbatch_size=B)
 params, state = prob.params, opt.init(prob.params)
 
 
@@ -60,24 +61,56 @@ for i in range(200):
     params, state = step(params, state, jax.random.PRNGKey(i))
 phi = float(px.pgns_from_state(state))
 
-# Exact reference from per-example gradients over the whole data set, same P.
-P = px.preconditioner(state.inner_state)
+# Exact reference from per-example gradients over the whole data set, same P. P depends on
+# Adam's b2/eps/eps_root, which optax does not keep in the state: pass the optimizer.
+P = px.preconditioner(state, adam)
 peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
 phi_exact = float(px.noise_scale(px.exact_stats(peg, P)))
 print(f"PGNS: running estimate {phi:.1f}, exact (per-example, same P) {phi_exact:.1f}")
 
 # %% [markdown]
-# On CPU, stacking the micro-batches on the **last** axis is faster (a dense layer's
-# per-micro-batch weight gradients then come out of one ordinary matrix product instead of
-# a batched one); tell the optimizer with `microbatch_axis=-1`. Same statistics:
+# `P` is never built from silently assumed hyper-parameters: without the optimizer (or an
+# `optax.inject_hyperparams` state, or explicit `hyperparams=`) it is refused, naming what is
+# missing. Coordinates whose second moment is still exactly 0 (an input that has been 0 in
+# every example so far, like MNIST's border pixels) get `P = 0` instead of Adam's `1/eps`,
+# which would swamp the statistics the first time a rare input is drawn.
 
 # %%
-opt_last = px.with_pgns(optax.adam(1e-2), microbatch_size=B, microbatch_axis=-1)
+try:
+    px.preconditioner(state)
+except ValueError as e:
+    print("ValueError:", str(e)[:100], "...")
+adamw = optax.adamw(1e-3, b2=0.9, eps=1e-2)
+w = {"w": jnp.ones(3)}
+_, st = adamw.update({"w": jnp.array([0.0, 1.0, 2.0])}, adamw.init(w), w)  # first input dead so far
+print(px.preconditioner(st, adamw))  # [0, 1/(1+eps), 1/(2+eps)]
+
+# %% [markdown]
+# To measure `phi` at fixed parameters (e.g. to validate the estimator, or at a checkpoint)
+# without touching the optimizer state, `estimate_pgns_at` averages many independent draws
+# of K micro-batches and reports a standard error, and the exact value when it is cheap:
+
+# %%
+est = px.estimate_pgns_at(
+    prob.loss, params, (prob.x, prob.y), microbatch_size=B, key=jax.random.PRNGKey(0),
+    draws=200, opt_state=state, optimizer=adam,
+)
+print(f"phi = {est.phi:.1f} +- {est.stderr:.1f} (exact {est.exact_phi:.1f})")
+
+# %% [markdown]
+# On CPU, the stacking axis of each leaf matters for speed (a narrow weight matrix's
+# per-micro-batch gradients are much faster with the micro-batch axis last);
+# `microbatch_axes` picks it per leaf, and the same tree goes to `vmap` and to the
+# optimizer. Same statistics:
+
+# %%
+axes = px.microbatch_axes(params)
+opt_axes = px.with_pgns(adam, microbatch_size=B, microbatch_axis=axes)
 xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, K, B)
 g_first = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
 g_last = jax.vmap(jax.grad(prob.loss), (None, 0, 0), out_axes=-1)(params, xb, yb)  # [..., K]
 print(px.microbatch_stats(g_first, B, P), px.microbatch_stats(g_last, B, P, microbatch_axis=-1))
-_ = opt_last.update(g_last, opt_last.init(params), params)
+_ = opt_axes.update(px.microbatch_grads(prob.loss, params, xb, yb, microbatch_axis=axes), opt_axes.init(params), params)
 
 # %% [markdown]
 # Optimizers whose update is not a diagonal pre-conditioning of the gradient are refused

@@ -369,3 +369,37 @@ def test_estimator_bad_inputs():
         px.track_pgns(4, differenced=False).update(
             {"w": jnp.ones((1, 3))}, px.track_pgns(4, differenced=False).init({"w": jnp.ones(3)})
         )
+
+
+def test_per_leaf_microbatch_axes_and_scan_gradients_equal_the_leading_axis():
+    """microbatch_axes puts narrow weight matrices' micro-batch axis last; stacking per leaf
+    (vmap out_axes = that tree) and computing the gradients one micro-batch at a time
+    (method='scan') give the statistics and updates of the leading-axis stacking."""
+    prob, params = _trained("mlr")
+    assert px.microbatch_axes(params) == {"w": 0, "b": 0}  # w is [64, 10]: not narrow (8 * 10 > 64)
+    wide = {"k": jnp.ones((784, 256)), "n": jnp.ones((784, 10)), "v": jnp.ones(3)}
+    assert px.microbatch_axes(wide) == {"k": 0, "n": -1, "v": 0}
+    axes = {"w": -1, "b": 0}  # a per-leaf tree
+    xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(5), prob.x, prob.y, 4, B)
+    g0 = px.microbatch_grads(prob.loss, params, xb, yb)
+    want = px.microbatch_stats(g0, B)
+    for axis in (axes, 0, -1):
+        for method in ("vmap", "scan"):
+            g = jax.jit(lambda p, m=method, a=axis: px.microbatch_grads(prob.loss, p, xb, yb, microbatch_axis=a, method=m))(
+                params
+            )
+            if axis is axes:
+                assert g["w"].shape == (64, 10, 4) and g["b"].shape == (4, 10)
+            np.testing.assert_allclose(px.microbatch_stats(g, B, microbatch_axis=axis), want, rtol=1e-4)
+    opt_a, opt_0 = (px.with_pgns(optax.adam(1e-2), B, warmup=0, microbatch_axis=a) for a in (axes, 0))
+    ga = px.microbatch_grads(prob.loss, params, xb, yb, microbatch_axis=axes)
+    ua, sa = opt_a.update(ga, opt_a.init(params), params)
+    u0, s0 = opt_0.update(g0, opt_0.init(params), params)
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-9), ua, u0)
+    np.testing.assert_allclose(px.find_pgns_state(sa).last, px.find_pgns_state(s0).last, rtol=1e-4)
+    with pytest.raises(ValueError, match="microbatch_axis must be 0 or -1"):
+        px.with_pgns(optax.adam(1e-2), microbatch_axis={"w": 1, "b": 0})
+    with pytest.raises(ValueError, match="method must be"):
+        px.microbatch_grads(prob.loss, params, xb, yb, method="loop")
+    with pytest.raises(ValueError, match="share the leading axis K"):
+        px.microbatch_grads(prob.loss, params, xb, yb[:2])
