@@ -74,7 +74,10 @@ def test_measured_clock_refits_and_fixed_baseline():
     h = px.train_adaptive(
         prob.loss, prob.params, opt, (prob.x, prob.y), cfg, jax.random.PRNGKey(1), max_steps=30
     )
-    assert len(h["fits"]) == 3 and h["fits"][0]["rmsle"] >= 0
+    # A refit every retune_every steps, each explaining the measured step times (a wrong
+    # model or a fit that failed to converge gives RMSLE well above log(2)).
+    assert [f["step"] for f in h["fits"]] == [10, 20, 30]
+    assert all(np.isfinite(f["rmsle"]) and f["rmsle"] < np.log(2) for f in h["fits"]), h["fits"]
     fixed = px.train_adaptive(
         prob.loss,
         prob.params,
