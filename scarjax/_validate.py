@@ -25,6 +25,7 @@ __all__ = [
     "check_int",
     "check_integer_value",
     "check_real",
+    "check_bounds",
     "check_finite_tree",
     "check_callable",
     "check_str",
@@ -131,6 +132,23 @@ def check_real(
         raise ValueError(f"{name} must not be NaN, got {_show(value)}")
     if not allow_inf and not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got {_show(value)}")
+    check_bounds(name, a, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open, shown=value)
+
+
+def check_bounds(
+    name: str,
+    a: np.ndarray,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    shown: Any = None,
+    show: Any = None,
+) -> None:
+    """``ValueError`` naming ``name`` unless every entry of the concrete array ``a`` lies in
+    ``[lo, hi]`` (``(``/``)`` ends when ``lo_open``/``hi_open``; ``None``: unbounded). The
+    message shows ``shown`` (default: the offending entries) through ``show``."""
     ok = np.ones(a.shape, bool)
     if lo is not None:
         ok &= (a > lo) if lo_open else (a >= lo)
@@ -138,7 +156,8 @@ def check_real(
         ok &= (a < hi) if hi_open else (a <= hi)
     if not np.all(ok):
         rng = f"{'(' if lo_open else '['}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{')' if hi_open else ']'}"
-        raise ValueError(f"{name} must lie in {rng}, got {_show(value)}")
+        got = (show or _show)(a[~ok] if shown is None else shown)
+        raise ValueError(f"{name} must lie in {rng}, got {got}")
 
 
 def check_finite_tree(name: str, tree: Any) -> None:

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
-
-def is_traced(x: Any) -> bool:
-    """True if ``x`` (or any leaf of it) is a JAX tracer."""
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
+from scarjax._validate import check_bounds, is_traced
 
 
 def concrete(x: Any) -> np.ndarray | None:
@@ -60,16 +56,7 @@ def check_range(
         raise ValueError(f"{name} must not be NaN, got {_show(a)}")
     if not allow_inf and not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got {_show(a[~np.isfinite(a)])}")
-    ok = np.ones(a.shape, bool)
-    if lo is not None:
-        ok &= (a > lo) if lo_open else (a >= lo)
-    if hi is not None:
-        ok &= (a < hi) if hi_open else (a <= hi)
-    if not np.all(ok):
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-        raise ValueError(f"{name} must lie in {rng}, got {_show(a[~ok])}")
+    check_bounds(name, a, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open, show=_show)
 
 
 def check_integer(name: str, x: Any, *, lo: int | None = None, hi: int | None = None) -> None:
