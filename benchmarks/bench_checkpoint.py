@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from scarjax import checkpoint as ck
-from scarjax import partition as P
-from scarjax import persistent as PS
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as P
+from scarjax.scar import persistent as PS
 
 
 def _median_time(fn, repeats):

@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 
 import scarjax
-from scarjax import precision as P
+from scarjax.perturb import precision as P
 from scarjax.models import mlr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

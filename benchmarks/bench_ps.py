@@ -4,7 +4,7 @@
    reduce-scatter push, sharded Adam update, full-data loss) on 1, 2, 4, 8 devices vs
    ``scarjax.run`` on one device, for the same global batch.
 2. ``topk``: distributed (per-server distances + local top-k + merge) vs centralised
-   (``scarjax.checkpoint.select`` on one device) priority selection, 10^6 and 10^7
+   (``scarjax.scar.checkpoint.select`` on one device) priority selection, 10^6 and 10^7
    parameters, r = 0.1.
 3. ``bytes``: bytes per device of a 10^8-parameter model with Adam (params + two
    moments) on 1–8 server shards, computed from the layout (nothing allocated).
@@ -30,8 +30,8 @@ import optax  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import scarjax  # noqa: E402
-from scarjax import checkpoint as ck  # noqa: E402
-from scarjax import partition as pt  # noqa: E402
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as pt
 from scarjax import ps as sps  # noqa: E402
 from scarjax.core import State  # noqa: E402
 from scarjax.models import mlr  # noqa: E402

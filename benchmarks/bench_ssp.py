@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 
 import scarjax
-from scarjax import staleness, workers
+from scarjax.perturb import staleness, workers
 from scarjax.models import mlr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,7 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from scarjax import checkpoint, faults, hooks, partition, staleness
+from scarjax import hooks
+from scarjax.scar import checkpoint, faults, partition
+from scarjax.perturb import staleness
 from scarjax.models import mf, mlr, quadratic
 
 

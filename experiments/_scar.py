@@ -5,7 +5,7 @@ A model plugs in by name through :data:`MODELS`; :func:`available` lists the one
 model module exists (the CNN appears once ``scarjax.models.cnn`` does). Each entry gives
 
 * ``make()`` -> :class:`~scarjax.Algorithm`;
-* ``partition(state_shape)`` -> :class:`~scarjax.partition.Partition` (Sec 5.5.1: MLR
+* ``partition(state_shape)`` -> :class:`~scarjax.scar.partition.Partition` (Sec 5.5.1: MLR
   rows; MF rows of L and columns of R; LDA documents with their tokens' assignments,
   word-topic counts never lost; CNN by layer or by shard, Adam moments co-located);
 * ``after_recovery`` (LDA: regenerate the counts from the assignments);
@@ -25,7 +25,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from scarjax import partition as P
+from scarjax.scar import partition as P
 
 
 @dataclasses.dataclass(frozen=True)

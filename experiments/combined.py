@@ -4,7 +4,7 @@ Thm 5.3.1; Examples 5.2.1, 5.2.2, Sec 5.4).
 MLR on digits (full batch) with M = 8 data-parallel workers under three sources at once:
 stale reads (SSP, s = 4), low-precision storage (14 mantissa bits, every step) and a
 parameter-server failure at iteration T that loses half the weight rows, recovered
-partially from the running checkpoint (``scarjax.faults.scar``, saved every 50
+partially from the running checkpoint (``scarjax.scar.faults.scar``, saved every 50
 iterations). Every subset of interest (none, each alone, all three) runs in one compiled
 program (sources switched on and off by traced flags).
 
@@ -25,11 +25,12 @@ import scarjax
 from experiments import _common, _stats
 from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, finite, problem, revive
 from experiments._stats import fmt_cell, fmt_value
-from scarjax import bounds, rework, staleness
-from scarjax import checkpoint as ck
-from scarjax import faults
-from scarjax import partition as pt
-from scarjax import precision as P
+from scarjax import bounds, rework
+from scarjax.perturb import staleness
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults
+from scarjax.scar import partition as pt
+from scarjax.perturb import precision as P
 
 NAME = "combined"
 DESCRIPTION = "Stale reads + low-precision storage + partial-recovery failure in one run: per-source Δ_T add up (MLR, M=8)"
@@ -195,7 +196,7 @@ def report(results: dict) -> str:
         f"**Measured** (MLR/digits full batch, c = {results['c']:.4f}, M = {cfg['workers']}; SSP s = {cfg['staleness']}; "
         f"parameters stored with {cfg['mantissa_bits']} mantissa bits every step; at iteration {cfg['fail_at']} a failure "
         f"loses {cfg['lost_fraction']:.0%} of the weight rows, recovered partially from a checkpoint saved every "
-        f"{cfg['checkpoint_period']} iterations (scarjax.faults.scar); {cfg['trials']} trials per case, runs of "
+        f"{cfg['checkpoint_period']} iterations (scarjax.scar.faults.scar); {cfg['trials']} trials per case, runs of "
         f"{cfg['steps']} iterations; Δ_T up to the combined run's hitting time of ε):",
         "",
         "| source | Δ_T in the combined run | Δ_T in its own run |",

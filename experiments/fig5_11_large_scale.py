@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments import _common, _scar, _stats
-from scarjax import checkpoint as ck
-from scarjax import faults as F
-from scarjax import persistent as PS
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults as F
+from scarjax.scar import persistent as PS
 from scarjax.rework import calibrate_near, iterations_to
 
 NAME = "fig5_11_large_scale"

@@ -9,7 +9,7 @@ unperturbed run converges in ~100 iterations, c empirical, Thm 5.3.1 bound in re
 8,000-token corpus). A uniformly random fraction of the *documents* is reset at sweep
 ``lda_perturb_at``: their ``n_dk`` rows and their tokens' assignments ``z`` go back to the
 initial state and the counts are rebuilt from ``z`` (Sec 5.5.1's co-location; exactly a
-partial recovery from the checkpoint ``w⁽⁰⁾``, :func:`scarjax.faults.failure`). The
+partial recovery from the checkpoint ``w⁽⁰⁾``, :func:`scarjax.scar.faults.failure`). The
 settings are Fig 5.5's scaled to the sampler's time scale: perturbation half-way to
 convergence, ε per trial so the unperturbed run (same key) converges at
 ``lda_converge_at`` sweeps; rework on the loss (corpus NLL) criterion, the sampler
@@ -34,7 +34,7 @@ import scarjax
 from experiments import _common, _rework, _stats
 from experiments.fig5_5_mlr import model
 from scarjax import bounds, hooks
-from scarjax import faults as F
+from scarjax.scar import faults as F
 from scarjax.rework import calibrate_near, iterations_to
 
 NAME = "fig5_6_reset"

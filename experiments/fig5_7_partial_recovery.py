@@ -6,7 +6,7 @@ kept with full checkpoints every ``C`` iterations, either fully (traditional) or
 partially (only the lost blocks, Sec 5.4.1). Rework is measured on the loss criterion
 against the no-failure run with the same key, ε calibrated so that run converges in
 ``converge_at`` iterations; 95% CIs over ``trials`` trials. Each (model, recovery) is one
-vmapped program over fractions × trials (:func:`scarjax.faults.simulate_failures`).
+vmapped program over fractions × trials (:func:`scarjax.scar.faults.simulate_failures`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import _common, _scar, _stats
-from scarjax import checkpoint as ck
-from scarjax import faults as F
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults as F
 from scarjax.rework import iterations_to
 
 NAME = "fig5_7_partial_recovery"

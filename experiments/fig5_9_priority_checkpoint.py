@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import _common, _scar, _stats
-from scarjax import checkpoint as ck
-from scarjax import faults as F
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults as F
 from scarjax.rework import iterations_to
 
 NAME = "fig5_9_priority_checkpoint"

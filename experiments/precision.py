@@ -22,7 +22,7 @@ import scarjax
 from experiments import _common, _stats
 from experiments._perturbed import finite, problem, revive
 from scarjax import bounds, rework
-from scarjax import precision as P
+from scarjax.perturb import precision as P
 
 NAME = "precision"
 DESCRIPTION = "Error floor and rework vs mantissa bits (2-23) and bf16/fp16/fp8 formats, with the B.1.1 floor c/(1-c)Δ"

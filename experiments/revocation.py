@@ -22,7 +22,8 @@ import scarjax
 from experiments import _common, _stats
 from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, problem, revive, summarise
 from experiments._stats import fmt_cell, fmt_mean, fmt_value
-from scarjax import revocation, rework
+from scarjax import rework
+from scarjax.perturb import revocation
 
 NAME = "revocation"
 DESCRIPTION = "Rework vs worker revocation rate, with and without Sync-on-the-fly partial-gradient flushing (MLR, M=8)"

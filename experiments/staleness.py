@@ -21,7 +21,8 @@ import scarjax
 from experiments import _common, _stats
 from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, problem, revive, summarise
 from experiments._stats import fmt_mean, fmt_value
-from scarjax import rework, staleness
+from scarjax import rework
+from scarjax.perturb import staleness
 
 NAME = "staleness"
 DESCRIPTION = "Rework and final error vs staleness bound s (SSP vs async), QP and MLR, with measured Δ_T and Thm 5.3.1"

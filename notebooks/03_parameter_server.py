@@ -30,7 +30,8 @@ import numpy as np
 import optax
 
 import scarjax
-from scarjax import checkpoint as ck, faults, partition as pt, workers as wk
+from scarjax.scar import checkpoint as ck, faults, partition as pt
+from scarjax.perturb import workers as wk
 from scarjax import ps as sps
 from scarjax.models import mlr
 from scarjax.ps import failures

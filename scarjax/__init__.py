@@ -13,7 +13,7 @@ Core API (thesis Ch. 5, SCAR):
 * :mod:`scarjax.bounds` – Thm 5.3.1 and its variants (Appendix B).
 """
 
-from scarjax import bounds, checkpoint, faults, hooks, models, partition, persistent, precision, ps, revocation, staleness, workers
+from scarjax import bounds, hooks, models, perturb, ps, scar
 from scarjax.algorithms import fixed_point, from_optax
 from scarjax.core import Algorithm, State, Trace, run, run_trials, split_trials
 from scarjax.hooks import chain
@@ -31,16 +31,10 @@ __all__ = [
     "chain",
     "hooks",
     "bounds",
-    "checkpoint",
-    "faults",
-    "partition",
-    "persistent",
     "models",
-    "precision",
     "ps",
-    "revocation",
-    "staleness",
-    "workers",
+    "scar",
+    "perturb",
     "from_optax",
     "fixed_point",
     "rework_cost",

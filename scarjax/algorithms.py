@@ -16,7 +16,7 @@ import optax
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax import workers as wk
+from scarjax.perturb import workers as wk
 from scarjax.core import Algorithm, State
 
 PyTree = Any
@@ -102,8 +102,8 @@ def from_optax(
     with the parameters, so fault hooks can lose it too). The loss recorded in traces is
     ``loss_fn`` over the full ``data``.
 
-    Worker mode (:mod:`scarjax.workers`, thesis Example 5.2.2): the example axis of
-    ``data`` is split into ``M`` contiguous shards (:func:`scarjax.workers.shard_examples`);
+    Worker mode (:mod:`scarjax.perturb.workers`, thesis Example 5.2.2): the example axis of
+    ``data`` is split into ``M`` contiguous shards (:func:`scarjax.perturb.workers.shard_examples`);
     each worker draws ``ceil(batch_size / M)`` examples without replacement from its shard
     (its whole shard when ``batch_size`` is ``None``), processes the first fraction
     ``progress`` of them and sends the mean gradient over the points it processed with

@@ -22,7 +22,7 @@ Order of one iteration ``k`` (the stored state entering it is ``y⁽ᵏ⁾``):
    their change lands on ``y⁽ᵏ⁺¹⁾`` (index ``k+1``).
 5. ``y⁽ᵏ⁺¹⁾ = y⁽ᵏ⁾ + δₖ + Δ``; loss and distance to ``w*`` are recorded.
 
-Worker mode (:mod:`scarjax.workers`): when a hook declares ``M`` data-parallel workers
+Worker mode (:mod:`scarjax.perturb.workers`): when a hook declares ``M`` data-parallel workers
 and the algorithm provides the worker/server split (``grad``, ``apply``, ``shard``), step 2
 produces one view per worker (stacked ``[M, …]``; read hooks act on the stack), step 3
 ``vmap``-s ``grad`` over the workers (each with its own view and data shard), merges the
@@ -42,7 +42,7 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax import workers as wk
+from scarjax.perturb import workers as wk
 from scarjax.hooks import Context, Hook, HookChain, POINTS, flatten_hooks
 
 PyTree = Any
@@ -87,7 +87,7 @@ class Algorithm:
       data: pytree of arrays passed to ``init``, ``update`` and ``loss``.
       optimum: ``w*`` when known (same structure as ``params``), else ``None``.
       name: a label for traces and figures.
-      grad: optional worker part for data-parallel worker mode (:mod:`scarjax.workers`):
+      grad: optional worker part for data-parallel worker mode (:mod:`scarjax.perturb.workers`):
         ``grad(view, state, shard, key, progress) -> (message, count)``, the message one
         worker computes from its view and data shard having processed a fraction
         ``progress`` of its points, and the number of points it processed.
@@ -243,7 +243,7 @@ def _run_impl(
         raise ValueError(
             f"hooks declare {M} data-parallel workers but algorithm {algorithm.name!r} has no "
             "worker/server split (grad and apply); build it with scarjax.from_optax or give "
-            "it grad/apply (see scarjax.workers)"
+            "it grad/apply (see scarjax.perturb.workers)"
         )
 
     def apply_point(point, value, get_params, hstates, ctx_base, keys, deltas, pnorm=norm):
@@ -457,8 +457,8 @@ def _choice_vocabulary(path: tuple, names: list[str]) -> tuple[str, ...]:
     """The names a string hook argument indexes: ``faults.RECOVERIES`` under a key
     ``'recovery'``, ``checkpoint.STRATEGIES`` under ``'strategy'``; elsewhere the one of
     them that contains every name and is not ambiguous."""
-    from scarjax.checkpoint import STRATEGIES
-    from scarjax.faults import RECOVERIES
+    from scarjax.scar.checkpoint import STRATEGIES
+    from scarjax.scar.faults import RECOVERIES
 
     where = f"hook_args{jax.tree_util.keystr(path)}"
     keys = [getattr(p, "key", getattr(p, "name", None)) for p in path]
@@ -580,7 +580,7 @@ def run(
       hook_args: the factory's argument (any pytree of numbers/arrays; traced). Strings
         are names: recoveries (``'partial'``/``'full'``, under a key ``'recovery'``) and
         checkpoint strategies (under ``'strategy'``) become int32 indices into
-        :data:`scarjax.faults.RECOVERIES` / :data:`scarjax.checkpoint.STRATEGIES`, which
+        :data:`scarjax.scar.faults.RECOVERIES` / :data:`scarjax.scar.checkpoint.STRATEGIES`, which
         ``faults.scar(recovery=...)`` / ``Checkpoint(strategy=...)`` accept.
       init_state: start from this state instead of ``algorithm.init(key)`` (same structure,
         shapes and dtypes; finite).

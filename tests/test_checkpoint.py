@@ -1,4 +1,4 @@
-"""Tests for scarjax.checkpoint: the in-memory running checkpoint and its strategies."""
+"""Tests for scarjax.scar.checkpoint: the in-memory running checkpoint and its strategies."""
 
 import functools
 
@@ -9,8 +9,8 @@ import optax
 import pytest
 
 from scarjax import State
-from scarjax import checkpoint as ck
-from scarjax import partition as P
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as P
 
 B = 16
 

@@ -6,7 +6,8 @@ import jax
 import numpy as np
 
 import scarjax
-from scarjax import checkpoint, faults, partition, precision, staleness
+from scarjax.scar import checkpoint, faults, partition
+from scarjax.perturb import precision, staleness
 from scarjax.models import mlr
 
 

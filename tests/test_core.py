@@ -8,7 +8,8 @@ import optax
 import pytest
 
 import scarjax
-from scarjax import checkpoint, core, faults, hooks, partition
+from scarjax import core, hooks
+from scarjax.scar import checkpoint, faults, partition
 from scarjax.models import mlr, quadratic
 
 

@@ -11,7 +11,7 @@ import pytest
 import scarjax
 from experiments import _scar
 from experiments import fig5_6_reset as m
-from scarjax import faults as F
+from scarjax.scar import faults as F
 
 TINY = m.Config(trials=6, steps=250, lda_trials=6, lda_steps=30, lda_perturb_at=5, lda_converge_at=12,
                 lda_chains=2, lda_chain_steps=30)

@@ -1,4 +1,4 @@
-"""Tests for scarjax.faults: failures, partial/full recovery, Thms 5.4.1 and 5.4.2, and the
+"""Tests for scarjax.scar.faults: failures, partial/full recovery, Thms 5.4.1 and 5.4.2, and the
 Monte-Carlo failure experiment on MLR."""
 
 import jax
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import scarjax
 from scarjax import State
-from scarjax import checkpoint as ck
-from scarjax import faults as F
-from scarjax import partition as P
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults as F
+from scarjax.scar import partition as P
 from scarjax import tree as tu
 from scarjax.hooks import Context
 from scarjax.models import mlr

@@ -23,7 +23,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 import scarjax
-from scarjax import checkpoint, faults, hooks, partition, precision, revocation, staleness, workers
+from scarjax import hooks
+from scarjax.scar import checkpoint, faults, partition
+from scarjax.perturb import precision, revocation, staleness, workers
 from scarjax.models import mlr, quadratic
 
 PKG = Path(scarjax.__file__).resolve().parent

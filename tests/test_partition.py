@@ -1,4 +1,4 @@
-"""Tests for scarjax.partition: block maps of any pytree state, server assignment, masks."""
+"""Tests for scarjax.scar.partition: block maps of any pytree state, server assignment, masks."""
 
 import chex
 import jax
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scarjax import State
-from scarjax import partition as P
+from scarjax.scar import partition as P
 
 
 def _adam_state():

@@ -1,4 +1,4 @@
-"""Tests for scarjax.persistent: the running checkpoint on disk with orbax-checkpoint,
+"""Tests for scarjax.scar.persistent: the running checkpoint on disk with orbax-checkpoint,
 asynchronous writes, crash consistency (SIGKILL during a write), partial recovery from
 disk, and clear errors for corrupted or missing files."""
 
@@ -20,10 +20,10 @@ import optax
 import pytest
 
 from scarjax import State
-from scarjax import checkpoint as ck
-from scarjax import faults as F
-from scarjax import partition as P
-from scarjax import persistent as PS
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults as F
+from scarjax.scar import partition as P
+from scarjax.scar import persistent as PS
 
 
 def _state(v, rows=12):
@@ -346,7 +346,8 @@ _EXIT_CHILD = textwrap.dedent(
     from pathlib import Path
     import numpy as np, jax, optax
     sys.path.insert(0, sys.argv[2])
-    from scarjax import State, partition as P, persistent as PS
+    from scarjax import State
+    from scarjax.scar import partition as P, persistent as PS
     import test_persistent as T
 
     root = Path(sys.argv[1])
@@ -401,7 +402,7 @@ _CHILD = textwrap.dedent(
     import asyncio, os, sys
     import numpy as np, jax
     from orbax.checkpoint._src.path import atomicity
-    from scarjax import checkpoint as ck, faults as F, partition as P, persistent as PS
+    from scarjax.scar import checkpoint as ck, faults as F, partition as P, persistent as PS
     from scarjax.models import mlr
 
     directory, expect_dir, hang_at = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scarjax
-from scarjax import bounds, staleness
-from scarjax import precision as P
+from scarjax import bounds
+from scarjax.perturb import staleness
+from scarjax.perturb import precision as P
 from scarjax.models import quadratic
 
 _round = jax.jit(P.round_float, static_argnames=("stochastic",))

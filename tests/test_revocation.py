@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax import revocation, workers
+from scarjax.perturb import revocation, workers
 from scarjax.models import mlr
 
 

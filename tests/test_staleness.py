@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax import staleness, workers
+from scarjax.perturb import staleness, workers
 from scarjax.models import mlr, quadratic
 
 

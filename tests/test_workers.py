@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scarjax
-from scarjax import workers as wk
+from scarjax.perturb import workers as wk
 from scarjax.models import mlr, quadratic
 
 

@@ -15,11 +15,11 @@ survived would show. The *recovery coordinator* (host-side control plane):
    (Sec 5.4.1), ``'full'`` rolls the whole state back (checkpoint-restart).
 
 The failed servers' part of the checkpoint cache is read back from persistent storage in
-SCAR (Sec 5.4.3; :mod:`scarjax.persistent` writes it); here the cache rows are migrated
+SCAR (Sec 5.4.3; :mod:`scarjax.scar.persistent` writes it); here the cache rows are migrated
 with the blocks, which holds the same values. The result is the same state, number for
-number, as the single-device hook :func:`scarjax.faults.scar` losing the same servers'
+number, as the single-device hook :func:`scarjax.scar.faults.scar` losing the same servers'
 blocks at the same iteration (tested): the failure happens before the checkpoint of that
-iteration, as in :mod:`scarjax.checkpoint`.
+iteration, as in :mod:`scarjax.scar.checkpoint`.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def fail(ps, state, servers: Sequence[int], *, recovery: str = "partial", key: i
 def run_with_failure(ps, steps: int, key: Any, *, fail_at: int, servers: Sequence[int],
                      recovery: str = "partial", state=None):
     """Run ``steps`` iterations with the given servers failing at ``fail_at`` (before that
-    iteration's checkpoint, as :func:`scarjax.faults.scar`). Returns ``(state, loss[steps + 1],
+    iteration's checkpoint, as :func:`scarjax.scar.faults.scar`). Returns ``(state, loss[steps + 1],
     lost_blocks)``."""
     if not 0 < fail_at < steps:
         raise ValueError(f"fail_at must be in (0, {steps}), got {fail_at!r}")

@@ -3,7 +3,7 @@
 
 :class:`ParameterServer` runs any :class:`~scarjax.Algorithm` with its parameter blocks
 (and their co-located optimizer state) stored on server shards per a
-:class:`~scarjax.partition.Partition` (:mod:`scarjax.ps.store`), and data-parallel
+:class:`~scarjax.scar.partition.Partition` (:mod:`scarjax.ps.store`), and data-parallel
 workers on every device. One iteration ``k`` (the order of :func:`scarjax.run`):
 
 1. *write point* – the running checkpoint (Sec 5.4.2) is taken if due: for
@@ -15,13 +15,13 @@ workers on every device. One iteration ``k`` (the order of :func:`scarjax.run`):
 3. *workers* – each device runs ``algorithm.grad`` for its ``M / devices`` workers on
    their data shards (``algorithm.shard(data, M)``).
 4. *push* – the messages, weighted by the points processed (Sync-on-the-fly Eq 5, as
-   :func:`scarjax.workers.merge`), are summed with ``psum`` over ``'worker'`` and
+   :func:`scarjax.perturb.workers.merge`), are summed with ``psum`` over ``'worker'`` and
    reduce-scattered with ``psum_scatter`` over ``'server'``: each server receives the
    merged message for its own blocks only.
 5. *server* – each server runs ``algorithm.apply`` on its own rows (the optimizer step
    acts entry by entry on the parameter and its co-located moments) and adds ``Δ``.
 
-With the same key this is ``scarjax.run(algorithm, scarjax.workers.data_parallel(M), …)``
+With the same key this is ``scarjax.run(algorithm, scarjax.perturb.workers.data_parallel(M), …)``
 computed with real placement and collectives; the results agree to floating-point
 tolerance (tested for MLR and MF). Algorithms without the worker/server split, or
 whose ``apply`` is not entry-wise (e.g. a global-norm clip), run in ``mode='replicated'``:
@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from scarjax import checkpoint as ck
-from scarjax import partition as pt
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as pt
 from scarjax.core import Algorithm, State
 from scarjax.ps import mesh as mh
 from scarjax.ps import ssp as sp
@@ -108,12 +108,12 @@ class ParameterServer:
 
     Args:
       algorithm: any :class:`~scarjax.Algorithm`.
-      partition: its :class:`~scarjax.partition.Partition` with ``num_servers`` equal to
+      partition: its :class:`~scarjax.scar.partition.Partition` with ``num_servers`` equal to
         the mesh's ``'server'`` size (the initial block assignment; it may change).
       mesh: a :func:`scarjax.ps.mesh.make_mesh` mesh.
       workers: data-parallel workers ``M`` (a multiple of the device count; default
         one per device).
-      checkpoint: the running-checkpoint spec (:class:`scarjax.checkpoint.Checkpoint`,
+      checkpoint: the running-checkpoint spec (:class:`scarjax.scar.checkpoint.Checkpoint`,
         concrete ``fraction``/``period``; ``None`` keeps the cache at ``w⁽⁰⁾``, which
         failure recovery then reloads).
       ssp: a :class:`scarjax.ps.ssp.SSP` spec for stale-synchronous workers, or ``None``.
@@ -144,7 +144,7 @@ class ParameterServer:
         if not isinstance(self.algorithm, Algorithm):
             raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(self.algorithm).__name__}")
         if not isinstance(self.partition, pt.Partition):
-            raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(self.partition).__name__}")
+            raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(self.partition).__name__}")
         S, W = mh.mesh_shape(self.mesh)
         if self.partition.num_servers != S:
             raise ValueError(
@@ -165,7 +165,7 @@ class ParameterServer:
         object.__setattr__(self, "mode", mode)
         if self.checkpoint is not None:
             if not isinstance(self.checkpoint, ck.Checkpoint):
-                raise TypeError(f"checkpoint must be a scarjax.checkpoint.Checkpoint, got {type(self.checkpoint).__name__}")
+                raise TypeError(f"checkpoint must be a scarjax.scar.checkpoint.Checkpoint, got {type(self.checkpoint).__name__}")
             if not isinstance(self.checkpoint.strategy, str):
                 raise ValueError("the parameter server needs a concrete checkpoint strategy name")
             if self.checkpoint.norm not in ("auto", "l2", "l1"):
@@ -342,7 +342,7 @@ def pull_state(ps, loc: Local, store) -> State:
 
 def _count(spec, B):
     """Blocks per checkpoint, ``max(1, round(r·B))`` (all for 'full'), as a Python int
-    (:func:`scarjax.checkpoint.count` with a concrete fraction)."""
+    (:func:`scarjax.scar.checkpoint.count` with a concrete fraction)."""
     if spec.strategy == "full":
         return B
     return int(np.clip(np.round(np.float32(spec.fraction) * B), 1, B))

@@ -1,7 +1,7 @@
 """Physical block storage of the sharded parameter server (thesis Sec 5.4.3, Litz Sec 4.4).
 
 Every leaf of a :class:`~scarjax.State` whose entries belong to parameter blocks (the
-params and the co-located optimizer state, :mod:`scarjax.partition`) is viewed as a
+params and the co-located optimizer state, :mod:`scarjax.scar.partition`) is viewed as a
 matrix of *rows* ``[R, F]``: the axes along which its block ids vary are moved to the
 front and flattened (a row of the MLR weight, a column of MF's ``R``, a whole layer as
 one row, …), each row belonging to one block. Server shard ``s`` stores ``cap`` row
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import partition as pt
+from scarjax.scar import partition as pt
 from scarjax.ps.mesh import SERVER, WORKER
 
 PyTree = Any
@@ -97,7 +97,7 @@ class Layout:
         from scarjax.core import State
 
         if not isinstance(partition, pt.Partition):
-            raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+            raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
         if not isinstance(state, State):
             state = State(*state) if isinstance(state, tuple) else State(state, ())
         if not (isinstance(headroom, (int, float)) and headroom >= 1.0):

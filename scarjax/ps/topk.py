@@ -4,13 +4,13 @@
 Step 1: every server computes, for each block it holds, the distance of the block from
 its cached (last saved) copy — locally, from its own rows. Step 2: each server selects
 its local top ``n`` (the largest distances; ties broken by a shared random tie-break,
-exactly as :func:`scarjax.checkpoint.select`). Step 3: the candidates ``(distance,
+exactly as :func:`scarjax.scar.checkpoint.select`). Step 3: the candidates ``(distance,
 tie-break, block id)`` of all servers are all-gathered over ``'server'`` and merged: the
 global top ``n`` of the union of the local top-``n`` lists is the global top ``n``
 (any block in the global top ``n`` is in its own server's top ``n``), so the selection
 equals the centralised one (tested). Each server then updates its cache with its
 selected blocks (:func:`scarjax.ps.server.checkpoint_step`); step 4 (persisting them
-asynchronously) is :mod:`scarjax.persistent`'s job on the host.
+asynchronously) is :mod:`scarjax.scar.persistent`'s job on the host.
 
 Communication: ``S · min(n, K)`` candidates (``K`` = blocks a server can hold), not the
 ``O(|params|)`` of gathering the model; the ``O(|params|)`` distance work is split over
@@ -48,7 +48,7 @@ def local_distances(ps, loc: Local, store, saved, norm: str = "l2") -> jax.Array
 
 def _top(dist, tiebreak, ids, n):
     """The first ``n`` of ``ids`` ordered by (−dist, tiebreak) (``lexsort``: the last key
-    is primary), as :func:`scarjax.checkpoint.select` ranks."""
+    is primary), as :func:`scarjax.scar.checkpoint.select` ranks."""
     order = jnp.lexsort((tiebreak, -dist))[:n]
     return dist[order], tiebreak[order], ids[order]
 
@@ -81,9 +81,9 @@ def select_local(ps, loc: Local, store, saved, key, n: int, norm: str = "l2") ->
 def select(ps, state, key: Any, fraction: float, norm: str = "l2") -> jax.Array:
     """Standalone distributed priority selection of ``round(fraction · B)`` blocks of a
     :class:`~scarjax.ps.server.PSState` against its checkpoint cache (for tests and
-    benchmarks; equals ``scarjax.checkpoint.select(Checkpoint('priority', fraction),
+    benchmarks; equals ``scarjax.scar.checkpoint.select(Checkpoint('priority', fraction),
     ...)`` on the logical state with the same key)."""
-    from scarjax import checkpoint as ck
+    from scarjax.scar import checkpoint as ck
 
     if not 0.0 < float(fraction) <= 1.0:
         raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")

@@ -104,7 +104,7 @@ def test_mnist_small_shapes_and_defaults(small):
 
 
 def test_mnist_small_partitions(small):
-    from scarjax import partition as P
+    from scarjax.scar import partition as P
 
     s0 = jax.eval_shape(lambda: small.init(jax.random.key(0), small.data))
     assert P.by_layer(s0, num_servers=8, key=0).num_blocks == 10  # weights, biases separate

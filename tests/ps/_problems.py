@@ -4,7 +4,7 @@ multi-process worker script, so no pytest here)."""
 import numpy as np
 import optax
 
-from scarjax import partition as pt
+from scarjax.scar import partition as pt
 from scarjax.models import mf, mlr
 
 STEPS = 12

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import jax  # noqa: E402
 
 from scarjax import ps as sps  # noqa: E402
-from scarjax import checkpoint as ck  # noqa: E402
+from scarjax.scar import checkpoint as ck
 
 import _problems as pb  # noqa: E402
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax import faults
-from scarjax import partition as pt
-from scarjax import workers as wk
+from scarjax.scar import faults
+from scarjax.scar import partition as pt
+from scarjax.perturb import workers as wk
 from scarjax.ps import failures
 
 import _problems as pb

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax import workers as wk
+from scarjax.perturb import workers as wk
 from scarjax import ps as sps
 
 import _problems as pb

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hst
 
-from scarjax import checkpoint as ck
+from scarjax.scar import checkpoint as ck
 from scarjax.ps import topk
 
 

@@ -267,7 +267,7 @@ def precision(
 
     Example:
       >>> import jax, scarjax
-      >>> from scarjax import precision as P
+      >>> from scarjax.perturb import precision as P
       >>> from scarjax.models import quadratic
       >>> qp = quadratic.fig53_problem()
       >>> _, tr = scarjax.run(qp, P.precision(P.mantissa(7)), 10, jax.random.key(0))

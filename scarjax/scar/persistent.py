@@ -34,7 +34,7 @@ damage).
 
 :func:`run` is the driver: it runs the compiled loop (:func:`scarjax.run`) in segments
 between checkpoints and failures, updates the in-memory cache with the same pure code
-as the in-memory backend (:func:`scarjax.checkpoint.step`: priority selection and cache
+as the in-memory backend (:func:`scarjax.scar.checkpoint.step`: priority selection and cache
 update, the only checkpoint work on the training path), hands the selected blocks to
 :meth:`PersistentCheckpoint.save`, and on a failure recovers the lost blocks (or the
 whole state) by reading them back from disk.
@@ -72,8 +72,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import checkpoint as ck
-from scarjax import partition as pt
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as pt
 from scarjax import tree as tu
 
 PyTree = Any
@@ -260,7 +260,7 @@ class PersistentCheckpoint:
       directory: where the checkpoint lives; created (with its parents) if missing. A
         ``ValueError`` naming it is raised here when it is an existing file, cannot be
         created or is not writable.
-      partition: the :class:`~scarjax.partition.Partition` of the state.
+      partition: the :class:`~scarjax.scar.partition.Partition` of the state.
       template: a state with the structure, shapes and dtypes of the checkpointed state
         (values unused; ``jax.eval_shape`` output works).
       async_write: write in the background (default; Sec 5.4.3 step 4). ``False`` makes
@@ -293,7 +293,7 @@ class PersistentCheckpoint:
         keep: int = 2,
     ):
         if not isinstance(partition, pt.Partition):
-            raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+            raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
         _check_keep(keep)
         from scarjax.core import State
 
@@ -836,8 +836,8 @@ def run(
     starting at iteration ``k0`` uses key ``fold_in(key, k0)`` (so minibatches differ
     from one unsegmented ``scarjax.run`` with ``key``), and any ``hooks`` are
     re-initialised per segment. At each checkpoint iteration (see
-    :func:`scarjax.checkpoint.due`) the in-memory cache is updated by
-    :func:`scarjax.checkpoint.step` and the selected blocks are handed to
+    :func:`scarjax.scar.checkpoint.due`) the in-memory cache is updated by
+    :func:`scarjax.scar.checkpoint.step` and the selected blocks are handed to
     :meth:`PersistentCheckpoint.save` (asynchronous); at the failure iteration
     (``failure.at`` or drawn from ``failure.geometric`` with ``key``) the lost blocks are
     read back from disk (``'partial'``) or the whole checkpoint is (``'full'``), then
@@ -865,7 +865,7 @@ def run(
     Returns:
       :class:`PersistentRun`.
     """
-    from scarjax import faults
+    from scarjax.scar import faults
     from scarjax.core import Algorithm, State, _as_key
 
     if not isinstance(algorithm, Algorithm):
@@ -879,7 +879,7 @@ def run(
         if v is not None and (tu.is_traced(v) or np.ndim(v) != 0):
             raise ValueError(f"the persistent driver needs a concrete checkpoint {nm}, got {v!r}")
     if failure is not None and not isinstance(failure, faults.Failure):
-        raise TypeError(f"failure must be a scarjax.faults.Failure or None, got {type(failure).__name__}")
+        raise TypeError(f"failure must be a scarjax.scar.faults.Failure or None, got {type(failure).__name__}")
     if recovery not in faults.RECOVERIES:
         raise ValueError(f"recovery must be one of {faults.RECOVERIES}, got {recovery!r}")
     if segment is not None:
@@ -950,7 +950,7 @@ def run(
 def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, failure, recovery,
            after_recovery, on_save, save_at, fail_at, events_at, k_lost, k_ck) -> PersistentRun:
     """The event loop of :func:`run` (the store is opened and closed by the caller)."""
-    from scarjax import faults
+    from scarjax.scar import faults
     from scarjax import run as run_loop
     from scarjax.core import State
 

@@ -19,7 +19,7 @@ the whole buffer) and worker ``m`` reads slot ``(k − dₘ) mod S``. Before the
 filled, those slots still hold ``w⁽⁰⁾``, so early delays read the initial version, as a
 worker that has not yet received any update would. With ``s = 0`` every worker reads
 the fresh parameters and the run equals synchronous data-parallel training
-(:func:`scarjax.workers.data_parallel`) bit for bit (tested).
+(:func:`scarjax.perturb.workers.data_parallel`) bit for bit (tested).
 
 Put stale-read hooks first among the read hooks: they replace the views (later read hooks,
 such as low-precision communication, act on the stale views).
@@ -35,7 +35,7 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax.workers import WorkerHook, check_workers
+from scarjax.perturb.workers import WorkerHook, check_workers
 
 PyTree = Any
 

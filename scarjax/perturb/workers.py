@@ -13,7 +13,7 @@ An :class:`~scarjax.Algorithm` that provides the optional worker/server split
   (every worker sees all of it, e.g. the deterministic QP);
 
 runs in *worker mode* when a hook declares ``workers = M`` (a :class:`WorkerHook`, e.g.
-:func:`data_parallel`, :func:`scarjax.staleness.ssp`, :func:`scarjax.revocation.revocations`).
+:func:`data_parallel`, :func:`scarjax.perturb.staleness.ssp`, :func:`scarjax.perturb.revocation.revocations`).
 The loop then (thesis Example 5.2.2, Sync-on-the-fly Eq 5):
 
 1. gives every worker a view (``[M, …]``, stacked; fresh copies of the stored parameters

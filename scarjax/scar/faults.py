@@ -1,10 +1,10 @@
 """Parameter-server failures and their recovery, as write-point hooks (thesis Sec 5.4).
 
-A failure at iteration ``T`` loses a set of blocks of a :class:`~scarjax.partition.
+A failure at iteration ``T`` loses a set of blocks of a :class:`~scarjax.scar.partition.
 Partition`: a uniformly random fraction ``p`` of the blocks (the setting of Thm 5.4.2),
 or exactly the blocks held by ``k`` failed servers (Sec 5.4.3). Optimizer state and other
 aux leaves co-located with a lost block are lost with it. Recovery reloads from the
-running checkpoint (:mod:`scarjax.checkpoint`):
+running checkpoint (:mod:`scarjax.scar.checkpoint`):
 
 * ``'full'``    – the whole state is reloaded (traditional checkpoint-restart);
 * ``'partial'`` – only the lost blocks are reloaded (Sec 5.4.1).
@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
-from scarjax import checkpoint as ck
-from scarjax import partition as pt
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as pt
 from scarjax import tree as tu
 from scarjax.hooks import Hook
 from scarjax.rework import calibrate_near
@@ -172,7 +172,7 @@ class Failure:
 
     def check(self, partition: pt.Partition) -> None:
         if not isinstance(partition, pt.Partition):
-            raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+            raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
         if _concrete(self.servers) and int(self.servers) > partition.num_servers:
             raise ValueError(
                 f"servers must be <= num_servers={partition.num_servers}, got {self.servers!r}"
@@ -253,8 +253,8 @@ def scar(
     (Sec 5.4, Fig 5.4).
 
     Args:
-      partition: the :class:`~scarjax.partition.Partition` of the algorithm's state.
-      checkpoint: the :class:`~scarjax.checkpoint.Checkpoint` spec; ``None`` keeps the
+      partition: the :class:`~scarjax.scar.partition.Partition` of the algorithm's state.
+      checkpoint: the :class:`~scarjax.scar.checkpoint.Checkpoint` spec; ``None`` keeps the
         checkpoint at ``w⁽⁰⁾`` forever (partial recovery is then the reset of Fig 5.6).
       failure: the :class:`Failure`; ``None`` for no failure (checkpointing only).
       recovery: ``'partial'`` or ``'full'``, or an int index into :data:`RECOVERIES`
@@ -269,10 +269,10 @@ def scar(
     The hook's change of the parameters at ``T`` is recorded by the loop as ``δ_T``.
     """
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     spec = checkpoint if checkpoint is not None else ck.Checkpoint("full", 1.0, None)
     if not isinstance(spec, ck.Checkpoint):
-        raise TypeError(f"checkpoint must be a scarjax.checkpoint.Checkpoint or None, got {type(checkpoint).__name__}")
+        raise TypeError(f"checkpoint must be a scarjax.scar.checkpoint.Checkpoint or None, got {type(checkpoint).__name__}")
     if failure is not None:
         if not isinstance(failure, Failure):
             raise TypeError(f"failure must be a Failure or None, got {type(failure).__name__}")
@@ -420,7 +420,7 @@ def simulate_failures(
         product of the axes times ``trials`` being one ``vmap``: ``'fraction'`` or
         ``'servers'`` (what the failure loses), ``'ckpt_fraction'`` (``r``),
         ``'ckpt_period'`` (``C``), ``'strategy'`` (names from
-        :data:`scarjax.checkpoint.STRATEGIES`; the spec's own strategy is then ignored)
+        :data:`scarjax.scar.checkpoint.STRATEGIES`; the spec's own strategy is then ignored)
         and ``'recovery'`` (``'partial'``/``'full'``, overriding ``recovery``). One
         compilation serves the whole grid.
       baseline: the no-failure runs to reuse: ``(final_state, trace)`` of
@@ -444,7 +444,7 @@ def simulate_failures(
         raise ValueError(f"converge_at must be < steps={steps}, got {converge_at}")
     va.check_choice("recovery", recovery, RECOVERIES)
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     if checkpoint is not None and not isinstance(checkpoint, ck.Checkpoint):
         raise TypeError(f"checkpoint must be a Checkpoint or None, got {type(checkpoint).__name__}")
     if grid is not None and not isinstance(grid, dict):

@@ -8,7 +8,7 @@ flushed, Eq 5:
     θ(w) = (1/|B|) Σ_{xᵢ ∈ B} g(w, xᵢ),   B = the points actually processed.
 
 :func:`revocations` declares ``M`` data-parallel workers (worker mode of the loop, see
-:mod:`scarjax.workers`) and draws, at every step, each worker's *progress*: the fraction
+:mod:`scarjax.perturb.workers`) and draws, at every step, each worker's *progress*: the fraction
 of its points it finished before the barrier (``1`` when not revoked). A revoked worker
 contributes the partial gradient over the points it finished (``partial=True``, flushing)
 or nothing (``partial=False``); the merge weights each contribution by its point count,
@@ -28,7 +28,7 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax.workers import WorkerHook, check_workers
+from scarjax.perturb.workers import WorkerHook, check_workers
 
 __all__ = ["revocations"]
 

@@ -19,7 +19,7 @@ different iterations (Sec 5.4.2). Instead of saving every block every ``C`` iter
 This module is the pure, in-memory backend: :class:`CheckpointState` is a pytree that
 lives in a hook's state, so whole experiments stay one ``vmap``-ped program, and the
 spec's ``fraction`` and ``period`` may be traced (vary across trials). The same state is
-the in-memory cache of the persistent backend (:mod:`scarjax.persistent`), which writes
+the in-memory cache of the persistent backend (:mod:`scarjax.scar.persistent`), which writes
 the blocks :func:`select` picks to disk asynchronously (Sec 5.4.3 step 4).
 
 Order at a step ``k`` when both happen: a failure is handled first, then the checkpoint
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
-from scarjax import partition as pt
+from scarjax.scar import partition as pt
 from scarjax import tree as tu
 from scarjax.hooks import Hook
 
@@ -77,7 +77,7 @@ class Checkpoint:
         reset-to-init perturbation of Fig 5.6). May be traced.
       norm: the norm for ``'priority'`` distances: ``'auto'`` (the algorithm's norm),
         ``'l2'``, ``'l1'`` or a callable on a params pytree (see
-        :func:`scarjax.partition.block_distances`).
+        :func:`scarjax.scar.partition.block_distances`).
     """
 
     strategy: str = "full"
@@ -280,9 +280,9 @@ def step(
 def saver(partition: pt.Partition, spec: Checkpoint, *, name: str = "checkpoint") -> Hook:
     """A write-point hook that only keeps a running checkpoint (never changes the state;
     useful to measure checkpoint overhead). To combine it with failures use
-    :func:`scarjax.faults.scar`, which shares the checkpoint with the recovery."""
+    :func:`scarjax.scar.faults.scar`, which shares the checkpoint with the recovery."""
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     if not isinstance(spec, Checkpoint):
         raise TypeError(f"spec must be a Checkpoint, got {type(spec).__name__}")
     va.check_str("name", name)

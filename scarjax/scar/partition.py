@@ -125,7 +125,7 @@ def check_matches(partition: Any, state: Any, name: str = "partition") -> None:
     leaf (same ndim; each axis 1 or the leaf's size). Works on tracers (shapes only), so
     a partition of one model used on another fails here, not inside JAX."""
     if not isinstance(partition, Partition):
-        raise TypeError(f"{name} must be a scarjax.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(f"{name} must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     blocks = partition.blocks
     b_def, s_def = jax.tree.structure(blocks), jax.tree.structure(state)
     if b_def != s_def:

@@ -1,0 +1,11 @@
+"""SCAR: self-correcting fault tolerance (thesis Ch. 5, Sec 5.4).
+
+* :mod:`~scarjax.scar.partition` – blocks of the state and their servers (data, so it jits);
+* :mod:`~scarjax.scar.checkpoint` – the running checkpoint and its strategies (Sec 5.4.2);
+* :mod:`~scarjax.scar.faults` – failures, partial/full recovery, the SCAR hook (Sec 5.4.1);
+* :mod:`~scarjax.scar.persistent` – running checkpoints on disk with orbax (Sec 5.4.3).
+"""
+
+from scarjax.scar import checkpoint, faults, partition, persistent
+
+__all__ = ["partition", "checkpoint", "faults", "persistent"]
