@@ -6,18 +6,18 @@ TierML Sec 3.2–3.3).
 * :mod:`~scarjax.ps.server` – :class:`ParameterServer`: any Algorithm, real collectives;
 * :mod:`~scarjax.ps.failures` – server-shard failures and SCAR recovery;
 * :mod:`~scarjax.ps.topk` – distributed priority selection;
-* :mod:`~scarjax.ps.ssp` – stale-synchronous workers with caches and clocks;
+* :class:`SSP` – stale-synchronous workers with caches and clocks (``ps/_ssp.py``);
 * :mod:`~scarjax.ps.elastic` – adding/removing servers and workers (Litz);
 * :mod:`~scarjax.ps.tiers` – TierML's ActivePS/BackupPS tiers and bulk revocations;
 * :mod:`~scarjax.ps.distributed` – multi-process execution.
 """
 
-from scarjax.ps import distributed, elastic, failures, mesh, ssp, store, tiers, topk
+from scarjax.ps import distributed, elastic, failures, mesh, store, tiers, topk
 from scarjax.ps.mesh import make_mesh
 from scarjax.ps.server import MODES, ParameterServer, PSState, PSTrace
-from scarjax.ps.ssp import SSP
+from scarjax.ps._ssp import SSP, SSPState
 
 __all__ = [
-    "ParameterServer", "PSState", "PSTrace", "MODES", "SSP", "make_mesh",
-    "mesh", "store", "failures", "topk", "ssp", "elastic", "tiers", "distributed",
+    "ParameterServer", "PSState", "PSTrace", "MODES", "SSP", "SSPState", "make_mesh",
+    "mesh", "store", "failures", "topk", "elastic", "tiers", "distributed",
 ]

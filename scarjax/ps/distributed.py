@@ -17,7 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["initialize", "fetch", "is_initialized"]
+from scarjax import _validate as va
+
+__all__ = ["initialize", "to_host", "is_initialized"]
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -35,10 +37,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         the backend starts, i.e. before any computation.
       kwargs: passed to ``jax.distributed.initialize`` (``local_device_ids``, …).
     """
-    if num_processes is not None and (isinstance(num_processes, bool) or num_processes < 1):
-        raise ValueError(f"num_processes must be >= 1, got {num_processes!r}")
-    if process_id is not None and num_processes is not None and not 0 <= process_id < num_processes:
-        raise ValueError(f"process_id must be in [0, {num_processes - 1}], got {process_id!r}")
+    if num_processes is not None:
+        num_processes = va.check_int("num_processes", num_processes, lo=1)
+    if process_id is not None:
+        hi = None if num_processes is None else num_processes - 1
+        process_id = va.check_int("process_id", process_id, lo=0, hi=hi)
     if cpu_collectives is not None:
         jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
@@ -49,7 +52,7 @@ def is_initialized() -> bool:
     return jax.process_count() > 1
 
 
-def fetch(x: Any) -> Any:
+def to_host(x: Any) -> Any:
     """Host copy of a pytree of (fully replicated) global arrays, in any process."""
 
     def one(a):

@@ -24,6 +24,8 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax.ps import _ssp
+from scarjax.ps.distributed import to_host
 from scarjax.ps.failures import deal, relocate
 
 __all__ = ["reassign", "remove_servers", "add_servers", "with_workers", "resize", "rebalance"]
@@ -102,16 +104,12 @@ def resize(ps, state, new_ps):
     """Re-lay ``state`` out on ``new_ps`` (another mesh or server count): blocks go to
     ``new_ps.partition``'s assignment, the checkpoint cache and its bookkeeping move
     with them."""
-    from scarjax.ps.distributed import fetch
-
     # Through the host: the two meshes may hold different devices.
-    logical = fetch(ps.logical(state))
-    saved = fetch(ps.logical_saved(state))
+    logical = to_host(ps.logical(state))
+    saved = to_host(ps.logical_saved(state))
     ssp_state = None
     if new_ps.ssp is not None:
-        from scarjax.ps import ssp as sp
-
-        ssp_state = sp.init_state(new_ps, logical)
+        ssp_state = _ssp.init_state(new_ps, logical)
     out = new_ps.from_logical(logical, saved=saved, ssp_state=ssp_state)
-    return out._replace(saved_at=jnp.asarray(fetch(state.saved_at)), cursor=jnp.asarray(fetch(state.cursor)),
-                        saves=jnp.asarray(fetch(state.saves)))
+    return out._replace(saved_at=jnp.asarray(to_host(state.saved_at)), cursor=jnp.asarray(to_host(state.cursor)),
+                        saves=jnp.asarray(to_host(state.saves)))

@@ -11,7 +11,7 @@ workers on every device. One iteration ``k`` (the order of :func:`scarjax.run`):
    copy and a distributed top-k merges the servers' candidates (:mod:`scarjax.ps.topk`,
    Sec 5.4.3 steps 1–3); each server copies its selected rows into its cache.
 2. *pull* – every device all-gathers the parameters over ``'server'`` (the workers'
-   read; with :mod:`scarjax.ps.ssp` workers may keep a bounded-stale cache instead).
+   read; with :class:`scarjax.ps.SSP` workers may keep a bounded-stale cache instead).
 3. *workers* – each device runs ``algorithm.grad`` for its ``M / devices`` workers on
    their data shards (``algorithm.shard(data, M)``).
 4. *push* – the messages, weighted by the points processed (Sync-on-the-fly Eq 5, as
@@ -45,11 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from scarjax import _validate as va
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import partition as pt
 from scarjax.core import Algorithm, State
 from scarjax.ps import mesh as mh
-from scarjax.ps import ssp as sp
+from scarjax.ps import _ssp as sp
 from scarjax.ps import topk
 from scarjax.ps.store import Layout, Local, Placement, place
 
@@ -71,7 +72,7 @@ class PSState(NamedTuple):
         server caches its own blocks, Sec 5.4.3).
       saved_at: ``int32[B]`` iteration of each block's saved copy.
       cursor, saves: round-robin cursor and number of checkpoints taken.
-      ssp: per-worker caches and clocks (:class:`scarjax.ps.ssp.SSPState`) or ``None``.
+      ssp: per-worker caches and clocks (:class:`scarjax.ps._ssp.SSPState`) or ``None``.
     """
 
     store: tuple
@@ -96,12 +97,6 @@ class PSTrace(NamedTuple):
     staleness: jax.Array | None = None
 
 
-def _check_int(name, v, lo=1):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class ParameterServer:
     """A sharded parameter server for ``algorithm`` on ``mesh``.
@@ -116,7 +111,7 @@ class ParameterServer:
       checkpoint: the running-checkpoint spec (:class:`scarjax.scar.checkpoint.Checkpoint`,
         concrete ``fraction``/``period``; ``None`` keeps the cache at ``w⁽⁰⁾``, which
         failure recovery then reloads).
-      ssp: a :class:`scarjax.ps.ssp.SSP` spec for stale-synchronous workers, or ``None``.
+      ssp: a :class:`scarjax.ps.SSP` spec for stale-synchronous workers, or ``None``.
       mode: ``'workers'`` (data-parallel workers, sharded server update), ``'replicated'``
         (every device runs ``update`` on the pulled state) or ``'auto'`` (``'workers'``
         when the algorithm has ``grad``/``apply``).
@@ -151,7 +146,7 @@ class ParameterServer:
                 f"partition.num_servers={self.partition.num_servers} must equal the mesh's server axis {S}"
             )
         D = S * W
-        M = D if self.workers is None else _check_int("workers", self.workers)
+        M = D if self.workers is None else va.check_int("workers", self.workers, lo=1)
         if M % D:
             raise ValueError(f"workers must be a multiple of the device count {D}, got {M}")
         object.__setattr__(self, "workers", M)
@@ -174,7 +169,7 @@ class ParameterServer:
                 raise ValueError("distributed priority checkpoints need an l2 algorithm norm or norm='l1'/'l2'")
         if self.ssp is not None:
             if not isinstance(self.ssp, sp.SSP):
-                raise TypeError(f"ssp must be a scarjax.ps.ssp.SSP, got {type(self.ssp).__name__}")
+                raise TypeError(f"ssp must be a scarjax.ps.SSP, got {type(self.ssp).__name__}")
             if mode != "workers":
                 raise ValueError("SSP needs mode 'workers'")
             self.ssp.check(M)
@@ -246,7 +241,7 @@ class ParameterServer:
 
     def init(self, key: jax.Array | int) -> PSState:
         """``algorithm.init`` with the key schedule of :func:`scarjax.run`, distributed."""
-        key = _as_key(key)
+        key = va.check_key("key", key)
         k_init = jax.random.split(key, 3)[0]
         state = _init_jit(self.algorithm, k_init)
         ssp_state = sp.init_state(self, state) if self.ssp is not None else None
@@ -264,13 +259,13 @@ class ParameterServer:
     def run(self, state: PSState, steps: int, key: jax.Array | int, *, start: int = 0) -> tuple[PSState, PSTrace]:
         """Iterations ``start … start + steps − 1`` (global indices: the same keys as the
         corresponding iterations of an uninterrupted run)."""
-        _check_int("steps", steps)
-        _check_int("start", start, 0)
+        va.check_int("steps", steps, lo=1)
+        start = va.check_int("start", start, lo=0)
         if not isinstance(state, PSState):
             raise TypeError(f"state must be a PSState (from ParameterServer.init), got {type(state).__name__}")
         if (state.ssp is None) != (self.ssp is None):
             raise ValueError("state.ssp must be present exactly when the server has an SSP spec")
-        key = _as_key(key)
+        key = va.check_key("key", key)
         shards = _shards_jit(self, self.algorithm) if self.mode == "workers" else None
         return _run_jit(self, steps, state, self.algorithm, shards, key, jnp.asarray(start, jnp.int32))
 
@@ -279,14 +274,6 @@ class ParameterServer:
         computed from the layout and shardings (nothing allocated)."""
         b = self.layout.bytes_per_device()
         return {"state": b["per_device"], "checkpoint_cache": b["per_device"], "logical_state": b["logical"]}
-
-
-def _as_key(key):
-    if isinstance(key, (int, np.integer)):
-        return jax.random.key(int(key))
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-        return key
-    raise TypeError(f"key must be an int seed or a single PRNG key, got {key!r}")
 
 
 @jax.jit
@@ -340,14 +327,6 @@ def pull_state(ps, loc: Local, store) -> State:
     return _unflatten(ps, [loc.pull(lf, x) for lf, x in zip(ps.layout.leaves, store)])
 
 
-def _count(spec, B):
-    """Blocks per checkpoint, ``max(1, round(r·B))`` (all for 'full'), as a Python int
-    (:func:`scarjax.scar.checkpoint.count` with a concrete fraction)."""
-    if spec.strategy == "full":
-        return B
-    return int(np.clip(np.round(np.float32(spec.fraction) * B), 1, B))
-
-
 def checkpoint_step(ps, loc: Local, st: PSState, k, key):
     """Sec 5.4.2–5.4.3 on the servers: select (distributed for 'priority'), then each
     server copies its selected rows into its cache; never-lost leaves are refreshed."""
@@ -357,7 +336,7 @@ def checkpoint_step(ps, loc: Local, st: PSState, k, key):
         return st, jnp.zeros((), jnp.int32)
 
     def take(st):
-        n = _count(spec, B)
+        n = topk.block_count(spec, B)
         if spec.strategy == "priority":
             mask = topk.select_local(ps, loc, st.store, st.saved, key, n,
                                      "l1" if spec.norm == "l1" else "l2")

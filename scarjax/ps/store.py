@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
+from scarjax.core import State
 from scarjax.scar import partition as pt
 from scarjax.ps.mesh import SERVER, WORKER
 
@@ -94,16 +96,11 @@ class Layout:
         largest number of rows any server holds under ``partition.server_of``, capped at
         the number of rows: room for re-assigned blocks after failures or elasticity.
         """
-        from scarjax.core import State
-
         if not isinstance(partition, pt.Partition):
             raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
         if not isinstance(state, State):
             state = State(*state) if isinstance(state, tuple) else State(state, ())
-        if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
-            raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
-        if not (isinstance(headroom, (int, float)) and np.isfinite(headroom)):
-            raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
+        va.check_real("headroom", headroom, lo=1.0, scalar=True)
         pt.check_matches(partition, state)
         leaves, treedef = jax.tree.flatten(state)
         id_leaves = jax.tree.leaves(partition.blocks)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from scarjax import _validate as va
 from scarjax.core import State
 from scarjax.ps import mesh as mh
 from scarjax.ps.failures import deal, relocate
@@ -135,8 +136,7 @@ def run(ps, tiers: Tiers, state, tstate: TierState, steps: int, key: Any, *, sta
         push_every: int = 1):
     """Train ``steps`` iterations pushing the pending deltas every ``push_every``
     iterations. Returns ``(state, tier_state, loss[steps + 1])``."""
-    if isinstance(push_every, bool) or not isinstance(push_every, int) or push_every < 1:
-        raise ValueError(f"push_every must be an int >= 1, got {push_every!r}")
+    push_every = va.check_int("push_every", push_every, lo=1)
     losses, k, end = [], start, start + steps
     while k < end:
         n = min(push_every, end - k)

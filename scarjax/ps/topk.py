@@ -23,12 +23,24 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from scarjax import _validate as va
 from scarjax.ps import mesh as mh
 from scarjax.ps.store import Local
+from scarjax.scar import checkpoint as ck
 
-__all__ = ["local_distances", "merge_top_k", "select_local", "select"]
+__all__ = ["block_count", "local_distances", "merge_top_k", "select_local", "select"]
+
+
+def block_count(spec: ck.Checkpoint, num_blocks: int) -> int:
+    """Blocks per checkpoint, ``max(1, round(r·B))`` (all ``B`` for ``'full'``), as a
+    Python int: :func:`scarjax.scar.checkpoint.count` for a concrete fraction (the
+    static ``n`` of the top-``n`` selection)."""
+    if spec.strategy == "full":
+        return num_blocks
+    return int(np.clip(np.round(np.float32(spec.fraction) * num_blocks), 1, num_blocks))
 
 
 def local_distances(ps, loc: Local, store, saved, norm: str = "l2") -> jax.Array:
@@ -83,17 +95,10 @@ def select(ps, state, key: Any, fraction: float, norm: str = "l2") -> jax.Array:
     :class:`~scarjax.ps.server.PSState` against its checkpoint cache (for tests and
     benchmarks; equals ``scarjax.scar.checkpoint.select(Checkpoint('priority', fraction),
     ...)`` on the logical state with the same key)."""
-    from scarjax.scar import checkpoint as ck
-
-    if not 0.0 < float(fraction) <= 1.0:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-    if norm not in ("l1", "l2"):
-        raise ValueError(f"norm must be 'l1' or 'l2', got {norm!r}")
-    if isinstance(key, int):
-        key = jax.random.key(key)
-    from scarjax.ps.server import _count
-
-    n = _count(ck.Checkpoint("priority", float(fraction)), ps.layout.num_blocks)
+    va.check_real("fraction", fraction, lo=0.0, lo_open=True, hi=1.0, scalar=True)
+    va.check_choice("norm", norm, ("l1", "l2"))
+    key = va.check_key("key", key)
+    n = block_count(ck.Checkpoint("priority", float(fraction)), ps.layout.num_blocks)
     return _select_jit(ps, n, norm, state.store, state.saved, state.placement, key)
 
 

@@ -29,8 +29,8 @@ def main():
     ps = sps.ParameterServer(alg, pb.row_partition(alg), sps.make_mesh(4, 2), workers=8)
     key = jax.random.key(3)
     st, tr = ps.run(ps.init(key), 6, key)
-    w = distributed.fetch(ps.logical(st).params["w"])
-    loss = distributed.fetch(tr.loss)
+    w = distributed.to_host(ps.logical(st).params["w"])
+    loss = distributed.to_host(tr.loss)
     if pid == 0:
         np.savez(out, w=w, loss=loss)
     jax.distributed.shutdown()

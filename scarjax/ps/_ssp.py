@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import _validate as va
+
 __all__ = ["SSP", "SSPState", "init_state", "views"]
 
 
@@ -48,12 +50,10 @@ class SSP:
     speeds: Any = None
 
     def __post_init__(self):
-        s = self.staleness
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"staleness must be an int >= 0, got {s!r}")
+        va.check_int("staleness", self.staleness, lo=0)
         if self.speeds is not None:
-            v = np.asarray(self.speeds, np.float32)
-            if v.ndim != 1 or not np.all((v > 0) & (v <= 1)):
+            va.check_real("speeds", self.speeds, lo=0.0, lo_open=True, hi=1.0)
+            if np.ndim(self.speeds) != 1:
                 raise ValueError(f"speeds must be a 1-D array of probabilities in (0, 1], got {self.speeds!r}")
 
     def check(self, workers: int) -> None:
