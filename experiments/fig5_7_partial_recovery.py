@@ -6,7 +6,7 @@ kept with full checkpoints every ``C`` iterations, either fully (traditional) or
 partially (only the lost blocks, Sec 5.4.1). Rework is measured on the loss criterion
 against the no-failure run with the same key, ε calibrated so that run converges in
 ``converge_at`` iterations; 95% CIs over ``trials`` trials. Each (model, recovery) is one
-vmapped program over fractions × trials (:func:`scarjax.scar.faults.simulate_failures`).
+vmapped program over fractions × trials (:func:`scarjax.scar.simulate.simulate_failures`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments import _common, _scar, _stats
+from experiments import _common, _plot, _scar, _stats
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
+from scarjax.scar.simulate import simulate_failures
 from scarjax.rework import iterations_to
 
 NAME = "fig5_7_partial_recovery"
@@ -50,7 +51,7 @@ def run_model(name: str, config: Config) -> dict:
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
            "converge_at": spec.converge_at}
     # One vmapped program: recoveries x fractions x trials.
-    res = F.simulate_failures(
+    res = simulate_failures(
         alg, part, trials=config.trials, steps=spec.steps, converge_at=spec.converge_at,
         failure=failure, checkpoint=ckpt, grid={"recovery": ["partial", "full"], "fraction": list(config.fractions)},
         key=config.seed, after_recovery=spec.after_recovery)
@@ -78,18 +79,20 @@ def _schedule(converge_at: int, ckpt_period: float, fail_mean: float) -> tuple[i
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from experiments._common import pyplot
-
-    plt = pyplot()
-
     names, results = _scar.start_results(config)
     for name in _common.progress(names, "fig5.7 models"):
         results["models"][name] = run_model(name, config)
-    n = len(names)
-    fig, axes = plt.subplots(1, max(n, 1), figsize=(3.4 * max(n, 1), 3.2), squeeze=False)
-    xs = np.asarray(config.fractions)
-    for ax, name in zip(axes[0], names):
-        r = results["models"][name]
+    return results
+
+
+def plot(results: dict, out_dir) -> list:
+    """Figs 5.7/5.8 from the results: mean rework (95% CI) of partial and full recovery
+    against the failed fraction, one panel per model (dashed: full recovery's mean)."""
+    cfg, models = results["config"], results["models"]
+    fig, axes = _plot.figure(1, max(len(models), 1), panel=(3.6, 3.2),
+                             title=f"Figs 5.7/5.8 — partial vs full recovery ({cfg['trials']} trials, 95% CI)")
+    xs = np.asarray(cfg["fractions"], float)
+    for ax, r in zip(axes[0], models.values()):
         for rec, marker in (("partial", "o"), ("full", "s")):
             ax.errorbar(xs, r[rec]["mean"], yerr=r[rec]["ci"], marker=marker, capsize=3, label=rec)
             lb = np.asarray(r[rec]["censored"]) > 0
@@ -97,15 +100,13 @@ def run(config: Config, out_dir) -> dict:
                 ax.plot(xs[lb], np.asarray(r[rec]["mean"])[lb], "^", color="k", mfc="none", ms=9,
                         label=f"{rec}: ≥ (not re-converged)")
         ax.axhline(float(np.mean(r["full"]["mean"])), color="k", ls="--", lw=1)
-        ax.set_title(r["label"], fontsize=9)
+        ax.set_title(r["label"])
         ax.set_xlabel("fraction of failed parameters")
         ax.set_ylabel("rework (iterations)")
         low = min(float(np.nanmin(np.asarray(r[s]["mean"], float) - np.asarray(r[s]["ci"], float))) for s in ("partial", "full"))
         ax.set_ylim(bottom=min(0.0, low))  # rework can be negative (noise-limited models)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Figs 5.7/5.8 — partial vs full recovery ({config.trials} trials, 95% CI)", fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
-    return results
+    axes[0][0].legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 _STAR = "\n`*`: above 100%: the partial-recovery mean rework is negative (inside the model's noise).\n"

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from experiments import _common, _scar, _stats
+from experiments import _common, _plot, _scar, _stats
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
+from scarjax.scar.simulate import simulate_failures
 from scarjax.rework import iterations_to
 
 NAME = "fig5_9_priority_checkpoint"
@@ -54,8 +56,8 @@ def run_model(name: str, config: Config) -> dict:
                         geometric=F.Geometric(rate, start=1, stop=spec.converge_at))
     common = dict(trials=config.trials, steps=spec.steps, converge_at=spec.converge_at, failure=failure,
                   key=config.seed, after_recovery=spec.after_recovery)
-    trad = F.simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),
-                               recovery="full", **common)
+    trad = simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),
+                             recovery="full", **common)
     baseline = trad.baseline_loss
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
            "converge_at": spec.converge_at}
@@ -66,7 +68,7 @@ def run_model(name: str, config: Config) -> dict:
     out["traditional"].update(mean=out["traditional"]["cell"]["mean"], ci=out["traditional"]["cell"]["ci"])
     rs = [1.0 / f for f in config.frequencies]
     # One vmapped program: strategies x checkpoint fractions x trials.
-    res = F.simulate_failures(
+    res = simulate_failures(
         alg, part, checkpoint=ck.Checkpoint("priority", 1.0, C, norm=spec.ckpt_norm),
         recovery="partial", grid={"strategy": list(STRATEGIES), "ckpt_fraction": rs}, baseline=baseline, **common)
     horizon = spec.steps - iterations_to(res.baseline_loss, res.eps)
@@ -84,18 +86,21 @@ def run_model(name: str, config: Config) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from experiments._common import pyplot
-
-    plt = pyplot()
-
     names, results = _scar.start_results(config)
     for name in _common.progress(names, "fig5.9 models"):
         results["models"][name] = run_model(name, config)
-    n = max(len(names), 1)
-    fig, axes = plt.subplots(1, n, figsize=(3.4 * n, 3.2), squeeze=False)
-    xs = np.asarray(config.frequencies)
-    for ax, name in zip(axes[0], names):
-        r = results["models"][name]
+    return results
+
+
+def plot(results: dict, out_dir) -> list:
+    """Figs 5.9/5.10 from the results: mean rework (95% CI) of each checkpoint strategy
+    against the relative checkpoint frequency, one panel per model (dashed: traditional)."""
+    cfg, models = results["config"], results["models"]
+    fig, axes = _plot.figure(1, max(len(models), 1), panel=(3.6, 3.2),
+                             title=f"Figs 5.9/5.10 — checkpoint strategies, "
+                                   f"{Fraction(cfg['fail_fraction']).limit_denominator(64)} of parameters lost ({cfg['trials']} trials, 95% CI)")
+    xs = np.asarray(cfg["frequencies"])
+    for ax, r in zip(axes[0], models.values()):
         for strategy, marker in zip(STRATEGIES, "os^"):
             ax.errorbar(xs, r[strategy]["mean"], yerr=r[strategy]["ci"], marker=marker, capsize=3,
                         label={"round_robin": "round"}.get(strategy, strategy))
@@ -105,16 +110,13 @@ def run(config: Config, out_dir) -> dict:
         ax.axhline(r["traditional"]["mean"], color="k", ls="--", lw=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_title(r["label"], fontsize=9)
+        ax.set_title(r["label"])
         ax.set_xlabel("relative checkpoint frequency")
         ax.set_ylabel("rework (iterations)")
         low = min(float(np.nanmin(np.asarray(r[s]["mean"], float) - np.asarray(r[s]["ci"], float))) for s in STRATEGIES)
         ax.set_ylim(bottom=min(0.0, low))  # rework can be negative (noise-limited models)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Figs 5.9/5.10 — checkpoint strategies, 1/2 of parameters lost ({config.trials} trials, 95% CI)",
-                 fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
-    return results
+    axes[0][0].legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def report(results: dict) -> str:

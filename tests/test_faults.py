@@ -14,6 +14,7 @@ from scarjax import State
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar import partition as P
+from scarjax.scar import simulate as S
 from scarjax import tree as tu
 from scarjax.hooks import Context
 from scarjax.models import mlr
@@ -226,7 +227,7 @@ _GRID = {"recovery": ["partial", "full"], "fraction": [0.25, 0.5, 1.0]}
 @pytest.fixture(scope="module")
 def sims(small_mlr):
     alg, part = small_mlr
-    res = F.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
+    res = S.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
                               checkpoint=_CKPT, grid=_GRID, key=3)
     return res
 
@@ -251,7 +252,7 @@ def test_simulate_failures_partial_vs_full(sims):
 
 def test_simulate_failures_deterministic_and_matches_single_run(small_mlr, sims):
     alg, part = small_mlr
-    again = F.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
+    again = S.simulate_failures(alg, part, trials=12, steps=80, converge_at=40, failure=_FAIL,
                                 checkpoint=_CKPT, grid=_GRID, key=3)  # reuses the compiled program
     np.testing.assert_array_equal(again.rework, sims.rework)
     np.testing.assert_array_equal(again.loss, sims.loss)
@@ -269,23 +270,54 @@ def test_simulate_failures_deterministic_and_matches_single_run(small_mlr, sims)
     np.testing.assert_allclose(np.asarray(tr.point_delta["write"]), d)
 
 
+def test_simulate_failures_compiles_once_for_the_same_specs():
+    """Repeated calls with the same spec objects reuse the compiled program (the hook
+    factory compares its specs by identity); a new spec object compiles anew."""
+    alg = scarjax.fixed_point(lambda w, d: 0.5 * w + 0.01, jnp.linspace(1.0, 2.0, 6),
+                              lambda w, d: jnp.sum((w - 0.02) ** 2))
+    part = P.by_element(State(jnp.ones(6), ()), num_servers=3)
+    traces = []
+
+    def after(state, data):  # called once per trace of the hook
+        traces.append(1)
+        return state
+
+    fail = F.Failure(fraction=0.5, geometric=F.Geometric(0.3, start=1, stop=6))
+    kw = dict(trials=3, steps=12, converge_at=6, failure=fail, after_recovery=after)
+    first = S.simulate_failures(alg, part, key=0, **kw)
+    n = len(traces)
+    assert n >= 1 and np.all(first.delta > 0)
+    again = S.simulate_failures(alg, part, key=0, **kw)
+    other_key = S.simulate_failures(alg, part, key=1, **kw)
+    assert len(traces) == n  # neither call retraced
+    np.testing.assert_array_equal(again.loss, first.loss)
+    assert not np.array_equal(other_key.fail_at, first.fail_at)
+    # The factory (run_trials' static argument) is equal for the same objects only.
+    same_values = F.Failure(fraction=0.5, geometric=F.Geometric(0.3, start=1, stop=6))
+    f = S._Factory(part, fail, None, "partial", after)
+    assert f == S._Factory(part, fail, None, "partial", after)
+    assert hash(f) == hash(S._Factory(part, fail, None, "partial", after))
+    assert f != S._Factory(part, same_values, None, "partial", after)
+    assert f != S._Factory(part, fail, None, "full", after)
+
+
 def test_simulate_failures_bad_inputs(small_mlr):
     alg, part = small_mlr
     kw = dict(trials=2, steps=20, converge_at=10, failure=_FAIL, checkpoint=_CKPT)
     with pytest.raises(ValueError, match="converge_at"):
-        F.simulate_failures(alg, part, **{**kw, "converge_at": 20})
+        S.simulate_failures(alg, part, **{**kw, "converge_at": 20})
     with pytest.raises(ValueError, match="grid keys"):
-        F.simulate_failures(alg, part, **kw, grid={"bogus": [1]})
+        S.simulate_failures(alg, part, **kw, grid={"bogus": [1]})
     with pytest.raises(ValueError, match="fraction"):
-        F.simulate_failures(alg, part, **kw, grid={"fraction": [0.5, 2.0]})
+        S.simulate_failures(alg, part, **kw, grid={"fraction": [0.5, 2.0]})
     with pytest.raises(ValueError, match="failure times"):
-        F.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, at=15)})
+        S.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, at=15)})
     with pytest.raises(TypeError, match="algorithm"):
-        F.simulate_failures("mlr", part, **kw)
+        S.simulate_failures("mlr", part, **kw)
     with pytest.raises(ValueError, match="strategy"):
-        F.simulate_failures(alg, part, **kw, grid={"strategy": ["priority", "best"]})
+        S.simulate_failures(alg, part, **kw, grid={"strategy": ["priority", "best"]})
     with pytest.raises(ValueError, match="recovery"):
-        F.simulate_failures(alg, part, **kw, grid={"recovery": ["none"]})
+        S.simulate_failures(alg, part, **kw, grid={"recovery": ["none"]})
 
 
 def test_calibrate_near_matches_rework_kappa():
@@ -352,7 +384,7 @@ def test_recovery_as_name_or_index_and_bad_partitions():
     with pytest.raises(ValueError, match="partition was built for another model"):
         scarjax.run(alg, F.scar(other, failure=fail), 4, 0)
     with pytest.raises(ValueError, match="partition"):
-        F.simulate_failures(alg, other, trials=2, steps=6, converge_at=4, failure=fail)
+        S.simulate_failures(alg, other, trials=2, steps=6, converge_at=4, failure=fail)
     bad_after = F.scar(part, failure=fail, after_recovery=lambda s, d: State(s.params[:3], s.aux))
     with pytest.raises(ValueError, match="after_recovery"):
         scarjax.run(alg, bad_after, 4, 0)

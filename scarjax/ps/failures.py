@@ -14,6 +14,12 @@ survived would show. The *recovery coordinator* (host-side control plane):
 3. reloads from the running checkpoint: ``'partial'`` reloads only the lost blocks
    (Sec 5.4.1), ``'full'`` rolls the whole state back (checkpoint-restart).
 
+The recovery rule is :func:`scarjax.scar.faults.recover`'s (and the recovery names are
+its :data:`~scarjax.scar.faults.RECOVERIES`), applied here to the rows of the sharded store
+inside ``shard_map`` rather than to a logical state: the store's layout (rows, slots,
+placement after earlier re-assignments) is not a :class:`~scarjax.scar.partition.Partition`
+of a state, so the row-level code is kept here and checked against the hook below.
+
 The failed servers' part of the checkpoint cache is read back from persistent storage in
 SCAR (Sec 5.4.3; :mod:`scarjax.scar.persistent` writes it); here the cache rows are migrated
 with the blocks, which holds the same values. The result is the same state, number for
@@ -31,12 +37,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from scarjax import _validate as va
 from scarjax.ps import mesh as mh
+from scarjax.scar import faults
 from scarjax.ps.store import Layout, Local, check_capacity, place
 
 __all__ = ["RECOVERIES", "deal", "relocate", "fail", "run_with_failure"]
 
-RECOVERIES = ("partial", "full", "none")
+#: :data:`scarjax.scar.faults.RECOVERIES` and ``'none'`` (a plain migration, nothing lost).
+RECOVERIES = (*faults.RECOVERIES, "none")
 
 
 def deal(server_of: Any, moving: Any, targets: Any, layout: Layout | None = None, key: int = 0) -> np.ndarray:
@@ -151,8 +160,7 @@ def fail(ps, state, servers: Sequence[int], *, recovery: str = "partial", key: i
 
     Returns ``(state, lost_blocks)``: the recovered :class:`~scarjax.ps.server.PSState`
     (the failed servers out of service) and ``bool[B]`` the blocks that were lost."""
-    if recovery not in ("partial", "full"):
-        raise ValueError(f"recovery must be 'partial' or 'full', got {recovery!r}")
+    va.check_choice("recovery", recovery, faults.RECOVERIES)
     S = ps.num_servers
     failed = np.zeros(S, bool)
     for s in servers:

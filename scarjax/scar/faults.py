@@ -16,16 +16,17 @@ so Thm 5.3.1 can be evaluated on it, and Thm 5.4.1 (``‖δ'‖ ≤ ‖δ‖``) 
 (property-tested in ``tests/test_faults.py``; notes in ``theory/``).
 
 :func:`scar` composes the running checkpoint, the failure and the recovery in one hook
-(they share the checkpoint); :func:`simulate_failures` runs the thesis's Monte-Carlo
-experiment (Secs 5.5.3–5.5.4) as one vmapped program and measures rework against a
-no-failure baseline.
+(they share the checkpoint). The drivers build on the same functions: the Monte-Carlo
+experiment of Secs 5.5.3–5.5.4 (:func:`scarjax.scar.simulate.simulate_failures`) runs
+this hook, and the persistent driver (:func:`scarjax.scar.persistent.run`) recovers with
+:func:`lost_blocks`, :func:`recover` and :func:`apply_after_recovery` from the blocks it
+reads back from disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +37,6 @@ from scarjax.scar import checkpoint as ck
 from scarjax.scar import partition as pt
 from scarjax import tree as tu
 from scarjax.hooks import Hook
-from scarjax.rework import calibrate_near
 
 PyTree = Any
 
@@ -46,11 +46,10 @@ __all__ = [
     "Failure",
     "lost_blocks",
     "recover",
+    "apply_after_recovery",
     "scar",
     "failure",
     "ScarState",
-    "FailureResult",
-    "simulate_failures",
     "geometric_times",
 ]
 
@@ -210,6 +209,23 @@ def recover(
     raise ValueError(f"recovery must be one of {RECOVERIES}, got {recovery!r}")
 
 
+def apply_after_recovery(
+    after_recovery: Callable[[Any, Any], Any] | None, recovered: Any, state: Any, data: Any
+) -> Any:
+    """``after_recovery(recovered, data)`` checked to be a state like ``state`` (a plain
+    2-tuple ``(params, aux)`` is accepted and rebuilt as ``type(state)``); ``recovered``
+    itself when ``after_recovery`` is ``None``. E.g. LDA's ``rebuild_counts`` regenerates
+    the word-topic counts from the recovered assignments (Sec 5.5.1). Traceable; used by
+    the :func:`scar` hook and the persistent driver alike."""
+    if after_recovery is None:
+        return recovered
+    rec = after_recovery(recovered, data)
+    if isinstance(rec, tuple) and not isinstance(rec, type(state)) and len(rec) == 2:
+        rec = type(state)(*rec)
+    va.check_tree_like("after_recovery(state, data)", rec, state, "the state")
+    return rec
+
+
 def _recovery(recovery: Any) -> Any:
     """A recovery name, from a name or an int index into :data:`RECOVERIES` (concrete:
     checked and mapped to its name; traced, e.g. from ``run_trials``' ``hook_args``: kept)."""
@@ -295,11 +311,7 @@ def scar(
         if failure is not None:
             fire = ctx.step == hstate.fail_at
             rec = recover(recovery, state, hstate.checkpoint.saved, partition, hstate.lost)
-            if after_recovery is not None:
-                rec = after_recovery(rec, ctx.algorithm.data)
-                if isinstance(rec, tuple) and not isinstance(rec, type(state)) and len(rec) == 2:
-                    rec = type(state)(*rec)
-                va.check_tree_like("after_recovery(state, data)", rec, state, "the state")
+            rec = apply_after_recovery(after_recovery, rec, state, ctx.algorithm.data)
             state = jax.tree.map(lambda a, b: jnp.where(fire, a, b), rec, state)
         ckpt, _ = ck.step(spec, hstate.checkpoint, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
         return state, hstate._replace(checkpoint=ckpt)
@@ -320,211 +332,3 @@ def failure(
     ``scar(partition, checkpoint=None, failure=failure, ...)``."""
     return scar(partition, checkpoint=None, failure=failure, recovery=recovery,
                 after_recovery=after_recovery, name=name)
-
-
-# --------------------------------------------------------------------------------------
-# Monte-Carlo experiments (Secs 5.5.3–5.5.4).
-
-
-class FailureResult(NamedTuple):
-    """Result of :func:`simulate_failures`.
-
-    Attributes:
-      rework: ``[*grid_shape, trials]`` rework in iterations (Eq 5.4, loss criterion;
-        ``inf`` if a run never reaches ε).
-      delta: ``[*grid_shape, trials]`` ‖δ_T‖ of the recovery (algorithm's norm).
-      fail_at: ``[trials]`` failure iterations (shared across grid points: common random
-        numbers).
-      eps: ``[trials]`` ε per trial (the baseline reaches it for good at ``converge_at``
-        or the first iteration after where that is possible, :func:`scarjax.rework.calibrate_near`).
-      grid: ``{name: values}`` of the grid axes, in order.
-      baseline_loss: ``[trials, steps + 1]``.
-      loss: ``[*grid_shape, trials, steps + 1]``.
-    """
-
-    rework: np.ndarray
-    delta: np.ndarray
-    fail_at: np.ndarray
-    eps: np.ndarray
-    grid: dict
-    baseline_loss: np.ndarray
-    loss: np.ndarray
-
-
-_FACTORIES: dict = {}
-
-
-def _factory(partition, failure, checkpoint, recovery, after_recovery):
-    """The per-trial hook factory of :func:`simulate_failures`, cached per (partition,
-    failure, checkpoint, recovery, callback) objects so that repeated calls reuse the
-    compiled program (``run_trials`` caches on the factory's identity)."""
-    cache_key = (id(partition), id(failure), id(checkpoint), recovery, id(after_recovery))
-    hit = _FACTORIES.get(cache_key)
-    if hit is not None:
-        return hit[0]
-
-    def factory(a):
-        f = failure.replace(at=a["at"], geometric=None)
-        if "fraction" in a:
-            f = f.replace(fraction=a["fraction"])
-        if "servers" in a:
-            f = f.replace(servers=a["servers"])
-        c = checkpoint
-        if "ckpt_fraction" in a:
-            c = c.replace(fraction=a["ckpt_fraction"])
-        if "ckpt_period" in a:
-            c = c.replace(period=a["ckpt_period"])
-        if "strategy" in a:
-            c = c.replace(strategy=a["strategy"])
-        return scar(partition, checkpoint=c, failure=f, recovery=a.get("recovery", recovery),
-                    after_recovery=after_recovery, name="scar")
-
-    if len(_FACTORIES) >= 64:
-        _FACTORIES.pop(next(iter(_FACTORIES)))
-    # Keep the keyed objects alive so their ids stay unique while cached.
-    _FACTORIES[cache_key] = (factory, partition, failure, checkpoint, after_recovery)
-    return factory
-
-
-_GRID_KEYS = ("fraction", "servers", "ckpt_fraction", "ckpt_period", "strategy", "recovery")
-
-
-def simulate_failures(
-    algorithm: Any,
-    partition: pt.Partition,
-    *,
-    trials: int,
-    steps: int,
-    converge_at: int,
-    failure: Failure,
-    checkpoint: ck.Checkpoint | None = None,
-    recovery: str = "partial",
-    grid: dict[str, Sequence] | None = None,
-    key: jax.Array | int = 0,
-    after_recovery: Callable[[Any, Any], Any] | None = None,
-    baseline: Any = None,
-) -> FailureResult:
-    """Train to ``T``, fail, recover from a running checkpoint, continue; measure rework.
-
-    For ``trials`` keys (trial ``i`` uses the same key, hence the same initialisation and
-    minibatches, at every grid point and in the baseline), the failure time ``T`` is
-    drawn from ``failure.geometric`` (or fixed ``failure.at``); a run with
-    ``scar(partition, checkpoint, failure, recovery)`` is compared with a no-failure run:
-    ε is calibrated per trial so that the baseline's full-data loss reaches it for good at
-    iteration ``converge_at`` (or the first iteration after where that is possible,
-    :func:`scarjax.rework.calibrate_near`), and the rework is the
-    difference in iterations to reach ε (:func:`scarjax.rework_cost`).
-
-    Args:
-      grid: optional ``{name: values}`` swept inside the same vmapped program, the
-        product of the axes times ``trials`` being one ``vmap``: ``'fraction'`` or
-        ``'servers'`` (what the failure loses), ``'ckpt_fraction'`` (``r``),
-        ``'ckpt_period'`` (``C``), ``'strategy'`` (names from
-        :data:`scarjax.scar.checkpoint.STRATEGIES`; the spec's own strategy is then ignored)
-        and ``'recovery'`` (``'partial'``/``'full'``, overriding ``recovery``). One
-        compilation serves the whole grid.
-      baseline: the no-failure runs to reuse: ``(final_state, trace)`` of
-        ``run_trials(algorithm, None, steps, keys)`` or their loss ``[trials, steps + 1]``
-        (e.g. ``FailureResult.baseline_loss`` of an earlier call with the same key).
-
-    Returns:
-      :class:`FailureResult`.
-    """
-    from scarjax.core import Algorithm, run_trials
-    from scarjax.rework import rework_cost
-
-    if not isinstance(algorithm, Algorithm):
-        raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
-    if not isinstance(failure, Failure):
-        raise TypeError(f"failure must be a Failure, got {type(failure).__name__}")
-    for nm, v, lo in (("trials", trials, 1), ("steps", steps, 2), ("converge_at", converge_at, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{nm} must be an int >= {lo}, got {v!r}")
-    if converge_at >= steps:
-        raise ValueError(f"converge_at must be < steps={steps}, got {converge_at}")
-    va.check_choice("recovery", recovery, RECOVERIES)
-    if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
-    if checkpoint is not None and not isinstance(checkpoint, ck.Checkpoint):
-        raise TypeError(f"checkpoint must be a Checkpoint or None, got {type(checkpoint).__name__}")
-    if grid is not None and not isinstance(grid, dict):
-        raise TypeError(f"grid must be a dict {{name: values}} or None, got {type(grid).__name__}")
-    grid = dict(grid or {})
-    for g in grid:
-        if g not in _GRID_KEYS:
-            raise ValueError(f"grid keys must be among {_GRID_KEYS}, got {g!r}")
-    if "fraction" in grid and failure.fraction is None:
-        raise ValueError("grid 'fraction' needs a Failure with fraction=... (not servers=)")
-    if "servers" in grid and failure.servers is None:
-        raise ValueError("grid 'servers' needs a Failure with servers=... (not fraction=)")
-    if ("ckpt_fraction" in grid or "ckpt_period" in grid) and checkpoint is None:
-        raise ValueError("grid 'ckpt_fraction'/'ckpt_period' needs a checkpoint spec")
-    if "strategy" in grid and checkpoint is None:
-        raise ValueError("grid 'strategy' needs a checkpoint spec")
-    axes = {k: np.asarray(v) for k, v in grid.items()}
-    labels = {}
-    for k, choices in (("strategy", ck.STRATEGIES), ("recovery", RECOVERIES)):
-        if k in axes:
-            bad = [x for x in axes[k].tolist() if x not in choices]
-            if bad:
-                raise ValueError(f"grid[{k!r}] values must be among {choices}, got {bad}")
-            labels[k] = axes[k]
-            axes[k] = np.asarray([choices.index(x) for x in axes[k].tolist()], np.int32)
-    for k, v in axes.items():
-        if v.ndim != 1 or v.size == 0:
-            raise ValueError(f"grid[{k!r}] must be a non-empty 1-D sequence, got shape {v.shape}")
-        # Validate every concrete grid value through the specs' own checks.
-        for x in v.tolist():
-            if k == "fraction":
-                failure.replace(fraction=x)
-            elif k == "servers":
-                failure.replace(servers=int(x)).check(partition)
-            elif k == "ckpt_fraction":
-                checkpoint.replace(fraction=x)
-            elif k == "ckpt_period":
-                checkpoint.replace(period=int(x))
-    key = va.check_key("key", key)
-    k_trials, k_time = jax.random.split(key)
-    keys = jax.random.split(k_trials, trials)
-    if failure.at is not None:
-        fail_at = np.full((trials,), int(failure.at), np.int32) if _concrete(failure.at) else np.asarray(failure.at)
-    else:
-        fail_at = geometric_times(failure.geometric, k_time, trials)
-    if np.any(fail_at >= converge_at):
-        raise ValueError(
-            f"failure times must be < converge_at={converge_at} (got max {int(fail_at.max())}); "
-            "use Geometric(..., stop=converge_at)"
-        )
-    if baseline is None:
-        base_loss = np.asarray(run_trials(algorithm, None, steps, keys)[1].loss)
-    elif isinstance(baseline, tuple):
-        base_loss = np.asarray(baseline[1].loss)
-    else:
-        base_loss = np.asarray(baseline)
-    if base_loss.shape != (trials, steps + 1):
-        raise ValueError(f"baseline loss must have shape {(trials, steps + 1)}, got {base_loss.shape}")
-    eps = calibrate_near(base_loss, converge_at)
-
-    names = list(axes)
-    shape = tuple(len(axes[n]) for n in names)
-    combos = list(itertools.product(*[range(s) for s in shape])) or [()]
-    G = len(combos)
-    args = {n: np.repeat(np.asarray([axes[n][c[i]] for c in combos]), trials) for i, n in enumerate(names)}
-    args["at"] = np.tile(fail_at, G)
-    all_keys = jnp.concatenate([keys] * G)
-
-    factory = _factory(partition, failure, checkpoint, recovery, after_recovery)
-    hook_args = {k: jnp.asarray(v) for k, v in args.items()}
-    _, trace = run_trials(algorithm, factory, steps, all_keys, hook_args=hook_args)
-    loss = np.asarray(trace.loss).reshape(shape + (trials, steps + 1))
-    delta = np.asarray(trace.delta["scar"]).max(axis=-1).reshape(shape + (trials,))
-    rework = rework_cost(loss, base_loss, eps, metric="loss")
-    return FailureResult(
-        rework=rework,
-        delta=delta,
-        fail_at=fail_at,
-        eps=np.asarray(eps),
-        grid={n: labels.get(n, axes[n]) for n in names},
-        baseline_loss=base_loss,
-        loss=loss,
-    )

@@ -72,9 +72,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax.scar import checkpoint as ck
-from scarjax.scar import partition as pt
+from scarjax import _validate as va
 from scarjax import tree as tu
+from scarjax.core import Algorithm, State
+from scarjax.core import run as run_loop
+from scarjax.hooks import flatten_hooks
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import faults
+from scarjax.scar import partition as pt
 
 PyTree = Any
 
@@ -295,8 +300,6 @@ class PersistentCheckpoint:
         if not isinstance(partition, pt.Partition):
             raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
         _check_keep(keep)
-        from scarjax.core import State
-
         if not isinstance(template, State):
             template = State(*template) if isinstance(template, tuple) else State(template, ())
         self._leaves, self._treedef = jax.tree.flatten(template)
@@ -632,8 +635,6 @@ class PersistentCheckpoint:
     # ---------------------------------------------------------------- reading
 
     def _check_state(self, state: Any) -> list:
-        from scarjax.core import State
-
         if not isinstance(state, State):
             state = State(*state)
         leaves, treedef = jax.tree.flatten(state)
@@ -738,8 +739,6 @@ class PersistentCheckpoint:
         block and the never-lost leaves (full recovery / :meth:`load`). Waits for an
         in-flight write first. A damaged step is skipped (:class:`CheckpointWarning`)
         and an older running checkpoint used; :attr:`restored_from` tells which."""
-        from scarjax.core import State
-
         B = self.partition.num_blocks
         full = block_mask is None
         want = np.ones((B,), bool) if full else np.asarray(block_mask, bool)
@@ -865,9 +864,6 @@ def run(
     Returns:
       :class:`PersistentRun`.
     """
-    from scarjax.scar import faults
-    from scarjax.core import Algorithm, State, _as_key
-
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
     if not isinstance(checkpoint, ck.Checkpoint):
@@ -886,8 +882,6 @@ def run(
         if isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1:
             raise ValueError(f"segment must be an int >= 1 or None, got {segment!r}")
     _check_keep(keep)
-    from scarjax.hooks import flatten_hooks
-
     scheduled = [(h.name, arg, k) for h in flatten_hooks(hooks) for arg, k in h.events]
     if scheduled:
         name, arg, k = scheduled[0]
@@ -915,7 +909,7 @@ def run(
                 "the last step would never happen"
             )
         failure.check(partition)
-    key = _as_key(key)
+    key = va.check_key("key", key)
     k_init, k_fail, k_lost, k_ck = jax.random.split(key, 4)
     state = State(*init_state) if init_state is not None else algorithm.init(k_init, algorithm.data)
     state = State(*state)
@@ -950,10 +944,6 @@ def run(
 def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, failure, recovery,
            after_recovery, on_save, save_at, fail_at, events_at, k_lost, k_ck) -> PersistentRun:
     """The event loop of :func:`run` (the store is opened and closed by the caller)."""
-    from scarjax.scar import faults
-    from scarjax import run as run_loop
-    from scarjax.core import State
-
     cache = ck.init(state, partition)
     last_save = 0
     norm = algorithm.norm
@@ -974,7 +964,10 @@ def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, fa
         if k == fail_at:
             lost = np.asarray(faults.lost_blocks(failure, partition, k_lost))
             t0 = time.perf_counter()
-            rec = store.restore(state, lost) if recovery == "partial" else store.load(state)
+            # Read back what the recovery needs (the lost blocks, or the whole running
+            # checkpoint), then recover exactly as the in-memory hook does.
+            saved = store.restore(state, lost) if recovery == "partial" else store.load(state)
+            rec = faults.recover(recovery, state, saved, partition, lost)
             used = store.restored_from
             if used != last_save:
                 # The newest save was damaged: the running checkpoint on disk is an older
@@ -982,8 +975,7 @@ def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, fa
                 # what saves build on) must be that one too.
                 _, _, on_disk_at = store.manifest()
                 cache = cache._replace(saved=store.load(state), saved_at=jnp.asarray(on_disk_at, jnp.int32))
-            if after_recovery is not None:
-                rec = State(*after_recovery(rec, algorithm.data))
+            rec = faults.apply_after_recovery(after_recovery, rec, state, algorithm.data)
             d = float(norm(tu.tree_sub(rec.params, state.params)))
             delta[k] = d
             state = rec
