@@ -7,14 +7,17 @@ Validation happens at the API boundary on *concrete* values only (docs/architect
 Shape and tree-structure checks (:func:`check_tree_like`) work on tracers too, since
 shapes are static.
 
-``scarjax/pollux/_checks.py`` and ``scarjax/data/_validate.py`` hold the same kind of
-helpers for their packages (to be merged into this module).
+The data loaders' checks live here too (:class:`DataFormatError` for a malformed file,
+:func:`check_path`, :func:`check_scale`, :func:`as_rng`): one module validates every
+argument of the library.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Sequence
+import os
+from pathlib import Path
+from typing import Any, Collection
 
 import jax
 import numpy as np
@@ -32,6 +35,11 @@ __all__ = [
     "check_choice",
     "check_tree_like",
     "check_key",
+    "DataFormatError",
+    "check_bool",
+    "check_path",
+    "check_scale",
+    "as_rng",
 ]
 
 
@@ -121,9 +129,16 @@ def check_real(
 ) -> None:
     """A concrete real number or array (0-d if ``scalar``), not NaN, finite unless
     ``allow_inf``, every entry in the range (``(``/``)`` ends when ``lo_open``/``hi_open``);
-    traced values pass."""
+    traced values pass. Returns ``value`` unchanged.
+
+    >>> check_real("lr", 0.5, lo=0.0, lo_open=True, scalar=True)
+    0.5
+    >>> check_real("lr", 0.0, lo=0.0, lo_open=True)
+    Traceback (most recent call last):
+    ValueError: lr must lie in (0.0, inf], got 0.0
+    """
     if is_traced(value):
-        return
+        return value
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a number, got {value!r}")
     a = _numeric(name, value)
@@ -133,6 +148,7 @@ def check_real(
     if not allow_inf and not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got {_show(value)}")
     check_bounds(name, a, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open, shown=value)
+    return value
 
 
 def check_bounds(
@@ -196,9 +212,21 @@ def check_str(name: str, value: Any) -> str:
     return value
 
 
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+def check_choice(name: str, value: Any, choices: Collection) -> Any:
+    """``value`` if it is one of ``choices`` (a sequence, set or mapping's keys), else
+    ``ValueError`` naming ``name`` and listing them.
+
+    >>> check_choice("norm", "l3", ("l1", "l2"))
+    Traceback (most recent call last):
+    ValueError: norm must be one of ('l1', 'l2'), got 'l3'
+    """
+    try:
+        ok = value in choices
+    except TypeError:  # an unhashable value is in no set or mapping
+        ok = False
+    if not ok:
+        shown = tuple(choices) if isinstance(choices, (list, tuple)) else tuple(sorted(choices))
+        raise ValueError(f"{name} must be one of {shown}, got {value!r}")
     return value
 
 
@@ -260,3 +288,93 @@ def check_key(name: str, key: Any, *, batched: bool = False) -> jax.Array:
         what = "a 1-D array of PRNG keys" if batched else "a single PRNG key"
         raise ValueError(f"{name} must be {what}, got key shape {out.shape}")
     return out
+
+
+# ---- data files and loader arguments -------------------------------------------------
+
+
+class DataFormatError(ValueError):
+    """A data file is malformed (a bad *file*, as opposed to a bad Python argument, which
+    raises ``ValueError``/``TypeError`` naming the argument).
+
+    The message names the file, the position and what is wrong, e.g.
+    ``ratings.csv, line 7: movieId must be an integer, got '3.7'``.
+
+    Attributes:
+      path: the file (``str``; ``archive.zip:member`` for a file inside an archive).
+      line: 1-based position of the problem, or ``None`` when it concerns the whole file.
+      unit: what ``line`` counts: ``"line"`` (text files), ``"row"`` (spreadsheets),
+        ``"byte"`` (binary files, 0-based offset) or ``"record"`` (0-based record index).
+      reason: what is wrong, without the location.
+
+    >>> str(DataFormatError("ratings.csv", "movieId must be an integer, got '3.7'", line=7))
+    "ratings.csv, line 7: movieId must be an integer, got '3.7'"
+    """
+
+    def __init__(self, path, reason: str, line: int | None = None, unit: str = "line"):
+        self.path = str(path)
+        self.reason = reason
+        self.line = None if line is None else int(line)
+        self.unit = unit
+        where = self.path if line is None else f"{self.path}, {unit} {self.line}"
+        super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):  # keep the attributes through pickling (multiprocessing, xdist)
+        return (type(self), (self.path, self.reason, self.line, self.unit))
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool (or NumPy bool), else ``TypeError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_path(name: str, value: Any) -> Path:
+    """``value`` (a ``str``, ``bytes`` or ``os.PathLike``) as an expanded
+    :class:`~pathlib.Path`; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path (str or os.PathLike), got {type(value).__name__} {value!r}")
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{name} must be a file path, got an empty string")
+    return Path(value).expanduser()
+
+
+def check_scale(name: str, value: Any) -> tuple[float, float]:
+    """``value`` as a rating scale ``(lo, hi)`` of finite numbers with ``lo < hi``.
+
+    >>> check_scale("scale", (0.5, 5))
+    (0.5, 5.0)
+    """
+    try:
+        lo, hi = value
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (lo, hi), got {value!r}") from None
+    lo = float(check_real(f"{name}[0]", lo, scalar=True))
+    hi = float(check_real(f"{name}[1]", hi, scalar=True))
+    if not lo < hi:
+        raise ValueError(f"{name} must have lo < hi, got ({lo}, {hi})")
+    return lo, hi
+
+
+def as_rng(key_or_seed: Any, name: str = "key_or_seed") -> np.random.Generator:
+    """A NumPy generator from a non-negative int seed or a JAX PRNG key (for data
+    generated on the host).
+
+    A JAX key (typed ``jax.random.key`` or raw ``uint32[2]`` ``PRNGKey``) is turned into
+    a seed from its key data, so the same key always gives the same data set.
+    """
+    if isinstance(key_or_seed, numbers.Integral) and not isinstance(key_or_seed, bool):
+        return np.random.default_rng(check_int(name, key_or_seed, lo=0))
+    try:
+        arr = key_or_seed
+        if jax.dtypes.issubdtype(getattr(arr, "dtype", None), jax.dtypes.prng_key):
+            arr = jax.random.key_data(arr)
+        data = np.asarray(arr)
+    except Exception as e:  # noqa: BLE001 - report as a bad argument
+        raise ValueError(f"{name} must be an int seed or a JAX PRNG key, got {key_or_seed!r}") from e
+    if data.dtype != np.uint32 or data.size == 0:
+        raise ValueError(f"{name} must be an int seed or a JAX PRNG key, got {key_or_seed!r}")
+    return np.random.default_rng([int(v) for v in data.ravel()])

@@ -1,4 +1,4 @@
-"""Small pytree utilities: arithmetic, norms and validation helpers.
+"""Small pytree utilities: arithmetic and norms.
 
 Everything here is a pure function over pytrees of arrays and is safe under ``jit`` and
 ``vmap``. Norms return ``float32`` scalars.
@@ -10,6 +10,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+
+# ``is_traced`` lives with the other argument checks; re-exported here for the modules
+# that still import it from ``scarjax.tree`` (one implementation).
+from scarjax._validate import is_traced
 
 PyTree = Any
 Norm = Callable[[PyTree], jax.Array]
@@ -69,13 +73,3 @@ def l2_norm(a: PyTree) -> jax.Array:
 def tree_size(a: PyTree) -> int:
     """Total number of scalar entries in ``a`` (a Python int; shapes are static)."""
     return int(sum(x.size for x in jax.tree.leaves(a)))
-
-
-def is_traced(x: Any) -> bool:
-    """Whether ``x`` is an abstract value inside a ``jit``/``vmap`` trace.
-
-    API-boundary validation only inspects concrete values; traced hook parameters
-    (e.g. a perturbation scale vmapped over trials) are validated by the caller that
-    built the array.
-    """
-    return isinstance(x, jax.core.Tracer)

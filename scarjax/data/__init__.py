@@ -18,11 +18,12 @@ raise ``ValueError``/``TypeError`` naming the argument.
 | LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`load_text`, :func:`synthetic_lda_corpus` |
 """
 
+from scarjax._validate import DataFormatError
+
 from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
 from .covertype import load_covertype
 from .digits import load_digits
 from .mnist import load_mnist, load_mnist_5k, read_idx
-from ._validate import DataFormatError
 from .ratings import (
     Ratings,
     load_jester,

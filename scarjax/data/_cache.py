@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from ._validate import check_float, check_path
+from scarjax._validate import check_path, check_real
 
 __all__ = ["ChecksumError", "DownloadError", "cache_dir", "fetch", "resolve", "sha256sum"]
 
@@ -110,7 +110,7 @@ def fetch(
         raise ValueError(f"urls: expected URLs such as https://... or file://..., got {bad[0]!r}")
     if not isinstance(sha256, str) or len(sha256) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha256):
         raise ValueError(f"sha256: expected 64 hex digits, got {sha256!r}")
-    timeout = check_float("timeout", timeout, 0.0, open_low=True)
+    timeout = float(check_real("timeout", timeout, lo=0.0, lo_open=True, scalar=True))
     dest = cache_dir() / subdir / filename
     if dest.is_file() and sha256sum(dest) == sha256.lower():
         return dest

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ._validate import DataFormatError
+from scarjax._validate import DataFormatError
 
 __all__ = ["Column", "check_columns", "decode", "parse_table", "read_bytes", "text_lines"]
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from scarjax._validate import DataFormatError, check_choice, check_path
+
 from ._cache import resolve
 from ._parse import read_bytes
-from ._validate import DataFormatError, check_choice, check_path
 
 __all__ = ["load_mnist", "load_mnist_5k", "read_idx"]
 

@@ -18,17 +18,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._cache import fetch
-from ._parse import Column, check_columns, parse_table, read_bytes, text_lines
-from ._validate import (
+from scarjax._validate import (
     DataFormatError,
     as_rng,
     check_choice,
-    check_float,
     check_int,
     check_path,
+    check_real,
     check_scale,
 )
+
+from ._cache import fetch
+from ._parse import Column, check_columns, parse_table, read_bytes, text_lines
 
 __all__ = [
     "Ratings",
@@ -120,7 +121,7 @@ def ratings_from_triples(users, items, ratings, scale=None, step: float = 0.0) -
     if u.size == 0:
         raise ValueError("users: no ratings given (empty arrays)")
     lo, hi = check_scale("scale", scale) if scale is not None else (-np.inf, np.inf)
-    step = check_float("step", step, 0.0)
+    step = float(check_real("step", step, lo=0.0, scalar=True))
     if step > 0 and scale is None:
         raise ValueError("step: a rating grid needs scale=(lo, hi) for its origin")
     ids = Column("id", integer=True, low=0)
@@ -248,7 +249,7 @@ def load_movielens(path: str | os.PathLike | None = None, version: str = "latest
     check_choice("version", version, _ML_VERSIONS)
     fmt = _ML_VERSIONS[version]
     scale = fmt.scale if scale is None else check_scale("scale", scale)
-    step = fmt.step if step is None else check_float("step", step, 0.0)
+    step = fmt.step if step is None else float(check_real("step", step, lo=0.0, scalar=True))
     if path is None:
         if version != "latest-small":
             raise ValueError(f"path: only 'latest-small' is downloaded automatically; pass the path of "
@@ -453,11 +454,11 @@ def synthetic_ratings(
       density: target fraction of observed entries, in ``(0, 1]``.
       noise: standard deviation of the additive Gaussian noise (``>= 0``).
     """
-    n_users = check_int("n_users", n_users)
-    n_items = check_int("n_items", n_items)
-    rank = check_int("rank", rank)
-    density = check_float("density", density, 0.0, 1.0, open_low=True)
-    noise = check_float("noise", noise, 0.0)
+    n_users = check_int("n_users", n_users, lo=1)
+    n_items = check_int("n_items", n_items, lo=1)
+    rank = check_int("rank", rank, lo=1)
+    density = float(check_real("density", density, lo=0.0, hi=1.0, lo_open=True, scalar=True))
+    noise = float(check_real("noise", noise, lo=0.0, scalar=True))
     rng = as_rng(key_or_seed)
 
     # Observed pattern: a covering set (each user and item once), topped up uniformly.

@@ -22,9 +22,10 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
+from scarjax._validate import DataFormatError, as_rng, check_bool, check_choice, check_int, check_path, check_real
+
 from ._cache import DownloadError, fetch
 from ._parse import _NUMBER, decode, read_bytes, text_lines
-from ._validate import DataFormatError, as_rng, check_bool, check_choice, check_float, check_int, check_path
 
 __all__ = [
     "Corpus",
@@ -87,7 +88,7 @@ def tokenize(text: str, stop_words: Iterable[str] | None = None) -> list[str]:
 
 def _corpus(texts: Sequence[str], min_count: int, stop_words, source=None) -> Corpus:
     """:func:`corpus_from_texts`; an empty result names ``source`` (a file) or ``texts``."""
-    min_count = check_int("min_count", min_count)
+    min_count = check_int("min_count", min_count, lo=1)
     stop = _stop_set(stop_words)
     docs = [[w for w in _WORD.findall(t.lower()) if w not in stop] for t in texts]
     counts = Counter(w for d in docs for w in d)
@@ -287,7 +288,7 @@ def load_20newsgroups(
     if bad:
         raise ValueError(f"remove: unknown parts {bad}; valid: headers, footers, quotes")
     check_bool("download_if_missing", download_if_missing)
-    min_count = check_int("min_count", min_count)
+    min_count = check_int("min_count", min_count, lo=1)
     data_home = check_path("path", path) if path is not None else cache_dir() / "sklearn"
     if data_home.exists() and not data_home.is_dir():
         raise ValueError(f"path: {data_home} is a file; expected scikit-learn's data_home directory")
@@ -367,7 +368,7 @@ def load_reuters(path: str | os.PathLike, min_count: int = 5) -> Corpus:
     :class:`DataFormatError` naming the file and the line.
     """
     p = check_path("path", path)
-    min_count = check_int("min_count", min_count)
+    min_count = check_int("min_count", min_count, lo=1)
     files = sorted(p.glob("reut2-*.sgm")) if p.is_dir() else [p]
     if not files or not files[0].is_file():
         raise FileNotFoundError(f"path: no Reuters-21578 reut2-*.sgm files at {p}")
@@ -407,12 +408,12 @@ def synthetic_lda_corpus(
 
     Returns a :class:`Corpus`, or ``(Corpus, LDATruth)`` if ``return_truth``.
     """
-    n_docs = check_int("n_docs", n_docs)
-    n_words = check_int("n_words", n_words)
-    n_topics = check_int("n_topics", n_topics)
-    doc_length = check_int("doc_length", doc_length)
-    alpha = check_float("alpha", alpha, 0.0, open_low=True)
-    beta = check_float("beta", beta, 0.0, open_low=True)
+    n_docs = check_int("n_docs", n_docs, lo=1)
+    n_words = check_int("n_words", n_words, lo=1)
+    n_topics = check_int("n_topics", n_topics, lo=1)
+    doc_length = check_int("doc_length", doc_length, lo=1)
+    alpha = float(check_real("alpha", alpha, lo=0.0, lo_open=True, scalar=True))
+    beta = float(check_real("beta", beta, lo=0.0, lo_open=True, scalar=True))
     return_truth = check_bool("return_truth", return_truth)
     rng = as_rng(key_or_seed)
     phi = rng.dirichlet(np.full(n_words, beta), size=n_topics)

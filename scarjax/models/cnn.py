@@ -118,12 +118,6 @@ def leaves(params: Any) -> list[tuple[str, tuple[int, ...]]]:
     return [(jax.tree_util.keystr(p, simple=True, separator="/"), tuple(x.shape)) for p, x in flat]
 
 
-def _check_pos_int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return int(v)
-
-
 def cnn(
     x: Any,
     y: Any,
@@ -176,18 +170,17 @@ def cnn(
     k = int(num_classes) if num_classes is not None else int(y.max()) + 1
     if k < 2 or y.min() < 0 or y.max() >= k:
         raise ValueError(f"num_classes must be >= 2 and cover the labels 0..{int(y.max())}, got {k}")
-    channels = tuple(_check_pos_int("channels", c) for c in channels)
-    hidden = tuple(_check_pos_int("hidden", h) for h in hidden)
+    channels = tuple(va.check_int("channels", c, lo=1) for c in channels)
+    hidden = tuple(va.check_int("hidden", h, lo=1) for h in hidden)
     if len(channels) != 2 or len(hidden) != 2:
         raise ValueError(f"channels and hidden need 2 entries each, got {channels} and {hidden}")
-    steps = _check_pos_int("steps_per_iteration", steps_per_iteration)
+    steps = va.check_int("steps_per_iteration", steps_per_iteration, lo=1)
     if eval_size is not None:
-        eval_size = min(_check_pos_int("eval_size", eval_size), n)
-    for nm, v, lo, hi in (("learning_rate", learning_rate, 0.0, np.inf), ("b1", b1, 0.0, 1.0),
-                          ("b2", b2, 0.0, 1.0), ("eps", eps, 0.0, np.inf)):
-        va.check_numeric(nm, v)
-        if isinstance(v, bool) or np.ndim(v) != 0 or not np.isfinite(v) or not (lo < v < hi or (nm.startswith("b") and v == 0)):
-            raise ValueError(f"{nm} must be in ({lo}, {hi}), got {v!r}")
+        eval_size = min(va.check_int("eval_size", eval_size, lo=1), n)
+    for nm, v in (("learning_rate", learning_rate), ("eps", eps)):
+        va.check_real(nm, v, lo=0.0, lo_open=True, scalar=True)
+    for nm, v in (("b1", b1), ("b2", b2)):
+        va.check_real(nm, v, lo=0.0, hi=1.0, hi_open=True, scalar=True)
 
     image_shape = tuple(int(s) for s in x.shape[1:])
     graphdef, _ = nnx.split(CNN(image_shape, k, channels, hidden, rngs=nnx.Rngs(0)), nnx.Param)
@@ -204,7 +197,7 @@ def cnn(
         optax.adam(learning_rate, b1=b1, b2=b2, eps=eps),
         init_params,
         {"x": jnp.asarray(x), "y": jnp.asarray(y, jnp.int32)},
-        batch_size=_check_batch(batch_size, n),
+        batch_size=va.check_int("batch_size", batch_size, lo=1, hi=n),
         name=name,
     )
 
@@ -228,13 +221,6 @@ def cnn(
         return loss_fn(state.params, jax.tree.map(lambda a: a[:eval_size], data))
 
     return base.replace(update=update if steps > 1 else base.update, loss=loss)
-
-
-def _check_batch(batch_size: Any, n: int) -> int:
-    b = _check_pos_int("batch_size", batch_size)
-    if b > n:
-        raise ValueError(f"batch_size must be <= {n} (the number of examples), got {b}")
-    return b
 
 
 from_data = cnn

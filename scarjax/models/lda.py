@@ -268,20 +268,17 @@ def lda(
         raise ValueError("tokens and doc_ids must be >= 0")
     if n_words is None:
         n_words = int(tokens.max()) + 1
-    if isinstance(n_words, bool) or not isinstance(n_words, (int, np.integer)) or tokens.max() >= n_words:
-        raise ValueError(f"n_words must be an int > max(tokens) = {int(tokens.max())}, got {n_words!r}")
+    n_words = va.check_int("n_words", n_words, lo=int(tokens.max()) + 1)
     n_docs = int(doc_ids.max()) + 1
     lengths = np.bincount(doc_ids, minlength=n_docs)
     if (lengths == 0).any():
         raise ValueError(
             f"doc_ids must cover 0..{n_docs - 1} densely; documents {np.flatnonzero(lengths == 0)[:5].tolist()} have no tokens"
         )
-    if isinstance(n_topics, bool) or not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
-        raise ValueError(f"n_topics must be an int >= 1, got {n_topics!r}")
+    n_topics = va.check_int("n_topics", n_topics, lo=1)
     for nm, v in (("alpha", alpha), ("beta", beta)):
         va.check_real(nm, v, lo=0.0, lo_open=True, scalar=True)
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    va.check_choice("reduction", reduction, _REDUCTIONS)
     K, W, D = int(n_topics), int(n_words), n_docs
     alpha, beta = float(alpha), float(beta)
     data = {

@@ -112,12 +112,6 @@ def squared_error(params: dict, data: dict, reduction: str = "mean") -> jax.Arra
     return total / jnp.sum(data["mask"]) if reduction == "mean" else total
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
 def mf(
     values: Any,
     mask: Any = None,
@@ -161,10 +155,9 @@ def mf(
     mk = mk.astype(bool)
     if not np.isfinite(v[mk]).all():
         raise ValueError("values must be finite where mask is True")
-    p = _check_int("factors", factors, 1)
+    p = va.check_int("factors", factors, lo=1)
     va.check_real("lam", lam, lo=0.0, scalar=True)
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    va.check_choice("reduction", reduction, _REDUCTIONS)
     if not mk.any():
         raise ValueError("mask has no observed entries")
     if lam == 0:

@@ -160,7 +160,7 @@ def test_ratings_from_triples():
         (dict(users=["a", "b"]), TypeError, r"users: expected a 1-D array of numbers"),
         (dict(items=[5, 5], users=[1, 1]), ValueError, r"users/items: duplicate rating"),
         (dict(users=[], items=[], ratings=[]), ValueError, r"users: no ratings"),
-        (dict(scale=(5, 0.5)), ValueError, r"scale: expected lo < hi"),
+        (dict(scale=(5, 0.5)), ValueError, r"scale must have lo < hi"),
     ]:
         args = dict(users=[1, 2], items=[1, 2], ratings=[3, 4], scale=(0.5, 5), step=0.5) | kwargs
         with pytest.raises(exc, match=match):
@@ -267,7 +267,7 @@ def test_jester_scale_and_empty(tmp_path):
     f.write_text("0,99,\n0,,99\n")
     with pytest.raises(DataFormatError, match=r"j\.csv: no ratings"):
         load_jester(f)
-    for scale, name in [((0, 100), "scale: must not contain 99"), ((1, 1), "scale: expected lo < hi")]:
+    for scale, name in [((0, 100), "scale: must not contain 99"), ((1, 1), "scale must have lo < hi")]:
         with pytest.raises(ValueError, match=name):
             load_jester(f, scale=scale)
 
