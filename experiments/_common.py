@@ -1,12 +1,16 @@
-"""Shared plumbing for experiments: results I/O with run metadata, figures, progress.
+"""Shared plumbing for experiments: results I/O (:func:`to_jsonable` and its inverse
+:func:`revive`, :func:`save_results`, :func:`load_results`), run metadata
+(:func:`recorded`), progress bars.
 
 Statistics over trials live in :mod:`experiments._stats` (censoring-aware: a trial that
-never re-converged is never dropped from a mean or a bound check)."""
+never re-converged is never dropped from a mean or a bound check), the rework layer in
+:mod:`experiments._rework`, the figures' style in :mod:`experiments._plot`."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import functools
+import importlib
 import json
 import math
 import os
@@ -18,8 +22,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-__all__ = ["pyplot", "save_results", "load_results", "figure_path", "save_figure", "progress", "to_jsonable",
-           "recorded", "run_meta", "machine"]
+__all__ = ["to_jsonable", "revive", "save_results", "load_results", "plot_results", "progress", "recorded",
+           "run_meta", "machine"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -48,35 +52,40 @@ def save_results(out_dir: str | os.PathLike, name: str, results: dict) -> Path:
     return path
 
 
-def load_results(out_dir: str | os.PathLike, name: str) -> dict | None:
+_NONFINITE = {"inf": np.inf, "-inf": -np.inf, "nan": np.nan}
+
+
+def revive(obj: Any) -> Any:
+    """Undo :func:`to_jsonable`'s strings for non-finite floats (results loaded back from
+    JSON): ``"inf"``, ``"-inf"``, ``"nan"`` become floats again, recursively."""
+    if isinstance(obj, dict):
+        return {k: revive(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [revive(v) for v in obj]
+    if isinstance(obj, str) and obj in _NONFINITE:
+        return _NONFINITE[obj]
+    return obj
+
+
+def load_results(out_dir: str | os.PathLike, name: str, *, revived: bool = False) -> dict | None:
+    """``out_dir/results/<name>.json`` as written (``revived``: through :func:`revive`), or
+    None when there is none."""
     path = Path(out_dir) / "results" / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    results = json.loads(path.read_text())
+    return revive(results) if revived else results
 
 
-def figure_path(out_dir: str | os.PathLike, name: str) -> Path:
-    path = Path(out_dir) / "paper_figs" / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def pyplot():
-    """matplotlib's pyplot on the non-interactive Agg backend (experiments run headless)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
-    """Save a matplotlib figure to ``out_dir/paper_figs/<name>.png`` and close it."""
-    import matplotlib.pyplot as plt
-
-    path = figure_path(out_dir, name)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def plot_results(module: Any, out_dir: str | os.PathLike, results_dir: str | os.PathLike | None = None) -> list:
+    """Draw ``module``'s figure(s) into ``out_dir/paper_figs`` from its saved results alone
+    (``results_dir/results/NAME.json``, default ``out_dir``) with its ``plot(results,
+    out_dir)``; returns the paths written. ``FileNotFoundError`` when there are no results."""
+    results = load_results(results_dir if results_dir is not None else out_dir, module.NAME, revived=True)
+    if results is None:
+        raise FileNotFoundError(f"no results/{module.NAME}.json in {results_dir if results_dir is not None else out_dir}")
+    paths = module.plot(results, out_dir)
+    return list(paths) if isinstance(paths, (list, tuple)) else [paths]
 
 
 def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterable:
@@ -173,7 +182,9 @@ def recorded(name: str) -> Callable:
     its results, with a ``meta`` block (:func:`run_meta`: start/end UTC, wall time, quick
     or full, platform, Python, JAX and devices, CPUs, load average at start and end, git
     commit), to ``out_dir/results/<name>.json`` — the one place results are saved, so they
-    carry their metadata however ``run`` is called."""
+    carry their metadata however ``run`` is called — then draws the figure with the
+    experiment module's ``plot`` from that file (:func:`plot_results`), so every figure
+    can be redrawn from the results alone (``scarjax replot``)."""
 
     def deco(run: Callable) -> Callable:
         @functools.wraps(run)
@@ -182,6 +193,9 @@ def recorded(name: str) -> Callable:
             results = run(config, out_dir, *args, **kwargs)
             results["meta"] = run_meta(config, started, time.perf_counter() - t0, load0)
             save_results(out_dir, name, results)
+            module = importlib.import_module(run.__module__)
+            if hasattr(module, "plot"):
+                plot_results(module, out_dir)
             return results
 
         return wrapper

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["restricted", "summary", "summaries", "censored_median", "bound_check", "fmt_value", "fmt_mean",
-           "fmt_cell", "fmt_check", "merge_checks", "reduction", "fmt_reduction", "LEVEL"]
+           "fmt_cell", "fmt_check", "fmt_g", "fmt_share", "fmt_count", "fmt_lb", "reduction", "fmt_reduction", "LEVEL"]
 
 LEVEL = 0.95  # confidence level of every interval (the thesis: 95% CIs)
 
@@ -159,16 +159,6 @@ def bound_check(rework: Any, bound: Any, *, slack: float = 0.0) -> dict:
     return {"held": int(held.sum()), "n": int(r.size), "censored": int((~fin).sum()), "slack": float(slack)}
 
 
-def merge_checks(checks) -> dict:
-    """The sum of several :func:`bound_check` results (same slack)."""
-    checks = list(checks)
-    out = {"held": 0, "n": 0, "censored": 0, "slack": checks[0]["slack"] if checks else 0.0}
-    for c in checks:
-        for k in ("held", "n", "censored"):
-            out[k] += int(c[k])
-    return out
-
-
 # ----------------------------------------------------------------------------- formatting
 
 
@@ -210,6 +200,40 @@ def fmt_check(c: dict, what: str = "held") -> str:
     if c["censored"]:
         out += f" ({c['censored']} never re-converged, counted as not shown under the bound)"
     return out
+
+
+def fmt_g(x: Any, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits (``%g``) when a float, ``–`` for None, else ``str(x)``."""
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def fmt_share(c: dict | None, key: str = "under") -> str:
+    """``"0.99 (297 of 300)"`` from a ``_rework.summarize`` result's :func:`bound_check`
+    ``c[key]``, with the trials that never re-converged (counted as not under) named."""
+    if not c or c.get(key) is None:
+        return "–"
+    k = c[key]
+    out = f"{k['held'] / k['n']:.3g} ({k['held']} of {k['n']}"
+    return out + (f"; {k['censored']} never re-converged, counted as not under)" if k["censored"] else ")")
+
+
+def fmt_count(c: dict | None, key: str = "under") -> str:
+    """``"297 of 300"`` (+ the never re-converged, counted as not under) from ``c[key]``."""
+    if not c or c.get(key) is None:
+        return "–"
+    k = c[key]
+    return f"{k['held']} of {k['n']}" + (f" ({k['censored']} never re-converged)" if k["censored"] else "")
+
+
+def fmt_lb(c: dict | None, key: str, digits: int = 3) -> str:
+    """``c[key]`` with ``≥`` when ``c[key + '_is_lower_bound']``."""
+    if not c or c.get(key) is None:
+        return "–"
+    return ("≥ " if c.get(key + "_is_lower_bound") else "") + fmt_g(float(c[key]), digits)
 
 
 def reduction(ours: dict, base: dict) -> dict:

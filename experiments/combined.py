@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from experiments import _common, _stats
-from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, finite, problem, revive
+from experiments import _common, _plot, _stats
+from experiments._common import revive
+from experiments._problems import problem
+from experiments._rework import CAVEAT, bound_checks, check_sentence, finite, record_checks
 from experiments._stats import fmt_cell, fmt_value
 from scarjax import bounds, rework
 from scarjax.perturb import staleness
@@ -124,7 +126,7 @@ def run(config: Config, out_dir) -> dict:
             rec["bound"].append(float(np.logaddexp(0.0, ldt - np.log(d0)) / np.log(1 / c)))
             rec["bound_sum"].append(float(np.logaddexp(0.0, lsum - np.log(d0)) / np.log(1 / c)))
         rec["final_error"] = dist[list(rows), -1].tolist()
-        rec["stats"], rec["check"] = cell(rec), bound_checks([rec])
+        record_checks(rec)
         rec["bound_sum_check"] = _stats.bound_check(rec["rework"], rec["bound_sum"], slack=1.0)
         results["cases"][case] = rec
     # Δ_T of each source measured in its own run, over the combined run's horizon.
@@ -136,15 +138,15 @@ def run(config: Config, out_dir) -> dict:
     results["solo_log_delta_T"] = solo
     results["distance_mean"] = {case: dist[j * cfg.trials : (j + 1) * cfg.trials].mean(0)[:: max(1, cfg.steps // 300)].tolist()
                                 for j, case in enumerate(CASES)}
-    _figure(results, out_dir)
     return results
 
 
-def _figure(results, out_dir):
-    plt = _common.pyplot()
-
+def plot(results: dict, out_dir) -> list:
+    """Mean distance to w* of each source alone and all together, and Δ_T per source
+    (combined run vs own run, their sum, the combined run's), from the results."""
     cfg = results["config"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = _plot.figure(1, 2, panel=(5.5, 4.0))
+    axes = axes[0]
     stride = max(1, cfg["steps"] // 300)
     for case in CASES:
         y = np.asarray(results["distance_mean"][case], float)
@@ -153,7 +155,7 @@ def _figure(results, out_dir):
     axes[0].set_xlabel("iteration")
     axes[0].set_ylabel("‖w − w*‖ (mean over trials)")
     axes[0].set_title("MLR, M=8: each source alone and all together")
-    axes[0].legend(fontsize=7)
+    axes[0].legend()
     rec = results["cases"]["all"]
     srcs = list(rec["log_delta_T_sources"])
     vals = [np.mean(np.exp(rec["log_delta_T_sources"][s])) for s in srcs]
@@ -166,9 +168,8 @@ def _figure(results, out_dir):
     axes[1].set_xticks(x, srcs + ["Σ", "combined"])
     axes[1].set_yscale("log")
     axes[1].set_title("Δ_T per source (up to the combined run's hitting time)")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    _common.save_figure(fig, out_dir, NAME)
+    axes[1].legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _m(v):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import _common, _scar, _stats
+from experiments import _common, _plot, _scar, _stats
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar import persistent as PS
@@ -107,10 +107,6 @@ def run_model(name: str, config: Config, storage: Path) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from experiments._common import pyplot
-
-    plt = pyplot()
-
     names, results = _scar.start_results(config)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,10 +114,17 @@ def run(config: Config, out_dir) -> dict:
         for name in _common.progress(names, "fig5.11 models"):
             results["models"][name] = run_model(name, config, storage)
     results["seconds"] = time.perf_counter() - t0
-    n = max(len(names), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.3), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        r = results["models"][name]
+    return results
+
+
+def plot(results: dict, out_dir) -> list:
+    """Fig 5.11 analogue from the results: the first seed's loss curves (no failure, SCAR,
+    traditional) per model, the failure epoch dotted red, ε dashed."""
+    cfg, models = results["config"], results["models"]
+    fig, axes = _plot.figure(1, max(len(models), 1), panel=(4.4, 3.4),
+                             title=f"Fig 5.11 analogue — one of {cfg['servers']} servers fails after epoch "
+                                   f"{cfg['fail_epoch']} (persistent checkpoint)")
+    for ax, r in zip(axes[0], models.values()):
         run0 = r["runs"][0]
         E = r["epoch_iterations"]
         x = np.arange(len(run0["baseline_loss"])) / E
@@ -129,16 +132,14 @@ def run(config: Config, out_dir) -> dict:
         ax.plot(x, run0["scar"]["loss"], label=f"SCAR (rework {_stats.fmt_mean(r['scar']['rework'], 2)} ep)")
         ax.plot(x, run0["traditional"]["loss"],
                 label=f"traditional (rework {_stats.fmt_mean(r['traditional']['rework'], 2)} ep)")
-        ax.axvline(config.fail_epoch, color="r", ls=":", lw=1)
-        ax.axhline(run0["eps"], color="gray", ls="--", lw=0.8)
+        ax.axvline(cfg["fail_epoch"], color="r", ls=":", lw=1)
+        ax.axhline(run0["eps"], color=_plot.COLORS["reference"], ls="--", lw=0.8)
         ax.set_yscale("log")
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss")
-        ax.set_title(r["label"], fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("Fig 5.11 analogue — 25% of parameters fail after epoch 7 (persistent checkpoint)", fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
-    return results
+        ax.set_title(r["label"])
+        ax.legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def report(results: dict) -> str:

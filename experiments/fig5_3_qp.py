@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import _common, _rework, _stats
+from experiments import _common, _plot, _rework, _stats
 from scarjax import bounds, hooks
 from scarjax.models import quadratic
 
@@ -38,7 +38,6 @@ class Config:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    plt = _common.pyplot()
     qp = quadratic.fig53_problem()
     c = quadratic.contraction(qp)
     rng = np.random.default_rng(config.seed)
@@ -53,17 +52,6 @@ def run(config: Config, out_dir) -> dict:
         qp, lambda a: hooks.gaussian(a[0], when=hooks.with_probability(config.p, stop=config.converge_at)),
         (jnp.asarray(stds_c),), steps=config.steps, converge_at=config.converge_at, seed=config.seed + 1, exact_c=c,
     )
-    d0 = single.d0
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    span = _rework.span
-    xs = span(single.size)
-    _rework.scatter_panel(axes[0], single.size, single, "‖δ‖", xs, bounds.rework_bound(xs * c ** -config.perturb_at, d0, c), "(a) single perturbation at k=500")
-    dts = span(single.delta_T)
-    _rework.scatter_panel(axes[1], single.delta_T, single, "Δ_T", dts, bounds.rework_bound(dts, d0, c), "(b) single perturbation at k=500")
-    dts = span(multi.delta_T)
-    _rework.scatter_panel(axes[2], multi.delta_T, multi, "Δ_T", dts, bounds.rework_bound(dts, d0, c), f"(c) p={config.p} per iteration")
-    fig.suptitle(f"Fig 5.3 — GD on a 4-D QP, c={c:.4f}, {n} trials per panel", fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
     A = np.asarray(qp.data["A"], np.float64)
     lam, vec = np.linalg.eigh(A)
     d = np.asarray(qp.data["w0"], np.float64) - np.asarray(qp.data["w_star"], np.float64)
@@ -73,15 +61,39 @@ def run(config: Config, out_dir) -> dict:
         # |cos| between w0 − w* and the slowest eigenvector: 1 = the baseline contracts at exactly c.
         "qp": {"eigenvalues": lam.tolist(), "lr": float(qp.data["lr"]), "dim": int(A.shape[0]),
                "start_alignment": float(abs(vec[:, 0] @ d) / np.linalg.norm(d))},
-        "single": _rework.summarize(single),
-        "random_p": _rework.summarize(multi),
+        "single": single.summary(),
+        "random_p": multi.summary(),
+        # Per-trial values, so that plot() draws the scatter from the results alone.
+        "per_trial": {"single": single.per_trial("size", "delta_T", "rework", "horizon"),
+                      "random_p": multi.per_trial("size", "delta_T", "rework", "horizon")},
     }
     return results
 
 
+def plot(results: dict, out_dir) -> list:
+    """Fig 5.3 (a,b,c) from the results: rework vs ‖δ‖ and Δ_T, the Thm 5.3.1 bound in red."""
+    if "per_trial" not in results:
+        raise ValueError(f"results of {NAME} carry no per-trial values (written before they were saved); "
+                         f"re-run `scarjax reproduce {NAME}`")
+    cfg, c = results["config"], results["c_exact"]
+    d0, k = results["single"]["d0"], cfg["perturb_at"]
+    s, m = ({f: np.asarray(v, np.float64) for f, v in results["per_trial"][p].items()} for p in ("single", "random_p"))
+    fig, axes = _plot.figure(1, 3, title=f"Fig 5.3 — GD on a {results['qp']['dim']}-D QP, c={c:.4f}, "
+                                         f"{results['single']['trials']} trials per panel")
+    panels = ((s, s["size"], "‖δ‖", lambda x: bounds.rework_bound(x * c ** -k, d0, c), f"(a) single perturbation at k={k}"),
+              (s, s["delta_T"], "Δ_T", lambda x: bounds.rework_bound(x, d0, c), f"(b) single perturbation at k={k}"),
+              (m, m["delta_T"], "Δ_T", lambda x: bounds.rework_bound(x, d0, c), f"(c) p={cfg['p']} per iteration"))
+    for ax, (t, x, xlabel, bound, title) in zip(axes[0], panels):
+        xs = _plot.span(x)
+        _plot.rework_scatter(ax, x, t["rework"], t["horizon"], t["size"] > 0, xlabel=xlabel, title=title,
+                             bound_x=xs, bound_y=bound(xs))
+        ax.legend(loc="upper left")
+    return [_plot.save(fig, out_dir, NAME)]
+
+
 def report(results: dict) -> str:
     s, m = results["single"], results["random_p"]
-    f, sh, lb = _rework.fmt, _rework.fmt_share, _rework.fmt_lb
+    f, sh, lb = _stats.fmt_g, _stats.fmt_share, _stats.fmt_lb
     cfg = results["config"]
     qp = results["qp"]
     eig = ", ".join(f"{x:g}" for x in qp["eigenvalues"])

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import _common, _rework, _stats
+from experiments import _common, _plot, _problems, _rework, _stats
 from scarjax import bounds, hooks
-from scarjax.models import mlr
 
 NAME = "fig5_5_mlr"
 DESCRIPTION = "Fig 5.5 (a,b): MLR rework for random and adversarial perturbations vs the Thm 5.3.1 bound"
@@ -39,20 +38,9 @@ class Config:
         return cls(trials=40)
 
 
-LR, L2 = 1.0, 1e-2  # SGD step and ridge of the MLR (w⁽⁰⁾ = 0)
-
-
-def model(batch_size: int):
-    """MLR on digits (step :data:`LR`, ridge :data:`L2`, w⁽⁰⁾ = 0) with its optimum (the
-    full-data minimiser) attached."""
-    full = mlr.solve_optimum(mlr.digits(lr=LR, l2=L2))
-    return mlr.digits(lr=LR, l2=L2, batch_size=batch_size).replace(optimum=full.optimum)
-
-
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    plt = _common.pyplot()
-    alg = model(config.batch_size)
+    alg = _problems.mlr_digits(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials
     T = jnp.full(n, config.perturb_at)
@@ -61,24 +49,40 @@ def run(config: Config, out_dir) -> dict:
     kw = dict(steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg))
     rand = _rework.run_rework_trials(alg, _rework.fired_at(hooks.gaussian), (stds, T), **kw)
     adv = _rework.run_rework_trials(alg, _rework.fired_at(hooks.adversarial), (sizes, T), **kw)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, t, title in ((axes[0], rand, "(a) random Gaussian"), (axes[1], adv, "(b) adversarial (away from w*)")):
-        xs = _rework.span(t.delta_T)
-        _rework.scatter_panel(ax, t.delta_T, t, "Δ_T", xs, bounds.rework_bound(xs, t.d0, t.c), title)
-        ok = t.size > 0
-        ax.scatter(t.delta_T[ok], t.bound_restarted[ok], s=3, color="orange", alpha=0.6,
-                   label=f"bound restarted at k={config.perturb_at}")
-        ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"Fig 5.5 — MLR (digits, batch {config.batch_size or 'full'}), perturbation at k={config.perturb_at}, {n} trials", fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
-    results = {"config": vars(config), "model": {"lr": LR, "l2": L2, "examples": int(alg.data["x"].shape[0])},
-               "random": _rework.summarize(rand), "adversarial": _rework.summarize(adv)}
+    results = {"config": vars(config),
+               "model": {"lr": _problems.MLR_LR, "l2": _problems.MLR_L2, "examples": int(alg.data["x"].shape[0])},
+               "random": rand.summary(), "adversarial": adv.summary(),
+               # Per-trial values, so that plot() draws the scatter from the results alone.
+               "per_trial": {"random": rand.per_trial(), "adversarial": adv.per_trial()}}
     return results
+
+
+def plot(results: dict, out_dir) -> list:
+    """Fig 5.5 (a,b) from the results: rework vs Δ_T, the bound from w⁽⁰⁾ (red) and restarted
+    at the perturbation (orange, per trial)."""
+    if "per_trial" not in results:
+        raise ValueError(f"results of {NAME} carry no per-trial values (written before they were saved); "
+                         f"re-run `scarjax reproduce {NAME}`")
+    cfg = results["config"]
+    k = cfg["perturb_at"]
+    fig, axes = _plot.figure(1, 2, title=f"Fig 5.5 — MLR (digits, batch {cfg['batch_size'] or 'full'}), perturbation "
+                                         f"at k={k}, {results['random']['trials']} trials")
+    for ax, panel, title in zip(axes[0], ("random", "adversarial"), ("(a) random Gaussian", "(b) adversarial (away from w*)")):
+        t = {f: np.asarray(v, np.float64) for f, v in results["per_trial"][panel].items()}
+        s = results[panel]
+        xs = _plot.span(t["delta_T"])
+        hit = t["size"] > 0
+        _plot.rework_scatter(ax, t["delta_T"], t["rework"], t["horizon"], hit, xlabel="Δ_T", title=title,
+                             bound_x=xs, bound_y=bounds.rework_bound(xs, s["d0"], s["c"]))
+        ax.scatter(t["delta_T"][hit], t["bound_restarted"][hit], s=3, color=_plot.COLORS["restarted"], alpha=0.6,
+                   label=f"bound restarted at k={k}")
+        ax.legend(loc="upper left")
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def report(results: dict) -> str:
     r, a = results["random"], results["adversarial"]
-    f, sh, lb = _rework.fmt, _rework.fmt_share, _rework.fmt_lb
+    f, sh, lb = _stats.fmt_g, _stats.fmt_share, _stats.fmt_lb
     rr, ar = r["restarted_bound"], a["restarted_bound"]
     cfg, mdl = results["config"], results["model"]
     k, N = cfg["perturb_at"], cfg["converge_at"]
@@ -92,7 +96,7 @@ def report(results: dict) -> str:
                     f"log(d0/ε)/log(1/c) = {kappa_w:.0f}: MLR first contracts faster than its worst-case rate c "
                     f"(the first {N} iterations fit {f(r['c_fit'], 4)}), so rework measured against the actual "
                     "unperturbed run can exceed the printed bound, which subtracts κ(w).")
-    cnt = _rework.fmt_count
+    cnt = _stats.fmt_count
     find.append(f"Applied from y⁽{k}⁾ (`trace_rework_bound(..., start={k})`, valid because Thm 5.3.1 holds from any "
                 f"start), the bound (+1 iteration for integer hitting times) holds in {cnt(ar, 'under_plus_1')} "
                 f"adversarial trials, with median actual/bound {lb(ar, 'median_actual_over_bound')}, and in "

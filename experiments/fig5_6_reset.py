@@ -31,8 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from experiments import _common, _rework, _stats
-from experiments.fig5_5_mlr import model
+from experiments import _common, _plot, _problems, _rework, _stats
 from scarjax import bounds, hooks
 from scarjax.scar import faults as F
 from scarjax.rework import calibrate_near, iterations_to
@@ -145,8 +144,8 @@ def _lda_summary(p: dict) -> dict:
     r, h, f = p["rework"][hit], p["horizon"][hit], p["fraction"][hit]
     out = {"trials": int(p["rework"].size), "perturbed_trials": int(hit.sum()),
            "never_reconverged": int((~np.isfinite(r)).sum()),
-           "eq_5_6": _rework.checks(r, h, p["bound"][hit]),
-           "restarted": _rework.checks(r, h, p["bound_restarted"][hit]),
+           "eq_5_6": _rework.summarize(r, h, p["bound"][hit]),
+           "restarted": _rework.summarize(r, h, p["bound_restarted"][hit]),
            "rework": _stats.summary(r, h) if r.size else None}
     v, cens = _stats.restricted(r, h) if r.size else (r, np.zeros(0, bool))
     over = ~(np.isfinite(r) & (r <= p["bound_restarted"][hit]))  # not shown under the restarted bound
@@ -167,8 +166,7 @@ def _lda_summary(p: dict) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    plt = _common.pyplot()
-    alg = model(config.batch_size)
+    alg = _problems.mlr_digits(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
@@ -177,61 +175,67 @@ def run(config: Config, out_dir) -> dict:
         steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg),
     )
     p = lda_panel(config) if config.lda else None
-    fig, axes = plt.subplots(1, 4 if p else 2, figsize=(17 if p else 9, 3.6))
-    xs = _rework.span(t.delta_T)
-    _rework.scatter_panel(axes[0], t.delta_T, t, "Δ_T", xs, bounds.rework_bound(xs, t.d0, t.c), "(a) MLR: rework vs Δ_T")
-    ok = np.isfinite(t.rework)
-    axes[1].scatter(fractions[ok], t.rework[ok], s=4, alpha=0.5)
-    if (~ok).any():
-        axes[1].scatter(fractions[~ok], t.horizon[~ok], s=12, marker="^", color="black",
-                        label=f"not re-converged ({int((~ok).sum())}; at the horizon)")
-        axes[1].legend(fontsize=7)
-    axes[1].set_xlabel("fraction of parameters reset")
-    axes[1].set_ylabel("rework (iterations)")
-    axes[1].set_title("(a) MLR: rework vs reset fraction", fontsize=9)
-    if p:
-        hit = p["size"] > 0
-        okl = np.isfinite(p["rework"]) & hit
-        cl = ~np.isfinite(p["rework"]) & hit
-        ax = axes[2]
-        ax.scatter(p["delta_T"][okl], p["rework"][okl], s=4, alpha=0.5, color="tab:blue", label="trials")
-        if cl.any():
-            ax.scatter(p["delta_T"][cl], p["horizon"][cl], s=12, marker="^", color="black",
-                       label=f"not re-converged ({int(cl.sum())}; at the horizon)")
-        xl = _rework.span(p["delta_T"])
-        ax.plot(xl, bounds.rework_bound(xl, p["d0"], p["c"]), color="red", lw=1.5, label="Thm 5.3.1 bound (Eq 5.6)")
-        ax.scatter(p["delta_T"][hit], p["bound_restarted"][hit], s=3, color="orange", alpha=0.6,
-                   label=f"bound restarted at k={config.lda_perturb_at}")
-        ax.set_xscale("log")
-        ax.set_xlabel("Δ_T (length-scaled TV)")
-        ax.set_ylabel("rework (sweeps)")
-        ax.set_title("(b) LDA: rework vs Δ_T", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-        axes[3].scatter(p["fraction"][okl], p["rework"][okl], s=4, alpha=0.5)
-        axes[3].set_xlabel("fraction of documents reset")
-        axes[3].set_ylabel("rework (sweeps)")
-        axes[3].set_title("(b) LDA: rework vs reset fraction", fontsize=9)
-    fig.suptitle(f"Fig 5.6 — random reset to init: (a) MLR at k={config.perturb_at}, {n} trials"
-                 + (f"; (b) LDA at sweep {config.lda_perturb_at}, {config.lda_trials} trials" if p else ""), fontsize=10)
-    _common.save_figure(fig, out_dir, NAME)
-    s = _rework.summarize(t)
+    s = t.summary()
     # Slope of the restricted rework (censored trials at their horizon: a lower bound then).
     v, cens = _stats.restricted(t.rework, t.horizon)
     slope = float(np.polyfit(fractions, v, 1)[0]) if n > 2 else None
     results = {"config": vars(config), "reset": s, "rework_per_unit_fraction": slope,
-               "rework_per_unit_fraction_censored": int(cens.sum())}
+               "rework_per_unit_fraction_censored": int(cens.sum()),
+               # Per-trial values, so that plot() draws the scatter from the results alone.
+               "per_trial": {"reset": {"fraction": fractions, **t.per_trial("size", "delta_T", "rework", "horizon")}}}
     if p:
         results["lda"] = _lda_summary(p)
+        results["per_trial"]["lda"] = {k: p[k] for k in ("fraction", "size", "delta_T", "rework", "horizon",
+                                                         "bound_restarted")}
     return results
 
 
+def plot(results: dict, out_dir) -> list:
+    """Fig 5.6 from the results: (a) MLR rework vs Δ_T (Thm 5.3.1 bound in red) and vs the
+    reset fraction; (b) the same for LDA, with the bound restarted at the reset (orange)."""
+    if "per_trial" not in results:
+        raise ValueError(f"results of {NAME} carry no per-trial values (written before they were saved); "
+                         f"re-run `scarjax reproduce {NAME}`")
+    cfg, s, lda = results["config"], results["reset"], results.get("lda")
+    arr = lambda d: {f: np.asarray(v, np.float64) for f, v in d.items()}  # noqa: E731
+    t = arr(results["per_trial"]["reset"])
+    title = (f"Fig 5.6 — random reset to init: (a) MLR at k={cfg['perturb_at']}, {s['trials']} trials"
+             + (f"; (b) LDA at sweep {cfg['lda_perturb_at']}, {lda['trials']} trials" if lda else ""))
+    fig, axes = _plot.figure(1, 4 if lda else 2, title=title)
+    axes = axes[0]
+    xs = _plot.span(t["delta_T"])
+    every = np.ones(t["rework"].shape, bool)
+    _plot.rework_scatter(axes[0], t["delta_T"], t["rework"], t["horizon"], t["size"] > 0, xlabel="Δ_T",
+                         title="(a) MLR: rework vs Δ_T", bound_x=xs, bound_y=bounds.rework_bound(xs, s["d0"], s["c"]))
+    axes[0].legend(loc="upper left")
+    _plot.rework_scatter(axes[1], t["fraction"], t["rework"], t["horizon"], every, logx=False,
+                         xlabel="fraction of parameters reset", title="(a) MLR: rework vs reset fraction")
+    if lda:
+        p = arr(results["per_trial"]["lda"])
+        hit = p["size"] > 0
+        xl = _plot.span(p["delta_T"])
+        _plot.rework_scatter(axes[2], p["delta_T"], p["rework"], p["horizon"], hit, xlabel="Δ_T (length-scaled TV)",
+                             ylabel="rework (sweeps)", title="(b) LDA: rework vs Δ_T", bound_x=xl,
+                             bound_y=bounds.rework_bound(xl, lda["d0"], lda["c"]), bound_label="Thm 5.3.1 bound (Eq 5.6)")
+        axes[2].scatter(p["delta_T"][hit], p["bound_restarted"][hit], s=3, color=_plot.COLORS["restarted"], alpha=0.6,
+                        label=f"bound restarted at k={cfg['lda_perturb_at']}")
+        axes[2].legend(loc="upper left")
+        _plot.rework_scatter(axes[3], p["fraction"], p["rework"], p["horizon"], hit, logx=False,
+                             xlabel="fraction of documents reset", ylabel="rework (sweeps)",
+                             title="(b) LDA: rework vs reset fraction")
+    for ax in axes[1::2]:
+        if ax.get_legend_handles_labels()[0][1:]:  # a censored-trials marker to explain
+            ax.legend(loc="upper left")
+    return [_plot.save(fig, out_dir, NAME)]
+
+
 def _slope(x, censored: int) -> str:
-    return _rework.fmt(x) if x is None or not censored else f"≥ {_rework.fmt(x)} ({censored} censored trials at their horizon)"
+    return _stats.fmt_g(x) if x is None or not censored else f"≥ {_stats.fmt_g(x)} ({censored} censored trials at their horizon)"
 
 
 def report(results: dict) -> str:
     s = results["reset"]
-    f, sh, lb = _rework.fmt, _rework.fmt_share, _rework.fmt_lb
+    f, sh, lb = _stats.fmt_g, _stats.fmt_share, _stats.fmt_lb
     sr = s["restarted_bound"]
     k = results["config"]["perturb_at"]
     slope = results["rework_per_unit_fraction"]
@@ -260,7 +264,7 @@ def _lda_report(results: dict) -> str:
     lda = results.get("lda")
     if not lda:
         return "\nPanel (b) (LDA) was not run (`Config.lda = False`).\n"
-    f, sh, lb = _rework.fmt, _rework.fmt_share, _rework.fmt_lb
+    f, sh, lb = _stats.fmt_g, _stats.fmt_share, _stats.fmt_lb
     cfg = results["config"]
     e, r = lda["eq_5_6"], lda["restarted"]
     by = lda["rework_by_fraction"]
@@ -271,7 +275,7 @@ def _lda_report(results: dict) -> str:
     means = [v["mean"] for v in by.values() if v is not None]
     exact = all(not v["mean_is_lower_bound"] for v in by.values() if v is not None)
     steps = np.diff(means)
-    find = [f"The reset stays under the Eq 5.6 bound in {_rework.fmt_count(e)} trials, with median actual/bound "
+    find = [f"The reset stays under the Eq 5.6 bound in {_stats.fmt_count(e)} trials, with median actual/bound "
             f"{lb(e, 'median_actual_over_bound')}."]
     if r["not_under"]:
         frac = r["not_under_with_fraction_over_3_4"] / r["not_under"]

@@ -21,7 +21,8 @@ import jax
 import numpy as np
 import optax
 
-from experiments._common import recorded, save_figure
+from experiments import _plot
+from experiments._common import recorded
 from scarjax import pollux as px
 from scarjax.pollux import _problems
 
@@ -144,17 +145,14 @@ def run(config: Config, out_dir) -> dict:
             speedup=(t_fix / t_ada) if np.isfinite(t_ada) and t_ada > 0 else None,
         )
     out["seconds"] = time.perf_counter() - t0
-    _plot(out, out_dir)
     return out
 
 
-def _plot(out, out_dir):
-    from experiments._common import pyplot
-
-    plt = pyplot()
-
+def plot(out: dict, out_dir) -> list:
+    """Loss against simulated time (fixed vs adaptive) and the batch sizes chosen with the
+    adaptive run's PGNS, per problem, from the results."""
     probs = out["problems"]
-    fig, axes = plt.subplots(2, len(probs), figsize=(5.5 * len(probs), 7), squeeze=False)
+    fig, axes = _plot.figure(2, len(probs), panel=(6.0, 3.8))
     for j, (name, e) in enumerate(probs.items()):
         ax = axes[0, j]
         for label, c in (("fixed", "C0"), ("adaptive", "C1")):
@@ -166,7 +164,7 @@ def _plot(out, out_dir):
         ax.set_ylabel("training loss")
         sp = e["speedup"]
         ax.set_title(f"{name}: time to target {'' if sp is None else f'{sp:.2f}x faster'}")
-        ax.legend(fontsize=7)
+        ax.legend()
         ax = axes[1, j]
         for label, c in (("fixed", "C0"), ("adaptive", "C1")):
             r = e["runs"][label]
@@ -178,10 +176,10 @@ def _plot(out, out_dir):
         ax.set_yscale("log")
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("total batch size M")
-        ax.legend(loc="upper left", fontsize=7)
-        ax2.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, out_dir, NAME)
+        ax2.set_ylabel("phi (adaptive run)")
+        ax.legend(loc="upper left")
+        ax2.legend(loc="lower right")
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def report(res: dict) -> str:

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments._common import progress, recorded, save_figure
+from experiments import _plot
+from experiments._common import progress, recorded
 from scarjax import pollux as px
 from scarjax.pollux import _problems
 
@@ -258,18 +259,16 @@ def run(config: Config, out_dir) -> dict:
         entry["track_seconds"] = t_a
         out["problems"][name] = entry
     out["seconds"] = time.perf_counter() - t0
-    _plot(out, out_dir)
     return out
 
 
-def _plot(out, out_dir):
-    from experiments._common import pyplot
-
-    plt = pyplot()
-
+def plot(out: dict, out_dir) -> list:
+    """Figs 3.3/3.4 from the results: the PGNS (exact, estimated in training, at frozen
+    parameters) with the predicted efficiency of two larger batches over training, and the
+    measured against the predicted efficiency per batch size."""
     probs = out["problems"]
     m0 = out["config"]["base_batch_size"]
-    fig, axes = plt.subplots(2, len(probs), figsize=(5 * len(probs), 7.5), squeeze=False)
+    fig, axes = _plot.figure(2, len(probs), panel=(5.6, 4.0))
     for j, (name, e) in enumerate(probs.items()):
         tr = e["track"]
         ep = [r["epochs"] for r in tr]
@@ -285,11 +284,11 @@ def _plot(out, out_dir):
             ax2.plot(ep, eff, c + ":", label=f"EFFICIENCY_t({mult}xM0)")
             ax2.set_ylim(0, 1.05)
         ax2.set_ylabel("predicted efficiency (Eq 3.3)")
-        ax2.legend(loc="lower right", fontsize=7)
+        ax2.legend(loc="lower right")
         ax.set_title(f"{name}: PGNS during training (Fig 3.3)")
         ax.set_xlabel("epochs at M0")
         ax.set_ylabel("phi")
-        ax.legend(loc="upper left", fontsize=7)
+        ax.legend(loc="upper left")
         ax = axes[1, j]
         if "measure" in e:
             rows = e["measure"]["rows"]
@@ -322,11 +321,10 @@ def _plot(out, out_dir):
             )
             ax.set_xlabel("batch size M")
             ax.set_ylabel("EFFICIENCY")
-            ax.legend(fontsize=7)
+            ax.legend()
         else:
             ax.axis("off")
-    fig.tight_layout()
-    save_figure(fig, out_dir, NAME)
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _pct(x) -> str:

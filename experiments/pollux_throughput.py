@@ -28,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-from experiments._common import recorded, save_figure
+from experiments import _launch, _plot
+from experiments._common import recorded
 
 NAME = "pollux_throughput"
 DESCRIPTION = "Pollux Figs 3.5/3.6: throughput model fitted to step times measured here"
@@ -183,16 +183,9 @@ def measure_process(rank: int, world: int, port: int, cfg_json: str) -> list[dic
     the pin is lifted once JAX is up so that gloo's I/O threads are not starved."""
     import jax
 
-    if world > 1:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(f"localhost:{port}", num_processes=world, process_id=rank)
+    _launch.init_distributed(rank, world, port)
     mesh = jax.make_mesh((world,), ("d",))
-    allowed = set(range(os.cpu_count() or 1))
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), allowed)
-        except OSError:  # a thread that has exited meanwhile
-            pass
+    _launch.unpin_threads()
     rng = np.random.default_rng(1 + rank)
 
     def place(a, spec):
@@ -207,84 +200,19 @@ def measure_process(rank: int, world: int, port: int, cfg_json: str) -> list[dic
     return out
 
 
-def _env(force_devices: int) -> dict:
-    env = dict(os.environ)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-    if force_devices > 1:
-        flags.append(f"--xla_force_host_platform_device_count={force_devices}")
-    env["XLA_FLAGS"] = " ".join(flags)
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
-
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _records_from(proc_out: str) -> list[dict]:
-    line = [ln for ln in proc_out.splitlines() if ln.startswith("@@")][-1]
-    return json.loads(line[2:])
-
-
 def _measure_subprocess(cfg: Config) -> list[dict]:
-    code = (
-        "import sys, json; from experiments.pollux_throughput import measure; "
-        "print('@@' + json.dumps(measure(sys.argv[1])))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg))],
-        env=_env(max(cfg.devices)),
-        cwd=_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"measurement subprocess failed:\n{proc.stderr[-3000:]}")
-    return _records_from(proc.stdout)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
+    """Forced host devices: every K of ``cfg.devices`` in one subprocess of ``max(devices)``."""
+    return _launch.call("experiments.pollux_throughput:measure", json.dumps(dataclasses.asdict(cfg)),
+                        force_devices=max(cfg.devices))
 
 
 def _measure_processes(cfg: Config, timeout: float = 900.0) -> list[dict]:
-    """One process per device for each K in ``process_devices``; rank 0 reports."""
-    ncpu = os.cpu_count() or 1
-    ks = cfg.process_devices or tuple(range(1, ncpu + 1))
-    code = (
-        "import os, sys, json; os.sched_setaffinity(0, {int(sys.argv[1]) % os.cpu_count()}); "
-        "from experiments.pollux_throughput import measure_process; "
-        "r = measure_process(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]); "
-        "print('@@' + json.dumps(r)) if sys.argv[1] == '0' else None"
-    )
+    """One process per device for each K in ``process_devices`` (default 1..cpu_count)."""
+    ks = cfg.process_devices or tuple(range(1, (os.cpu_count() or 1) + 1))
     out = []
     for k in ks:
-        port = _free_port()
-        args = [json.dumps(dataclasses.asdict(cfg))]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", code, str(r), str(k), str(port), *args],
-                env=_env(1),
-                cwd=_ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for r in range(k)
-        ]
-        try:
-            res = [p.communicate(timeout=timeout) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-        bad = [(p.returncode, e) for p, (_, e) in zip(procs, res) if p.returncode != 0]
-        if bad:
-            raise RuntimeError(f"measurement process failed (K={k}):\n{bad[0][1][-3000:]}")
-        out += _records_from(res[0][0])
+        out += _launch.call_processes("experiments.pollux_throughput:measure_process", k, json.dumps(dataclasses.asdict(cfg)),
+                                      timeout=timeout)
     return out
 
 
@@ -373,17 +301,19 @@ def run(config: Config, out_dir) -> dict:
         cpu_count=os.cpu_count(),
         seconds=time.perf_counter() - t0,
     )
-    _plot(out, out_dir)
     return out
 
 
-def _plot(out, out_dir):
-    from experiments._common import pyplot
-
-    plt = pyplot()
+def plot(out: dict, out_dir) -> list:
+    """Figs 3.5/3.6 from the results: measured (markers) and fitted (lines) T_iter against K,
+    and throughput against the total batch at the largest K."""
     recs = out["records"]
     cfg = out["config"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    f = out["fit"]
+    fig, axes = _plot.figure(1, 2, panel=(5.5, 4.0), title=f"process-per-core fit: mean rel. error "
+                             f"{100 * f['mean_rel_error']:.1f}%, max {100 * f['max_rel_error']:.1f}%, "
+                             f"RMSLE {f['rmsle']:.3f}")
+    a1, a2 = axes[0]
     for i, m in enumerate(cfg["local_bsz"]):
         for backend, mark in (("processes", "o"), ("forced_host", "x")):
             rs = sorted(
@@ -401,8 +331,8 @@ def _plot(out, out_dir):
             a1.semilogx(ks, [1e3 * r["t_pred"] for r in rs], f"C{i}{style}", base=2, label=label)
     a1.set_xlabel("devices K")
     a1.set_ylabel("T_iter (ms)")
-    a1.set_title("Fig 3.5: T_iter vs K (o/-: process per core, x/: forced host)", fontsize=9)
-    a1.legend(fontsize=7)
+    a1.set_title("Fig 3.5: T_iter vs K (o/-: process per core, x/: forced host)")
+    a1.legend()
     procs = [r for r in recs if r["backend"] == "processes"]
     kmax = max(r["replicas"] for r in procs)
     for i, s in enumerate(cfg["accum_steps"]):
@@ -416,15 +346,8 @@ def _plot(out, out_dir):
     a2.set_xlabel("total batch size M")
     a2.set_ylabel("throughput (examples/s)")
     a2.set_title(f"Fig 3.6: throughput vs batch, K={kmax} processes")
-    a2.legend(fontsize=7)
-    f = out["fit"]
-    fig.suptitle(
-        f"process-per-core fit: mean rel. error {100 * f['mean_rel_error']:.1f}%, "
-        f"max {100 * f['max_rel_error']:.1f}%, RMSLE {f['rmsle']:.3f}",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    save_figure(fig, out_dir, NAME)
+    a2.legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _err(f: dict | None) -> str:

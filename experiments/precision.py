@@ -19,8 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from experiments import _common, _stats
-from experiments._perturbed import finite, problem, revive
+from experiments import _common, _plot, _stats
+from experiments._common import revive
+from experiments._problems import problem
+from experiments._rework import finite
 from scarjax import bounds, rework
 from scarjax.perturb import precision as P
 
@@ -131,7 +133,6 @@ def run(config: Config, out_dir) -> dict:
         steps, eps_iters = (cfg.qp_steps, cfg.qp_eps_iters) if p == "qp" else (cfg.mlr_steps, cfg.mlr_eps_iters)
         results["problems"][p] = _sweep(alg, c, cfg, steps, eps_iters)
     results["checks"] = checks(results)
-    _figure(results, out_dir)
     return results
 
 
@@ -156,10 +157,10 @@ def checks(results: dict) -> dict:
     }
 
 
-def _figure(results, out_dir):
-    plt = _common.pyplot()
-
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+def plot(results: dict, out_dir) -> list:
+    """Achieved error floor against the B.1 floor, and rework against B.2, per mantissa
+    width (named formats starred), per problem, from the results."""
+    fig, axes = _plot.figure(2, 2, panel=(5.5, 3.8))
     for row, p in enumerate(("qp", "mlr")):
         d = results["problems"][p]
         for sto, col in ((False, "C0"), (True, "C1")):
@@ -170,9 +171,10 @@ def _figure(results, out_dir):
             axes[row, 0].semilogy(m, [max(r["floor"], 1e-12) for r in rs], "--", color=col, label=f"B.1 floor cΔ/(1−c) ({tag})")
             fr = [r for r in d["rows"] if not r["label"].startswith("m=") and r["stochastic"] == sto]
             axes[row, 0].scatter([r["mantissa_bits"] for r in fr], [r["achieved_floor"] for r in fr], marker="*", s=90, color=col, zorder=5)
-            for r in fr:
-                if not sto:
-                    axes[row, 0].annotate(r["label"], (r["mantissa_bits"], r["achieved_floor"]), fontsize=7)
+            for i, r in enumerate(fr):
+                if not sto:  # alternately above and below, so that neighbouring formats stay legible
+                    axes[row, 0].annotate(r["label"], (r["mantissa_bits"], r["achieved_floor"]), fontsize=7,
+                                          xytext=(4, 7 if i % 2 == 0 else -13), textcoords="offset points")
             rw = [r["rework"] if not r["censored"] else np.nan for r in rs]
             b2 = [r["b2_bound"] if np.isfinite(r["b2_bound"]) else np.nan for r in rs]
             axes[row, 1].plot(m, rw, "o-", color=col, label=f"measured rework ({tag})")
@@ -180,13 +182,14 @@ def _figure(results, out_dir):
         axes[row, 0].axhline(d["float32_floor"], color="gray", lw=0.8, label="float32 run (m = 23) at the end")
         axes[row, 0].axhline(d["eps"], color="k", lw=0.8, ls=":", label="ε")
         axes[row, 0].set_title(f"{p.upper()}: error floor vs mantissa bits (★ named formats)")
+        axes[row, 0].set_ylabel("‖y − w*‖, last iterations")
+        axes[row, 1].set_ylabel("rework (iterations)")
         axes[row, 1].set_title(f"{p.upper()}: rework to ε vs mantissa bits (gaps: never re-converged)")
         for ax in axes[row]:
             ax.set_xlabel("stored mantissa bits m (p = m + 1)")
             ax.legend(fontsize=6)
         axes[row, 1].set_yscale("symlog", linthresh=1)
-    fig.tight_layout()
-    _common.save_figure(fig, out_dir, NAME)
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _g(x):

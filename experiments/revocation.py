@@ -19,8 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from experiments import _common, _stats
-from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, problem, revive, summarise
+from experiments import _common, _plot, _stats
+from experiments._common import revive
+from experiments._problems import problem
+from experiments._rework import CAVEAT, bound_checks, check_sentence, measure, record_checks
 from experiments._stats import fmt_cell, fmt_mean, fmt_value
 from scarjax import rework
 from scarjax.perturb import revocation
@@ -59,7 +61,7 @@ def run(config: Config, out_dir) -> dict:
     d0 = float(tr.initial_distance[0])
     i0 = cfg.rates.index(0.0) * cfg.trials
     eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), cfg.eps_iters, metric="distance"))
-    summ = summarise(tr, eps, float(cfg.eps_iters), c, d0)
+    summ = measure(tr, eps, float(cfg.eps_iters), c, d0)
     points = np.asarray(tr.points, np.float64).mean(-1)
     results = {"config": dataclasses.asdict(cfg), "c": c, "modes": {}}
     for b, mode_name in enumerate(("flush", "drop")):
@@ -67,11 +69,9 @@ def run(config: Config, out_dir) -> dict:
         for j, r in enumerate(cfg.rates):
             sl = slice(b * n + j * cfg.trials, b * n + (j + 1) * cfg.trials)
             rec = {**{k: v[sl] for k, v in summ.items()}, "points": points[sl].tolist()}
-            rec["stats"], rec["check"] = cell(rec), bound_checks([rec])
-            mode["by_rate"][str(r)] = rec
+            mode["by_rate"][str(r)] = record_checks(rec)
         results["modes"][mode_name] = mode
     results["data_points"] = int(alg.data["x"].shape[0]) if "x" in alg.data else None
-    _figure(results, out_dir)
     return results
 
 
@@ -80,11 +80,12 @@ def _mean(d, r, key):
     return float(np.mean(np.asarray(d["by_rate"][str(r)][key], np.float64)))
 
 
-def _figure(results, out_dir):
-    plt = _common.pyplot()
-
+def plot(results: dict, out_dir) -> list:
+    """Rework (restricted mean, Thm 5.3.1 bound dashed), final error and points merged per
+    barrier against the revocation rate, flushing vs dropping, from the results."""
     rates = results["config"]["rates"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = _plot.figure(1, 3, panel=(4.6, 3.6))
+    axes = axes[0]
     for mode, col in (("flush", "C0"), ("drop", "C3")):
         d = results["modes"][mode]
         label = "partial gradients flushed (Eq 5)" if mode == "flush" else "revoked contribution lost"
@@ -105,10 +106,9 @@ def _figure(results, out_dir):
     axes[2].set_title("points merged per barrier" + (f" (of {total})" if total else ""))
     for ax in axes:
         ax.set_xlabel("revocation rate per worker per iteration")
-        ax.legend(fontsize=7)
+        ax.legend()
     axes[0].set_ylabel("iterations")
-    fig.tight_layout()
-    _common.save_figure(fig, out_dir, NAME)
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _cell_text(rec: dict) -> str:

@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from experiments import _common, _stats
-from experiments._perturbed import CAVEAT, bound_checks, cell, check_sentence, problem, revive, summarise
+from experiments import _common, _plot, _stats
+from experiments._common import revive
+from experiments._problems import problem
+from experiments._rework import CAVEAT, bound_checks, check_sentence, measure, record_checks
 from experiments._stats import fmt_mean, fmt_value
 from scarjax import rework
 from scarjax.perturb import staleness
@@ -73,7 +75,7 @@ def _sweep(alg, c, cfg, steps, eps_iters):
     # ε from the SSP s = 0 trial: synchronous training exactly.
     i0 = cfg.s_values.index(0) * cfg.trials
     eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), eps_iters, metric="distance"))
-    summ = summarise(tr, eps, float(eps_iters), c, d0)
+    summ = measure(tr, eps, float(eps_iters), c, d0)
     res = {}
     for b, mode in enumerate(("ssp", "async")):
         out = {"eps": eps, "kappa_w": float(eps_iters), "d0": d0, "c": c, "by_s": {}}
@@ -97,9 +99,7 @@ def run(config: Config, out_dir) -> dict:
     for d in results["problems"].values():
         for mode in ("ssp", "async"):
             for rec in d[mode]["by_s"].values():
-                rec["stats"] = cell(rec)
-                rec["check"] = bound_checks([rec])
-    _figure(results, out_dir)
+                record_checks(rec)
     return results
 
 
@@ -108,11 +108,11 @@ def _mean(d, key, s):
     return float(np.mean(np.asarray(d["by_s"][str(s)][key], np.float64)))
 
 
-def _figure(results, out_dir):
-    plt = _common.pyplot()
-
+def plot(results: dict, out_dir) -> list:
+    """Rework (restricted mean, Thm 5.3.1 bound dashed) and final error against the
+    staleness bound s, SSP and async, per problem, from the results."""
     s_values = results["config"]["s_values"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    fig, axes = _plot.figure(2, 2, panel=(5.0, 3.5))
     for row, p in enumerate(("qp", "mlr")):
         for mode, col in (("ssp", "C0"), ("async", "C3")):
             d = results["problems"][p][mode]
@@ -135,10 +135,9 @@ def _figure(results, out_dir):
         axes[row, 0].set_xlabel("s")
         axes[row, 1].set_xlabel("s")
         axes[row, 0].set_ylabel("iterations")
-        axes[row, 0].legend(fontsize=7)
-        axes[row, 1].legend(fontsize=7)
-    fig.tight_layout()
-    _common.save_figure(fig, out_dir, NAME)
+        axes[row, 0].legend()
+        axes[row, 1].legend()
+    return [_plot.save(fig, out_dir, NAME)]
 
 
 def _cell_text(rec: dict) -> str:

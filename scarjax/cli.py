@@ -1,11 +1,14 @@
-"""The ``scarjax`` command line: list and reproduce the papers' figures.
+"""The ``scarjax`` command line: list, reproduce and redraw the papers' figures.
 
     scarjax list
     scarjax reproduce [NAME ...] [--quick] [--out DIR]
+    scarjax replot [NAME ...] [--out DIR] [--results DIR]
 
 ``reproduce`` with no names runs every registered experiment. Each writes
 ``DIR/results/NAME.json`` and ``DIR/paper_figs/NAME*.png``; afterwards
 ``DIR/paper_figs/REPRODUCTION.md`` is rebuilt from every result present in ``DIR``.
+``replot`` redraws the figures (default: of every experiment with results) from
+``results/NAME.json`` alone, without re-running anything.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["main", "experiments", "write_reproduction", "run_settings"]
+__all__ = ["main", "experiments", "write_reproduction", "run_settings", "replot"]
 
 _HEADER = """# Reproduction report
 
@@ -130,6 +133,40 @@ def write_reproduction(out_dir: Path, flags: str = "", note: str = "") -> Path:
     return path
 
 
+def replot(names: list[str] | None, out_dir, results_dir=None) -> dict[str, list[Path]]:
+    """Redraw the figures of ``names`` (default: every registered experiment whose results
+    exist) into ``out_dir/paper_figs`` from ``results_dir/results/NAME.json`` (default
+    ``out_dir``), with each experiment's ``plot``; returns ``{NAME: paths written}``.
+
+    Raises:
+      ValueError: an unknown name in ``names``.
+      FileNotFoundError: a named experiment has no results.
+    """
+    from experiments._common import plot_results
+
+    available = experiments()
+    src = Path(results_dir if results_dir is not None else out_dir)
+    unknown = [n for n in names or () if n not in available]
+    if unknown:
+        raise ValueError(f"names: unknown experiment(s) {unknown}; see 'scarjax list'")
+    chosen = list(names) if names else [n for n in available if (src / "results" / f"{n}.json").exists()]
+    return {n: plot_results(available[n], out_dir, src) for n in chosen}
+
+
+def _cmd_replot(args: argparse.Namespace) -> int:
+    try:
+        done = replot(args.names, Path(args.out), args.results)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"scarjax: {e}", file=sys.stderr)
+        return 2
+    for name, paths in done.items():
+        print(f"[scarjax] {name}: " + ", ".join(str(p) for p in paths), flush=True)
+    if not done:
+        print(f"scarjax: no results in {args.results or args.out}/results", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     for name, mod in experiments().items():
         print(f"{name:28s} {mod.DESCRIPTION}")
@@ -167,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--quick", action="store_true", help="cut trial counts for a fast run")
     p_rep.add_argument("--out", default=".", help="output directory (default: current directory)")
     p_rep.set_defaults(func=_cmd_reproduce)
+    p_plot = sub.add_parser("replot", help="redraw figures from results/*.json without re-running")
+    p_plot.add_argument("names", nargs="*", help="experiments to redraw (default: all with results)")
+    p_plot.add_argument("--out", default=".", help="output directory for paper_figs/ (default: current directory)")
+    p_plot.add_argument("--results", default=None,
+                        help="directory holding results/ (default: the output directory)")
+    p_plot.set_defaults(func=_cmd_replot)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -2,8 +2,11 @@
 
 import dataclasses
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from experiments._common import to_jsonable
 
@@ -13,7 +16,7 @@ from scarjax import cli
 def test_registry_modules_follow_the_protocol():
     for name, mod in cli.experiments().items():
         assert mod.NAME == name and isinstance(mod.DESCRIPTION, str)
-        assert callable(mod.run) and callable(mod.report)
+        assert callable(mod.run) and callable(mod.report) and callable(mod.plot)
         quick, full = mod.Config.quick(), mod.Config()
         assert type(quick) is type(full)
         # Full and quick configs must be plain data (results embed them as JSON).
@@ -29,6 +32,72 @@ def test_cli_list(capsys):
 
 def test_cli_unknown_experiment(capsys, tmp_path):
     assert cli.main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
+    assert cli.main(["replot", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment" in capsys.readouterr().err
+
+
+def test_replot_needs_results(capsys, tmp_path):
+    assert cli.main(["replot", "staleness", "--out", str(tmp_path)]) == 2
+    assert "no results/staleness.json" in capsys.readouterr().err
+    assert cli.main(["replot", "--out", str(tmp_path)]) == 2  # nothing to redraw
+
+
+REPO = Path(__file__).resolve().parents[1]
+# Committed results whose figures are cheap to draw (no per-trial scatter): one per kind of plot.
+REPLOT = ("fig5_7_partial_recovery", "staleness", "precision", "pollux_efficiency", "pollux_throughput")
+
+
+@pytest.mark.filterwarnings("error::UserWarning")  # _plot.save warns on overlapping labels
+def test_replot_from_committed_results_without_overlapping_labels(tmp_path):
+    """``scarjax replot`` redraws figures from results/*.json alone (nothing is re-run), and
+    no panel's labels run into another panel (e.g. a y-label over its neighbour's ticks)."""
+    assert cli.main(["replot", *REPLOT, "--out", str(tmp_path), "--results", str(REPO)]) == 0
+    for name in REPLOT:
+        assert (tmp_path / "paper_figs" / f"{name}.png").stat().st_size > 10_000
+    assert not (tmp_path / "results").exists()  # only figures were written
+
+
+def test_overlap_check_catches_a_y_label_over_the_neighbouring_panel():
+    from experiments import _plot
+
+    plt = _plot.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(8, 3.6), layout="none")  # the old fixed layout
+    for ax in axes:
+        ax.plot([1e-3, 1e3], [-250, 1250])
+        ax.set_xscale("log")
+        ax.set_ylabel("rework (iterations)")
+    found = _plot.overlaps(fig)
+    assert any("panel 1" in f and "y-axis over the plotting area of panel 0" in f for f in found)
+    with pytest.warns(UserWarning, match="overlapping labels"):
+        _plot.save(fig, Path(tempfile.mkdtemp()), "bad")
+    fig, axes = _plot.figure(1, 3)  # the shared style: constrained layout
+    for ax in axes[0]:
+        ax.plot([1e-3, 1e3], [-250, 1250])
+        ax.set_xscale("log")
+        ax.set_ylabel("rework (iterations)")
+    assert _plot.overlaps(fig) == []
+    plt.close(fig)
+
+
+def test_launcher_runs_a_function_in_a_subprocess():
+    from experiments import _launch
+
+    assert _launch.call("json:dumps", [1, 2]) == "[1, 2]"
+    with pytest.raises(RuntimeError, match="json:loads failed"):
+        _launch.call("json:loads", "not json")
+    with pytest.raises(ValueError, match="target"):
+        _launch.call("json.loads")
+    assert "--xla_force_host_platform_device_count=4" in _launch.env(4)["XLA_FLAGS"]
+    with pytest.raises(ValueError, match="force_devices"):
+        _launch.env(0)
+
+
+def test_revive_undoes_to_jsonable():
+    from experiments._common import revive
+
+    x = {"a": [1.0, float("inf"), float("-inf")], "b": {"c": float("nan")}, "d": "text"}
+    back = revive(json.loads(json.dumps(to_jsonable(x))))
+    assert back["a"] == [1.0, float("inf"), float("-inf")] and np.isnan(back["b"]["c"]) and back["d"] == "text"
 
 
 def test_fig5_3_tiny_end_to_end(tmp_path):
@@ -84,14 +153,13 @@ def test_reproduction_marks_results_without_metadata(tmp_path):
 
 
 def _record(rework, bound, horizon=100.0):
-    from experiments import _perturbed
+    from experiments import _rework
 
     n = len(rework)
     rec = {"rework": list(rework), "horizon": [horizon] * n, "bound": list(bound),
            "iters": [r + 50 for r in rework], "iters_bound": [b + 50 for b in bound],
            "final_error": [1e-3] * n, "max_delta": [0.0] * n}
-    rec["stats"], rec["check"] = _perturbed.cell(rec), _perturbed.bound_checks([rec])
-    return rec
+    return _rework.record_checks(rec)
 
 
 def test_staleness_report_counts_censored_trials_everywhere():

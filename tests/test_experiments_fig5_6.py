@@ -44,7 +44,7 @@ def test_report_without_lda_panel():
     from experiments import _rework, _stats
 
     r, h, b = np.array([1.0, 2.0, np.inf]), np.full(3, 50.0), np.array([3.0, 3.0, 3.0])
-    sub = _rework.checks(r, h, b)
+    sub = _rework.summarize(r, h, b)
     reset = {**sub, "restarted_bound": sub, "loss_criterion": None, "trials": 3, "perturbed_trials": 3,
              "never_reconverged": 1, "c": 0.99, "c_fit": 0.98, "c_tail": 0.99, "eps": 0.1, "d0": 1.0}
     results = {"config": dataclasses.asdict(dataclasses.replace(TINY, lda=False)), "reset": reset,
