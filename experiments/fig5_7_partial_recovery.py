@@ -19,6 +19,7 @@ import numpy as np
 from experiments import _common, _plot, _scar, _stats
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
+from scarjax.scar.simulate import simulate_failures
 from scarjax.rework import iterations_to
 
 NAME = "fig5_7_partial_recovery"
@@ -50,7 +51,7 @@ def run_model(name: str, config: Config) -> dict:
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
            "converge_at": spec.converge_at}
     # One vmapped program: recoveries x fractions x trials.
-    res = F.simulate_failures(
+    res = simulate_failures(
         alg, part, trials=config.trials, steps=spec.steps, converge_at=spec.converge_at,
         failure=failure, checkpoint=ckpt, grid={"recovery": ["partial", "full"], "fraction": list(config.fractions)},
         key=config.seed, after_recovery=spec.after_recovery)

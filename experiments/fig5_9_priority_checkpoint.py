@@ -20,6 +20,7 @@ import numpy as np
 from experiments import _common, _plot, _scar, _stats
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
+from scarjax.scar.simulate import simulate_failures
 from scarjax.rework import iterations_to
 
 NAME = "fig5_9_priority_checkpoint"
@@ -55,7 +56,7 @@ def run_model(name: str, config: Config) -> dict:
                         geometric=F.Geometric(rate, start=1, stop=spec.converge_at))
     common = dict(trials=config.trials, steps=spec.steps, converge_at=spec.converge_at, failure=failure,
                   key=config.seed, after_recovery=spec.after_recovery)
-    trad = F.simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),
+    trad = simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),
                              recovery="full", **common)
     baseline = trad.baseline_loss
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
@@ -67,7 +68,7 @@ def run_model(name: str, config: Config) -> dict:
     out["traditional"].update(mean=out["traditional"]["cell"]["mean"], ci=out["traditional"]["cell"]["ci"])
     rs = [1.0 / f for f in config.frequencies]
     # One vmapped program: strategies x checkpoint fractions x trials.
-    res = F.simulate_failures(
+    res = simulate_failures(
         alg, part, checkpoint=ck.Checkpoint("priority", 1.0, C, norm=spec.ckpt_norm),
         recovery="partial", grid={"strategy": list(STRATEGIES), "ckpt_fraction": rs}, baseline=baseline, **common)
     horizon = spec.steps - iterations_to(res.baseline_loss, res.eps)
