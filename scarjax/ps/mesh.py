@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 __all__ = ["SERVER", "WORKER", "AXES", "make_mesh", "server_spec", "data_spec", "replicated", "mesh_shape"]
@@ -33,25 +34,35 @@ def make_mesh(servers: int, workers: int = 1, *, devices: Sequence[jax.Device] |
       servers: number of parameter-server shards ``S`` (>= 1).
       workers: devices per server shard along the ``'worker'`` axis (>= 1); the
         mesh uses ``S · workers`` devices.
-      devices: the devices to use (default: the first ``S · workers`` of ``jax.devices()``).
+      devices: the devices to use, in the order you want: a sequence, or an array of any
+        shape (e.g. ``jax.experimental.mesh_utils.create_device_mesh((S, W))``), read in
+        row-major order, so an ``S × W`` array is the mesh's layout as given (server shard
+        ``s`` is its row ``s``); the first ``S · workers`` are used. Default:
+        ``jax.make_mesh``'s topology-aware order of ``jax.devices()``.
 
     Raises:
-      ValueError: on non-positive sizes or too few devices.
+      ValueError: on non-positive sizes or too few devices; TypeError when ``devices``
+        holds something other than ``jax.Device``-s.
     """
     for name, v in (("servers", servers), ("workers", workers)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    devs = list(jax.devices() if devices is None else devices)
     n = servers * workers
-    if len(devs) < n:
-        raise ValueError(
-            f"a {servers}x{workers} mesh needs {n} devices, only {len(devs)} available "
-            "(on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
-        )
     # Auto axes: the collectives are explicit inside shard_map; outside it (host views,
     # re-layout) XLA may insert what it needs.
     auto = (jax.sharding.AxisType.Auto,) * 2
-    return jax.make_mesh((servers, workers), AXES, axis_types=auto, devices=devs[:n])
+    devs = np.asarray(jax.devices() if devices is None else devices, dtype=object).reshape(-1)
+    if devs.size < n:
+        raise ValueError(
+            f"a {servers}x{workers} mesh needs {n} devices, only {devs.size} available "
+            "(on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
+        )
+    if devices is None:
+        return jax.make_mesh((servers, workers), AXES, axis_types=auto, devices=list(devs[:n]))
+    for d in devs[:n]:
+        if not isinstance(d, jax.Device):
+            raise TypeError(f"devices must hold jax.Device objects, got {type(d).__name__}")
+    return Mesh(devs[:n].reshape(servers, workers), AXES, axis_types=auto)
 
 
 def mesh_shape(mesh: Mesh) -> tuple[int, int]:
