@@ -6,13 +6,24 @@ Every experiment module defines
   and ``DESCRIPTION`` (one line, shown by ``scarjax list``);
 * ``Config``: a dataclass of the experiment's settings, whose defaults are the full
   (thesis) settings and whose ``Config.quick()`` gives the cut-down ``--quick`` settings;
-* ``run(config, out_dir) -> dict``: runs it, writes the figure(s)
-  ``out_dir/paper_figs/NAME*.png`` and returns the results; decorated with
+* ``run(config, out_dir) -> dict``: runs it and returns the results; decorated with
   ``@_common.recorded(NAME)``, which adds the run's ``meta`` block (UTC start/end, wall
-  time, quick/full, machine, JAX and devices, load average, git commit) and writes
-  ``out_dir/results/NAME.json`` — however ``run`` is called;
+  time, quick/full, machine, JAX and devices, load average, git commit), writes
+  ``out_dir/results/NAME.json`` and then draws the figure from that file with ``plot`` —
+  however ``run`` is called;
+* ``plot(results, out_dir) -> list[Path]``: draws ``out_dir/paper_figs/NAME*.png`` from the
+  results JSON alone (non-finite floats revived), in the one style of
+  :mod:`experiments._plot`; ``scarjax replot [NAME ...]`` redraws figures this way without
+  re-running;
 * ``report(results) -> str``: the Markdown section of ``REPRODUCTION.md`` that sets our
   numbers beside the paper's claims; every number in it is computed from ``results``.
+
+Shared layers: :mod:`experiments._common` (results I/O, metadata, progress),
+:mod:`experiments._rework` (per-trial rework and Thm 5.3.1 bounds, one summary),
+:mod:`experiments._stats` (censoring-aware statistics and their formatting),
+:mod:`experiments._problems` and :mod:`experiments._scar` (the models),
+:mod:`experiments._plot` (figure style), :mod:`experiments._launch` (fresh JAX processes).
+No experiment imports another.
 
 Rework statistics go through :mod:`experiments._stats`: a trial that never re-reaches ε
 is censored at its run's horizon (restricted means printed "≥", censored counts in every
