@@ -1,9 +1,10 @@
 """Pollux benchmarks, measured side by side in one run; prints JSON.
 
 1. PGNS overhead (``pgns_overhead``, summarised in ``pgns_overhead_table``): the per-step
-   cost of an Adam step through ``with_pgns`` on ``K=8`` stacked micro-batch gradients of
+   cost of an Adam step through ``with_pgns`` on ``K=8`` micro-batch gradients (their mean
+   and moments, ``reduce_microbatches``) of
    ``b=32`` examples over the plain Adam step on the mean gradient of the same ``K*b``
-   examples, on four MNIST-5k models (``scarjax.pollux._problems``): multinomial logistic
+   examples, on four MNIST-5k models (``scarjax.pollux.examples``): multinomial logistic
    regression (7,850 parameters), an MLP 784-256-256-10 (269k), the thesis's CNN
    (``scarjax.models.cnn``, 14k) and a model with layers of different shapes (conv, wide,
    narrow, layer norm; 416k).  Variants: the micro-batch axis first (``vmap``'s default),
@@ -89,9 +90,10 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
       (``lax.scan``; Pollux's ``s`` accumulation steps), the other step without PGNS;
     * ``pgns_axis_first`` / ``_last`` / ``_auto``: ``vmap(grad)`` over the ``k``
       micro-batches stacked on axis 0, on axis -1, or per leaf
-      (:func:`scarjax.pollux.microbatch_axes`), through ``with_pgns``;
+      (:func:`scarjax.pollux.microbatch_axes`), reduced to their mean and moments
+      (:func:`scarjax.pollux.reduce_microbatches`) and through ``with_pgns``;
     * ``stacked_grads_axis_*``: the same stacked gradients averaged (the variadic reduction
-      ``with_pgns`` uses, without the statistics) and Adam: the cost of per-micro-batch
+      ``reduce_microbatches`` uses, without the statistics) and Adam: the cost of per-micro-batch
       gradients alone, separated from the statistics.
     """
     import jax
@@ -99,14 +101,14 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
     import optax
 
     from scarjax import pollux as px
-    from scarjax.pollux import _problems, pgns
+    from scarjax.pollux import _estimators, examples
 
     adam = optax.adam(1e-3)
     grad = jax.grad(prob.loss)
     axes = {"first": 0, "last": -1, "auto": px.microbatch_axes(prob.params)}
 
     def sample(key):
-        return _problems.sample_microbatches(key, prob.x, prob.y, k, b)
+        return examples.sample_microbatches(key, prob.x, prob.y, k, b)
 
     def scan_run(step):
         def run(params, state, key):
@@ -130,10 +132,11 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
         return optax.apply_updates(p, u), s
 
     def with_pgns_step(axis):
-        opt = px.with_pgns(adam, microbatch_size=b, microbatch_axis=axis)
+        opt = px.with_pgns(adam, microbatch_size=b)
 
         def step(p, s, xb, yb):
-            u, s = opt.update(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb), s, p)
+            g, moments = px.reduce_microbatches(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb), microbatch_axis=axis)
+            u, s = opt.update(g, s, p, microbatch_moments=moments)
             return optax.apply_updates(p, u), s
 
         return step, opt.init(prob.params)
@@ -142,7 +145,7 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
         def step(p, s, xb, yb):
             gk = jax.lax.optimization_barrier(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb))
             leaves, tree = jax.tree.flatten(gk)
-            pairs = [pgns._sum_pair(g, jnp.square(g), (a % g.ndim,)) for g, a in zip(leaves, pgns._leaf_axes(gk, axis))]
+            pairs = [_estimators._sum_pair(g, jnp.square(g), (a % g.ndim,)) for g, a in zip(leaves, _estimators._leaf_axes(gk, axis))]
             # Keep the sum of squares alive (one element of each): a plain `sum` over the
             # micro-batch axis alone is 20-30x slower on XLA:CPU (see _microbatch_mean_stats).
             keep = sum(q.reshape(-1)[0] for _, q in pairs)
@@ -172,11 +175,11 @@ def _breakdown(prob, k: int, b: int, rounds: int) -> dict:
 
     import _timing
     from scarjax import pollux as px
-    from scarjax.pollux import _problems, pgns
+    from scarjax.pollux import _estimators, examples
 
     adam = optax.adam(1e-3)
     grad = jax.grad(prob.loss)
-    xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, k, b)
+    xb, yb = examples.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, k, b)
     p = prob.params
     st = adam.update(grad(p, xb[0], yb[0]), adam.init(p), p)[1]
     P = px.preconditioner(st, adam)
@@ -188,7 +191,7 @@ def _breakdown(prob, k: int, b: int, rounds: int) -> dict:
     for name, axis in {"first": 0, "last": -1, "auto": px.microbatch_axes(p)}.items():
         gk = jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb)
         fns[f"grads_stacked_axis_{name}"] = (jax.jit(lambda p, a=axis: jax.vmap(grad, (None, 0, 0), a)(p, xb, yb)), (p,))
-        fns[f"stats_axis_{name}"] = (jax.jit(lambda g, a=axis: pgns._microbatch_mean_stats(g, k, b, P, a)), (gk,))
+        fns[f"stats_axis_{name}"] = (jax.jit(lambda g, a=axis: _estimators._microbatch_mean_stats(g, k, b, P, a)), (gk,))
     calls = {name: (lambda f=f, a=a: f(*a)) for name, (f, a) in fns.items()}
     samples = _timing.interleaved_samples(calls, rounds)
     return {name: 1e3 * min(v) for name, v in samples.items()}
@@ -264,11 +267,11 @@ def bench_overhead(
     import jax
 
     import _timing
-    from scarjax.pollux import _problems
+    from scarjax.pollux import examples
 
     out = {}
     for name in problems:
-        prob = getattr(_problems, name)()
+        prob = getattr(examples, name)()
         load_start = _timing.loadavg()
         probe = _overhead_variants(prob, k, b, 1)["plain"]
         jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))  # compile
@@ -362,7 +365,7 @@ def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
     import jax.numpy as jnp
 
     from scarjax import pollux as px
-    from scarjax.pollux.throughput import _overlap, _t_grad, _t_sync
+    from scarjax.pollux._throughput import _overlap, _t_grad, _t_sync
 
     p = px.ThroughputParams(**TRUE)
     rng = np.random.default_rng(seed)

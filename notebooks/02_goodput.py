@@ -29,18 +29,22 @@ import numpy as np
 import optax
 
 from scarjax import pollux as px
-from scarjax.pollux import _problems
+from scarjax.pollux import examples
 
-prob = _problems.mlr()  # multinomial logistic regression on sklearn's 8x8 digits
+prob = examples.mlr()  # multinomial logistic regression on sklearn's 8x8 digits
 print(prob.x.shape, jax.tree.map(jnp.shape, prob.params))
 
 # %% [markdown]
 # ## 1. PGNS from micro-batch gradients
 #
-# `with_pgns` wraps any optax optimizer. Its `update` takes the **stacked** gradients
-# of K micro-batches (here `vmap(grad)`), averages them, updates bias-corrected moving
-# averages of `|Pg|^2` and `tr(P Sigma P^T)`, and applies the wrapped optimizer; `P` is
-# read from the optimizer's own state (identity for SGD, `1/(sqrt(nu)+eps)` for Adam...).
+# `with_pgns` wraps any optax optimizer and keeps optax's contract: `update` takes the
+# gradient (the mean over K micro-batches) and, as the extra argument `microbatch_moments`,
+# the per-coordinate sums of the K micro-batch gradients and of their squares
+# (`reduce_microbatches` computes both from the stacked `vmap(grad)` in one pass). It
+# updates bias-corrected moving averages of `|Pg|^2` and `tr(P Sigma P^T)` and applies the
+# wrapped optimizer to the gradient; `P` is read from the optimizer's own state (identity
+# for SGD, `1/(sqrt(nu)+eps)` for Adam...). So it composes with optax's wrappers
+# (`apply_if_finite`, `MultiSteps`, `masked`, clipping chained before it).
 
 # %%
 K, B = 8, 32
@@ -51,9 +55,10 @@ params, state = prob.params, opt.init(prob.params)
 
 @jax.jit
 def step(params, state, key):
-    xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, K, B)
-    grads = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
-    updates, state = opt.update(grads, state, params)
+    xb, yb = examples.sample_microbatches(key, prob.x, prob.y, K, B)
+    grads_k = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
+    grads, moments = px.reduce_microbatches(grads_k)  # the mean, and sum_k g_k, sum_k g_k^2
+    updates, state = opt.update(grads, state, params, microbatch_moments=moments)
     return optax.apply_updates(params, updates), state
 
 
@@ -100,17 +105,19 @@ print(f"phi = {est.phi:.1f} +- {est.stderr:.1f} (exact {est.exact_phi:.1f})")
 # %% [markdown]
 # On CPU, the stacking axis of each leaf matters for speed (a narrow weight matrix's
 # per-micro-batch gradients are much faster with the micro-batch axis last);
-# `microbatch_axes` picks it per leaf, and the same tree goes to `vmap` and to the
-# optimizer. Same statistics:
+# `microbatch_axes` picks it per leaf, and the same tree goes to `vmap` and to
+# `reduce_microbatches`. Same statistics:
 
 # %%
 axes = px.microbatch_axes(params)
-opt_axes = px.with_pgns(adam, microbatch_size=B, microbatch_axis=axes)
-xb, yb = _problems.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, K, B)
+xb, yb = examples.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, K, B)
 g_first = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)  # [K, ...]
 g_last = jax.vmap(jax.grad(prob.loss), (None, 0, 0), out_axes=-1)(params, xb, yb)  # [..., K]
 print(px.microbatch_stats(g_first, B, P), px.microbatch_stats(g_last, B, P, microbatch_axis=-1))
-_ = opt_axes.update(px.microbatch_grads(prob.loss, params, xb, yb, microbatch_axis=axes), opt_axes.init(params), params)
+g_axes, m_axes = px.reduce_microbatches(
+    px.microbatch_grads(prob.loss, params, xb, yb, microbatch_axis=axes), microbatch_axis=axes
+)
+_ = opt.update(g_axes, opt.init(params), params, microbatch_moments=m_axes)
 
 # %% [markdown]
 # Optimizers whose update is not a diagonal pre-conditioning of the gradient are refused

@@ -1,38 +1,41 @@
 """Pollux goodput toolkit (thesis Ch. 3): PGNS, statistical efficiency, throughput model,
 goodput-optimal batch size and the job-level adaptive agent.
 
-Modules:
-  pgns        Eq 3.2 / App. A.1 estimators and the optax transforms (track_pgns, with_pgns)
-  precond     the pre-conditioner P from an optax state (hyper-parameters read, never defaulted)
-  estimate    estimate_pgns_at: phi at fixed parameters over many draws, with the exact value
-  efficiency  Eq 3.3 efficiency, Eq 3.1 goodput, statistical epochs
-  throughput  Eq 3.4-3.9 throughput model and its RMSLE fit (Sec 3.4.1)
-  tuning      Eq 3.10 batch-size optimisation and LR scaling rules
-  agent       the job-level PolluxAgent loop (Sec 3.4.1)
+The public API is this package's namespace (``scarjax.pollux.<name>``); the modules that
+implement it are private:
+
+  _estimators  Eq 3.2 / App. A.1 estimators: GradStats, microbatch/two-batch/differenced/
+               exact statistics, noise_scale, micro-batch gradients and their moments
+  _precond     the pre-conditioner P from an optax state (hyper-parameters read, never defaulted)
+  _transforms  the optax transforms track_pgns / with_pgns and their states
+  _estimate    estimate_pgns_at: phi at fixed parameters over many draws, with the exact value
+  _efficiency  Eq 3.3 efficiency, Eq 3.1 goodput, statistical epochs
+  _throughput  Eq 3.4-3.9 throughput model and its RMSLE fit (Sec 3.4.1)
+  _tuning      Eq 3.10 batch-size optimisation and LR scaling rules
+  _agent       the job-level PolluxAgent loop (Sec 3.4.1)
+
+:mod:`scarjax.pollux.examples` (public) holds the small example problems (MLR, MLP, CNNs on
+8x8 digits and MNIST-5k) that the experiments, notebooks, benchmarks and tests use.
 """
 
-from scarjax.pollux.efficiency import efficiency, efficiency_from_stats, goodput, statistical_epochs
-from scarjax.pollux.estimate import PGNSEstimate, estimate_pgns_at
-from scarjax.pollux.pgns import (
+from scarjax.pollux._agent import AgentConfig, PolluxAgent, train_adaptive
+from scarjax.pollux._efficiency import efficiency, efficiency_from_stats, goodput, statistical_epochs
+from scarjax.pollux._estimate import PGNSEstimate, estimate_pgns_at
+from scarjax.pollux._estimators import (
     GradStats,
-    PGNSState,
-    PGNSWrapperState,
+    MicrobatchMoments,
     differenced_stats,
     exact_stats,
-    find_pgns_state,
     microbatch_axes,
     microbatch_grads,
     microbatch_stats,
     noise_scale,
     per_example_grads,
-    pgns_from_state,
-    preconditioner,
-    smoothed_stats,
-    track_pgns,
+    reduce_microbatches,
     two_batch_stats,
-    with_pgns,
 )
-from scarjax.pollux.throughput import (
+from scarjax.pollux._precond import preconditioner
+from scarjax.pollux._throughput import (
     FitResult,
     ThroughputParams,
     fit_throughput,
@@ -45,7 +48,16 @@ from scarjax.pollux.throughput import (
     throughput,
     total_batch_size,
 )
-from scarjax.pollux.tuning import (
+from scarjax.pollux._transforms import (
+    PGNSState,
+    PGNSWrapperState,
+    find_pgns_state,
+    pgns_from_state,
+    smoothed_stats,
+    track_pgns,
+    with_pgns,
+)
+from scarjax.pollux._tuning import (
     BatchConfig,
     LRScaleState,
     lr_scale,
@@ -53,15 +65,17 @@ from scarjax.pollux.tuning import (
     scale_by_lr_rule,
     set_learning_rate,
 )
-
 __all__ = [
+    "AgentConfig",
     "BatchConfig",
     "FitResult",
     "GradStats",
     "LRScaleState",
+    "MicrobatchMoments",
     "PGNSEstimate",
     "PGNSState",
     "PGNSWrapperState",
+    "PolluxAgent",
     "ThroughputParams",
     "differenced_stats",
     "efficiency",
@@ -82,6 +96,7 @@ __all__ = [
     "placement",
     "preconditioner",
     "priors",
+    "reduce_microbatches",
     "rmsle",
     "scale_by_lr_rule",
     "set_learning_rate",
@@ -93,10 +108,7 @@ __all__ = [
     "throughput",
     "total_batch_size",
     "track_pgns",
+    "train_adaptive",
     "two_batch_stats",
     "with_pgns",
 ]
-
-from scarjax.pollux.agent import AgentConfig, PolluxAgent, train_adaptive  # noqa: E402
-
-__all__ += ["AgentConfig", "PolluxAgent", "train_adaptive"]

@@ -6,13 +6,13 @@ import optax
 import pytest
 
 from scarjax import pollux as px
-from scarjax.pollux import _problems
+from scarjax.pollux import examples
 
 SIM = px.ThroughputParams(2e-3, 5e-5, 5e-3, 1e-3, 2e-2, 2e-3, 1.5)
 
 
 def test_adaptive_loop_simulated_clock():
-    prob = _problems.mlr()
+    prob = examples.mlr()
     cfg = px.AgentConfig(
         base_batch_size=32,
         max_batch_size=512,
@@ -43,14 +43,15 @@ def test_adaptive_loop_simulated_clock():
 
 
 def test_trailing_microbatch_axis_gives_the_same_run():
-    """microbatch_axis=-1 (agent and optimizer) reproduces the axis-0 run."""
-    prob = _problems.mlr()
+    """microbatch_axis=-1 (the stacking of the agent's micro-batch gradients) reproduces the
+    axis-0 run."""
+    prob = examples.mlr()
     cfg = px.AgentConfig(32, 256, 64, replicas=4, retune_every=10, local_bsz_step=16)
     runs = [
         px.train_adaptive(
             prob.loss,
             prob.params,
-            px.with_pgns(optax.sgd(0.05), microbatch_axis=ax),
+            px.with_pgns(optax.sgd(0.05)),
             (prob.x, prob.y),
             cfg,
             jax.random.PRNGKey(3),
@@ -66,7 +67,7 @@ def test_trailing_microbatch_axis_gives_the_same_run():
 
 
 def test_measured_clock_refits_and_fixed_baseline():
-    prob = _problems.mlr()
+    prob = examples.mlr()
     cfg = px.AgentConfig(
         base_batch_size=32, max_batch_size=256, max_local_bsz=128, retune_every=10, local_bsz_step=64
     )
@@ -94,7 +95,7 @@ def test_measured_clock_refits_and_fixed_baseline():
 
 
 def test_agent_bad_inputs():
-    prob = _problems.mlr()
+    prob = examples.mlr()
 
     def run(opt=None, cfg=None, **kw):
         opt = px.with_pgns(optax.sgd(0.1)) if opt is None else opt

@@ -42,8 +42,10 @@ def test_non_default_b2_eps_are_read_from_the_optimizer():
     wst = wrapped.init(PARAMS)
     update = jax.jit(wrapped.update)
     for i in range(3):
-        g = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(i), (2,) + x.shape) + 0.5, PARAMS)
-        _, wst = update(g, wst, PARAMS)
+        g, m = px.reduce_microbatches(
+            jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(i), (2,) + x.shape) + 0.5, PARAMS)
+        )
+        _, wst = update(g, wst, PARAMS, microbatch_moments=m)
     mine = px.preconditioner(wst, opt)
     manual = jax.tree.map(lambda n: 1 / (np.sqrt(np.asarray(n) / (1 - 0.9**3)) + 1e-2), wst.inner_state[0].nu)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), mine, manual)
@@ -140,8 +142,8 @@ def _running_vs_exact(opts, get_p, params, loss, x, y, steps=30, k=8, b=32):
     def step(c, key):
         p, states = c
         idx = jax.random.randint(key, (k, b), 0, x.shape[0])
-        g = jax.vmap(jax.grad(loss), (None, 0, 0))(p, x[idx], y[idx])
-        outs = [o.update(g, s, p) for o, s in zip(opts, states)]
+        g, m = px.reduce_microbatches(jax.vmap(jax.grad(loss), (None, 0, 0))(p, x[idx], y[idx]))
+        outs = [o.update(g, s, p, microbatch_moments=m) for o, s in zip(opts, states)]
         states = [st for _, st in outs]
         p = optax.apply_updates(p, outs[0][0])
         peg = px.per_example_grads(lambda q, xi, yi: loss(q, xi[None], yi[None]), p, x, y)

@@ -1,11 +1,44 @@
-"""Small offline test problems for the Pollux toolkit: MLR and a small CNN on 8x8 digits.
+"""Example problems for the Pollux toolkit (public): small models on real, offline data.
 
-Internal helper (used by tests, experiments, the notebook and benchmarks); not
-part of the public API.  Both problems are expressed as pure functions of a
-params pytree so that ``vmap(grad)`` gives per-example gradients:
+Each problem is a :class:`Problem`: initial ``params`` (a pytree) and pure functions of it,
+so that ``jax.grad`` gives the batch gradient and ``jax.vmap(jax.grad(...))`` per-example
+or per-micro-batch gradients:
 
-* ``loss(params, x, y)`` - mean cross-entropy over a batch,
-* ``example_loss(params, x, y)`` - the loss of one unbatched example.
+* ``loss(params, x, y)`` - mean cross-entropy over a batch ``x[B, ...]``, ``y[B]``;
+* ``example_loss(params, x, y)`` - the loss of one unbatched example;
+* ``accuracy(params, x, y)`` - the fraction of a batch classified correctly;
+* ``x``, ``y`` - the whole data set (examples on the leading axis).
+
+Problems, and where they are used:
+
+============================  =========================================================  ==========================================
+problem                       model and data                                             used by
+============================  =========================================================  ==========================================
+:func:`mlr`                   multinomial logistic regression, sklearn 8x8 digits        ``experiments/pollux_efficiency.py``,
+                              (64 -> 10, 650 parameters)                                 ``experiments/pollux_adaptive.py``,
+                                                                                         ``notebooks/02_goodput.py``, ``tests/pollux``
+:func:`cnn`                   small flax-nnx CNN on 8x8 digits                           ``experiments/pollux_efficiency.py``,
+                                                                                         ``experiments/pollux_adaptive.py``,
+                                                                                         ``tests/pollux/test_pgns.py``
+:func:`mlr_mnist`             MLR on the embedded MNIST-5k sample (7,850 parameters)     ``benchmarks/bench_pollux.py`` (overhead)
+:func:`mlp_mnist`             ReLU MLP 784-256-256-10 on MNIST-5k (269k parameters)      ``benchmarks/bench_pollux.py`` (overhead)
+:func:`cnn_mnist`             the thesis's CNN (:mod:`scarjax.models.cnn`) on MNIST-5k   ``benchmarks/bench_pollux.py`` (overhead)
+:func:`mixed_mnist`           conv, wide, narrow and layer-norm layers on MNIST-5k       ``benchmarks/bench_pollux.py`` (overhead)
+============================  =========================================================  ==========================================
+
+:func:`digits` returns the digits data alone (``experiments/pollux_throughput.py`` times
+steps on it), and :func:`sample_microbatches` draws micro-batches uniformly *with
+replacement*, the sampling under which the estimators of App. A.1 are exactly unbiased.
+The digits data ship with scikit-learn and MNIST-5k with scarjax
+(:func:`scarjax.data.load_mnist_5k`), so every problem builds offline.
+
+Example:
+  >>> import jax
+  >>> from scarjax.pollux import examples
+  >>> prob = examples.mlr()
+  >>> xb, yb = examples.sample_microbatches(jax.random.PRNGKey(0), prob.x, prob.y, 4, 32)
+  >>> xb.shape, yb.shape
+  ((4, 32, 64), (4, 32))
 """
 
 from __future__ import annotations
@@ -17,8 +50,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = [
+    "Problem",
+    "digits",
+    "mlr",
+    "cnn",
+    "mlr_mnist",
+    "mlp_mnist",
+    "cnn_mnist",
+    "mixed_mnist",
+    "sample_microbatches",
+]
 
 class Problem(NamedTuple):
+    """An example problem: initial parameters, pure loss/accuracy functions and its data."""
+
     name: str
     params: Any
     loss: Callable[..., jax.Array]  # (params, x[B, ...], y[B]) -> scalar
@@ -30,6 +76,7 @@ class Problem(NamedTuple):
 
 @functools.lru_cache(maxsize=2)
 def _digits(image: bool):
+    """The centred digits data as NumPy arrays, flat ``[N, 64]`` or images ``[N, 8, 8, 1]``."""
     from sklearn.datasets import load_digits  # offline, ships with scikit-learn
 
     d = load_digits()
@@ -47,10 +94,12 @@ def digits(image: bool = False) -> tuple[jax.Array, jax.Array]:
 
 
 def _xent(logits, y):
+    """Per-example cross-entropy of ``logits[..., C]`` against integer labels ``y[...]``."""
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], axis=-1)[..., 0]
 
 
 def _make(name, params, apply, x, y) -> Problem:
+    """A :class:`Problem` from ``apply(params, x[B, ...]) -> logits[B, C]`` and the data."""
     def loss(p, xb, yb):
         return jnp.mean(_xent(apply(p, xb), yb))
 
@@ -64,7 +113,11 @@ def _make(name, params, apply, x, y) -> Problem:
 
 
 def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
-    """Multinomial logistic regression on digits (64 -> 10, 650 parameters)."""
+    """Multinomial logistic regression on digits (64 -> 10, 650 parameters).
+
+    ``scale``: standard deviation of the initial weights (drawn with ``key``, default
+    ``PRNGKey(0)``); 0 (the default) starts from zero weights.
+    """
     x, y = digits(False)
     key = jax.random.PRNGKey(0) if key is None else key
     params = {"w": scale * jax.random.normal(key, (64, 10)), "b": jnp.zeros(10)}
@@ -94,7 +147,8 @@ def mlr_mnist(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
 
 
 def cnn(key: jax.Array | None = None) -> Problem:
-    """A small flax-nnx CNN on 8x8x1 digits: conv3x3(8)-relu-conv3x3(16)-relu-pool-dense(10).
+    """A small flax-nnx CNN on 8x8x1 digits: conv3x3(8)-relu-conv3x3(16, stride 2)-relu-dense(10)
+    (3,818 parameters; flax's default initialisers, seeded from ``key``, default seed 0).
 
     The nnx module is split once into a static graph and a params pytree, so the
     loss is a pure function of params (vmap/grad friendly).
@@ -133,6 +187,7 @@ def sample_microbatches(key, x, y, num_micro: int, micro_size: int):
 
 @functools.lru_cache(maxsize=1)
 def _mnist():
+    """MNIST-5k as float32 ``[5000, 784]`` raw pixels in [0, 1] and int32 labels (cached)."""
     from scarjax.data import load_mnist_5k
 
     x, y = load_mnist_5k()

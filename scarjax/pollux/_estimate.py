@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax.pollux import _checks, precond
-from scarjax.pollux.pgns import GradStats, _microbatch_mean_stats
+from scarjax import _validate as va
+from scarjax.pollux import _precond
+from scarjax.pollux._estimators import GradStats, _microbatch_mean_stats
 
 PyTree = Any
 
@@ -172,10 +173,10 @@ def estimate_pgns_at(
     """
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-    b = _checks.check_static_int("microbatch_size", microbatch_size, lo=1)
-    k = _checks.check_static_int("microbatches", microbatches, lo=2)
-    draws = _checks.check_static_int("draws", draws, lo=2)
-    chunk = _checks.check_static_int("chunk", chunk, lo=1)
+    b = va.check_int("microbatch_size", microbatch_size, lo=1)
+    k = va.check_int("microbatches", microbatches, lo=2)
+    draws = va.check_int("draws", draws, lo=2)
+    chunk = va.check_int("chunk", chunk, lo=1)
     if exact is not None and not isinstance(exact, bool):
         raise TypeError(f"exact must be None, True or False, got {exact!r}")
     arrays = _as_data(data)
@@ -183,9 +184,9 @@ def estimate_pgns_at(
     if opt_state is not None:
         if preconditioner is not None:
             raise ValueError("pass either preconditioner= or opt_state=, not both")
-        explicit = precond.check_explicit(hyperparams, None, None)
-        read = precond.optimizer_hyperparams(optimizer)
-        p = jax.jit(lambda s: precond.derive(s, explicit, read))(opt_state)
+        explicit = _precond.check_explicit(hyperparams, None, None)
+        read = _precond.optimizer_hyperparams(optimizer)
+        p = jax.jit(lambda s: _precond.derive(s, explicit, read))(opt_state)
     else:
         if optimizer is not None or hyperparams is not None:
             raise ValueError("optimizer= and hyperparams= need opt_state= (the state to read P from)")

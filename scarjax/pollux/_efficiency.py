@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax.pollux import _checks
-from scarjax.pollux.throughput import ThroughputParams, _t_iter, check_config, check_params, total_batch_size
-from scarjax.pollux.pgns import GradStats, noise_scale
+from scarjax import _validate as va
+from scarjax.pollux._throughput import ThroughputParams, _t_iter, check_config, check_params, total_batch_size
+from scarjax.pollux._estimators import GradStats, noise_scale
 
 
-def _efficiency(m, phi, m0):
+def _stat_efficiency(m, phi, m0):
     # (phi + M0) / (phi + M); its limit 1 for phi = inf (noise-dominated gradient).
     m = jnp.asarray(m, jnp.result_type(float))
     inf = jnp.isinf(phi)
@@ -31,11 +31,12 @@ def _efficiency(m, phi, m0):
 
 
 def _check_eff_args(batch_size, phi, base_batch_size, allow_below_base: bool):
-    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
-    _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
-    _checks.check_range("batch_size", batch_size, lo=0.0, lo_open=True)
+    va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    va.check_real("phi", phi, lo=0.0, allow_inf=True)
+    va.check_real("batch_size", batch_size, lo=0.0, lo_open=True)
     if not allow_below_base:
-        b, m0 = _checks.concrete(batch_size), _checks.concrete(base_batch_size)
+        b = None if va.is_traced(batch_size) else va.check_numeric("batch_size", batch_size)
+        m0 = None if va.is_traced(base_batch_size) else va.check_numeric("base_batch_size", base_batch_size)
         if (
             b is not None
             and m0 is not None
@@ -66,13 +67,13 @@ def efficiency(batch_size, phi, base_batch_size, *, allow_below_base: bool = Fal
       ``(phi + M0) / (phi + M)``, in ``(0, 1]`` for ``M >= M0``.
     """
     _check_eff_args(batch_size, phi, base_batch_size, allow_below_base)
-    return _efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
+    return _stat_efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
 
 
 def efficiency_from_stats(
     batch_size, stats: GradStats, base_batch_size, *, allow_below_base: bool = False
 ) -> jax.Array:
-    """Eq 3.3 with ``phi = stats.var / stats.sqr`` (:func:`~scarjax.pollux.pgns.noise_scale`)."""
+    """Eq 3.3 with ``phi = stats.var / stats.sqr`` (:func:`~scarjax.pollux.noise_scale`)."""
     return efficiency(batch_size, noise_scale(stats), base_batch_size, allow_below_base=allow_below_base)
 
 
@@ -82,7 +83,7 @@ def goodput(
     """Eq 3.1: ``THROUGHPUT(a, m, s) * EFFICIENCY_t(M(a, m, s))`` (useful examples per second).
 
     Args:
-      params: :class:`~scarjax.pollux.throughput.ThroughputParams` (Eq 3.9).
+      params: :class:`~scarjax.pollux.ThroughputParams` (Eq 3.9).
       phi: PGNS ``phi_t``; base_batch_size: ``M0``.
       nodes, replicas, local_bsz, accum_steps: the configuration ``(a, m, s)``
         as ``(N, K, m, s)``; all broadcast.
@@ -105,7 +106,7 @@ def goodput(
 def _goodput(params, phi, m0, nodes, replicas, m, s):
     m_tot = total_batch_size(replicas, m, s)
     thr = m_tot / _t_iter(params, nodes, replicas, m, s)
-    return thr * _efficiency(m_tot, phi, m0)
+    return thr * _stat_efficiency(m_tot, phi, m0)
 
 
 def statistical_epochs(batch_sizes, efficiencies, dataset_size) -> jax.Array:
@@ -114,7 +115,7 @@ def statistical_epochs(batch_sizes, efficiencies, dataset_size) -> jax.Array:
     ``(1 / |X|) * cumsum_t M_t * EFFICIENCY_t(M_t)`` over the steps taken, i.e. the
     number of epochs at batch ``M0`` that would make the same progress.
     """
-    _checks.check_range("dataset_size", dataset_size, lo=0.0, lo_open=True)
-    _checks.check_range("batch_sizes", batch_sizes, lo=0.0)
-    _checks.check_range("efficiencies", efficiencies, lo=0.0)
+    va.check_real("dataset_size", dataset_size, lo=0.0, lo_open=True)
+    va.check_real("batch_sizes", batch_sizes, lo=0.0)
+    va.check_real("efficiencies", efficiencies, lo=0.0)
     return jnp.cumsum(jnp.asarray(batch_sizes) * jnp.asarray(efficiencies), axis=-1) / dataset_size

@@ -6,9 +6,10 @@ priors of Sec 3.4.1) and solves Eq 3.10 (:func:`optimize_batch_size`) with the
 current PGNS.  :func:`train_adaptive` is the training loop around it: each step
 draws ``K (s + 1)`` micro-batches of ``m`` examples (data-parallel replicas and
 accumulation steps, simulated on the local device), takes their gradients with
-``vmap``, and feeds them to an optimizer built with
-:func:`~scarjax.pollux.pgns.with_pgns` / :func:`~scarjax.pollux.pgns.track_pgns`
-(optionally chained with :func:`~scarjax.pollux.tuning.scale_by_lr_rule`, which
+``vmap``, reduces them to their mean and moments
+(:func:`~scarjax.pollux.reduce_microbatches`) and feeds both to an optimizer built with
+:func:`~scarjax.pollux.with_pgns` / :func:`~scarjax.pollux.track_pgns`
+(optionally chained with :func:`~scarjax.pollux.scale_by_lr_rule`, which
 receives ``batch_size=``, ``phi=`` and ``progress=``).
 
 The clock is either *measured* (wall time of each jitted step; only meaningful
@@ -31,11 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax.pollux import _checks
-from scarjax.pollux.efficiency import _efficiency
-from scarjax.pollux.pgns import _check_axis, find_pgns_state, pgns_from_state
-from scarjax.pollux.throughput import FitResult, ThroughputParams, _t_iter, check_params, fit_throughput
-from scarjax.pollux.tuning import BatchConfig, optimize_batch_size
+from scarjax import _validate as va
+from scarjax.pollux._efficiency import _stat_efficiency
+from scarjax.pollux._estimators import _check_axis, reduce_microbatches
+from scarjax.pollux._transforms import find_pgns_state, pgns_from_state
+from scarjax.pollux._throughput import FitResult, ThroughputParams, _t_iter, check_params, fit_throughput
+from scarjax.pollux._tuning import BatchConfig, optimize_batch_size
 
 
 @dataclasses.dataclass
@@ -66,13 +68,13 @@ class AgentConfig:
     require_two_gradients: bool = True
 
     def validate(self) -> "AgentConfig":
-        _checks.check_static_int("base_batch_size", self.base_batch_size, lo=1)
-        _checks.check_static_int("max_batch_size", self.max_batch_size, lo=self.base_batch_size)
-        _checks.check_static_int("max_local_bsz", self.max_local_bsz, lo=1)
-        _checks.check_static_int("nodes", self.nodes, lo=1)
-        _checks.check_static_int("replicas", self.replicas, lo=self.nodes)
-        _checks.check_static_int("retune_every", self.retune_every, lo=0)
-        _checks.check_static_int("local_bsz_step", self.local_bsz_step, lo=1)
+        va.check_int("base_batch_size", self.base_batch_size, lo=1)
+        va.check_int("max_batch_size", self.max_batch_size, lo=self.base_batch_size)
+        va.check_int("max_local_bsz", self.max_local_bsz, lo=1)
+        va.check_int("nodes", self.nodes, lo=1)
+        va.check_int("replicas", self.replicas, lo=self.nodes)
+        va.check_int("retune_every", self.retune_every, lo=0)
+        va.check_int("local_bsz_step", self.local_bsz_step, lo=1)
         return self
 
 
@@ -87,7 +89,7 @@ class PolluxAgent:
 
     def observe(self, local_bsz: int, accum_steps: int, t_iter: float) -> None:
         """Record one measured iteration time for the current allocation."""
-        _checks.check_range("t_iter", t_iter, lo=0.0, lo_open=True)
+        va.check_real("t_iter", t_iter, lo=0.0, lo_open=True)
         c = self.config
         self.records.append((c.nodes, c.replicas, int(local_bsz), int(accum_steps), float(t_iter)))
 
@@ -145,7 +147,7 @@ def train_adaptive(
     eval_every: int = 25,
     eval_fn: Callable[[Any], Any] | None = None,
     prior_params: ThroughputParams | None = None,
-    microbatch_axis: int = 0,
+    microbatch_axis: Any = 0,
 ) -> dict[str, Any]:
     """Run the job-level agent loop (Sec 3.4.1) and return its history.
 
@@ -153,9 +155,10 @@ def train_adaptive(
       loss_fn: ``loss_fn(params, *batch) -> scalar`` (mean over the batch).
       params: initial parameters.
       optimizer: an optax optimizer whose state holds PGNS statistics (built with
-        ``with_pgns``/``track_pgns``); its ``update`` receives the stacked micro-batch
-        gradients and the extra arguments ``microbatch_size``, ``batch_size``, ``phi``
-        and ``progress`` (examples of statistical progress).
+        ``with_pgns``/``track_pgns``); its ``update`` receives the mean of the micro-batch
+        gradients and the extra arguments ``microbatch_moments``
+        (:func:`~scarjax.pollux.reduce_microbatches`), ``microbatch_size``, ``batch_size``,
+        ``phi`` and ``progress`` (examples of statistical progress).
       data: tuple of arrays with a leading example axis (sampled with replacement).
       config: :class:`AgentConfig`; ``retune_every = 0`` gives the fixed-``M0`` baseline.
       key: PRNG key.
@@ -168,8 +171,9 @@ def train_adaptive(
       prior_params: throughput model used before any fit (default: the simulated
         clock's parameters, or a perfectly scaling guess in measured mode).
       microbatch_axis: the axis the micro-batch gradients are stacked on (``vmap``'s
-        ``out_axes``); must match the optimizer's ``with_pgns``/``track_pgns``
-        ``microbatch_axis`` (``-1`` is faster on XLA:CPU).
+        ``out_axes``): ``0``, ``-1`` or a pytree of them per leaf
+        (:func:`~scarjax.pollux.microbatch_axes`, faster on XLA:CPU); the statistics are the
+        same for every choice.
 
     Returns:
       dict of NumPy arrays per step: ``time`` (cumulative s), ``t_iter``, ``local_bsz``,
@@ -182,10 +186,10 @@ def train_adaptive(
     if max_steps is None and time_budget is None:
         raise ValueError("give max_steps or time_budget")
     if max_steps is not None:
-        _checks.check_static_int("max_steps", max_steps, lo=1)
+        va.check_int("max_steps", max_steps, lo=1)
     if time_budget is not None:
-        _checks.check_range("time_budget", time_budget, lo=0.0, lo_open=True)
-    _checks.check_range("clock_noise", clock_noise, lo=0.0)
+        va.check_real("time_budget", time_budget, lo=0.0, lo_open=True)
+    va.check_real("clock_noise", clock_noise, lo=0.0)
     measured = isinstance(clock, str)
     if measured and clock != "measured":
         raise ValueError(f"clock must be 'measured' or ThroughputParams, got {clock!r}")
@@ -211,10 +215,12 @@ def train_adaptive(
         losses, grads = jax.vmap(
             jax.value_and_grad(loss_fn), in_axes=(None,) + (0,) * len(data), out_axes=(0, microbatch_axis)
         )(params, *batch)
+        mean, moments = reduce_microbatches(grads, microbatch_axis=microbatch_axis)
         updates, opt_state = optimizer.update(
-            grads,
+            mean,
             opt_state,
             params,
+            microbatch_moments=moments,
             microbatch_size=jnp.asarray(idx.shape[1], jnp.float32),
             batch_size=m_tot,
             phi=phi,
@@ -292,7 +298,7 @@ def train_adaptive(
         if t_it is not None:
             clock_t += t_it
         phi = float(pgns_from_state(opt_state))
-        eff = float(_efficiency(m_tot, phi, m0)) if m_tot >= m0 else 1.0
+        eff = float(_stat_efficiency(m_tot, phi, m0)) if m_tot >= m0 else 1.0
         progress += m_tot * eff / n_data
         t_step += 1
         for k_, v in (

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from scarjax.pollux import _checks
+from scarjax import _validate as va
 
 GAMMA_RANGE = (1.0, 10.0)
 
@@ -53,16 +53,17 @@ def check_params(params: ThroughputParams, name: str = "params") -> ThroughputPa
         else:
             raise TypeError(f"{name} must be a ThroughputParams (7 values, Eq 3.9), got {params!r}")
     for field, v in zip(params._fields[:-1], params[:-1]):
-        _checks.check_range(f"{name}.{field}", v, lo=0.0)
-    _checks.check_range(f"{name}.gamma", params.gamma, lo=GAMMA_RANGE[0], hi=GAMMA_RANGE[1])
+        va.check_real(f"{name}.{field}", v, lo=0.0)
+    va.check_real(f"{name}.gamma", params.gamma, lo=GAMMA_RANGE[0], hi=GAMMA_RANGE[1])
     return params
 
 
 def check_config(nodes, replicas, local_bsz=None, accum_steps=None) -> None:
     """Validate a configuration: ``1 <= nodes <= replicas`` integers, ``m > 0``, ``s >= 0`` integer."""
-    _checks.check_integer("nodes", nodes, lo=1)
-    _checks.check_integer("replicas", replicas, lo=1)
-    n, k = _checks.concrete(nodes), _checks.concrete(replicas)
+    va.check_integer_value("nodes", nodes, lo=1)
+    va.check_integer_value("replicas", replicas, lo=1)
+    n = None if va.is_traced(nodes) else va.check_numeric("nodes", nodes)
+    k = None if va.is_traced(replicas) else va.check_numeric("replicas", replicas)
     if (
         n is not None
         and k is not None
@@ -75,15 +76,15 @@ def check_config(nodes, replicas, local_bsz=None, accum_steps=None) -> None:
             f"nodes must be <= replicas (every node holds a replica), got nodes={nodes}, replicas={replicas}"
         )
     if local_bsz is not None:
-        _checks.check_range("local_bsz", local_bsz, lo=0.0, lo_open=True)
+        va.check_real("local_bsz", local_bsz, lo=0.0, lo_open=True)
     if accum_steps is not None:
-        _checks.check_integer("accum_steps", accum_steps, lo=0)
+        va.check_integer_value("accum_steps", accum_steps, lo=0)
 
 
 def placement(allocation) -> tuple[jax.Array, jax.Array]:
     """``(N, K)`` from allocation vectors ``a`` (last axis = nodes): ``N = #{a_n > 0}``, ``K = sum a``."""
     a = jnp.asarray(allocation)
-    _checks.check_integer("allocation", allocation, lo=0)
+    va.check_integer_value("allocation", allocation, lo=0)
     return jnp.sum(a > 0, axis=-1), jnp.sum(a, axis=-1)
 
 
@@ -123,7 +124,7 @@ def _t_iter(p, nodes, replicas, m, s):
 def t_grad(params: ThroughputParams, local_bsz) -> jax.Array:
     """Eq 3.5: time of one forward-backward pass at per-device batch ``m``."""
     params = check_params(params)
-    _checks.check_range("local_bsz", local_bsz, lo=0.0, lo_open=True)
+    va.check_real("local_bsz", local_bsz, lo=0.0, lo_open=True)
     return _t_grad(params, jnp.asarray(local_bsz))
 
 
@@ -278,11 +279,11 @@ def fit_throughput(
         raise ValueError("fit_throughput needs at least one record, got 0")
     n, k, m, s, t = arrs
     check_config(n, k, m, s)
-    _checks.check_range("t_iter_obs", t, lo=0.0, lo_open=True)
+    va.check_real("t_iter_obs", t, lo=0.0, lo_open=True)
     if not gamma_starts:
         raise ValueError("gamma_starts must name at least one starting gamma")
-    _checks.check_range("gamma_starts", np.asarray(gamma_starts), lo=1.0, hi=10.0)
-    _checks.check_static_int("maxiter", maxiter, lo=1)
+    va.check_real("gamma_starts", np.asarray(gamma_starts), lo=1.0, hi=10.0)
+    va.check_int("maxiter", maxiter, lo=1)
 
     scale = float(np.median(t))
     ts = t / scale

@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax.pollux import _checks
-from scarjax.pollux.efficiency import _efficiency, _goodput
-from scarjax.pollux.throughput import GAMMA_RANGE, ThroughputParams, _t_iter, check_config, check_params
+from scarjax import _validate as va
+from scarjax.pollux._efficiency import _goodput, _stat_efficiency
+from scarjax.pollux._throughput import GAMMA_RANGE, ThroughputParams, _t_iter, check_config, check_params
 
 
 class BatchConfig(NamedTuple):
@@ -47,7 +47,7 @@ def _finish(p, phi, m0, n, k, m_best, s_best, gp_best, feasible):
     tot_best = k * m_best * (s_best + 1)
     t = _t_iter(p, n, k, jnp.where(feasible, m_best, 1.0), s_best)  # pylint: disable=protected-access
     thr = jnp.where(feasible, tot_best / t, 0.0)
-    eff = jnp.where(feasible, _efficiency(tot_best, phi, m0), 0.0)
+    eff = jnp.where(feasible, _stat_efficiency(tot_best, phi, m0), 0.0)
     return (
         m_best.astype(jnp.int32),
         s_best.astype(jnp.int32),
@@ -157,7 +157,7 @@ def _alloc_array(x):
         return np.asarray(x)
     if isinstance(x, (np.ndarray, list, tuple)):
         return np.asarray(x)
-    if isinstance(x, jax.Array) and not _checks.is_traced(x):
+    if isinstance(x, jax.Array) and not va.is_traced(x):
         return np.asarray(x)
     return None
 
@@ -183,7 +183,7 @@ def optimize_batch_size(
     ``M0 <= K m (s+1) <= max_batch_size``; jitted and vectorised over allocations.
 
     Args:
-      params: fitted :class:`~scarjax.pollux.throughput.ThroughputParams`.
+      params: fitted :class:`~scarjax.pollux.ThroughputParams`.
       phi: current PGNS ``phi_t``; base_batch_size: ``M0``.
       nodes, replicas: the allocation(s) ``(N, K)``, broadcast together.
       max_batch_size: upper limit on the total batch ``M`` (Sec 3.3.1).
@@ -213,9 +213,9 @@ def optimize_batch_size(
     ):
         params = check_params(params)
     if not _fast_scalar(phi, 0.0, allow_inf=True):
-        _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
+        va.check_real("phi", phi, lo=0.0, allow_inf=True)
     if not _fast_scalar(base_batch_size, 0.0, lo_open=True):
-        _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+        va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
     n_np, k_np = _alloc_array(nodes), _alloc_array(replicas)
     if (
         n_np is None
@@ -226,15 +226,15 @@ def optimize_batch_size(
         or (n_np.size and k_np.size and np.any(n_np > k_np))
     ):
         check_config(nodes, replicas)
-    max_local_bsz = _checks.check_static_int("max_local_bsz", max_local_bsz, lo=1)
-    min_local_bsz = _checks.check_static_int("min_local_bsz", min_local_bsz, lo=1, hi=max_local_bsz)
-    local_bsz_step = _checks.check_static_int("local_bsz_step", local_bsz_step, lo=1)
+    max_local_bsz = va.check_int("max_local_bsz", max_local_bsz, lo=1)
+    min_local_bsz = va.check_int("min_local_bsz", min_local_bsz, lo=1, hi=max_local_bsz)
+    local_bsz_step = va.check_int("local_bsz_step", local_bsz_step, lo=1)
     if -(-min_local_bsz // local_bsz_step) * local_bsz_step > max_local_bsz:
         raise ValueError(
             f"no multiple of local_bsz_step={local_bsz_step} lies in [min_local_bsz, "
             f"max_local_bsz] = [{min_local_bsz}, {max_local_bsz}]"
         )
-    max_batch_size = _checks.check_static_int("max_batch_size", max_batch_size, lo=1)
+    max_batch_size = va.check_int("max_batch_size", max_batch_size, lo=1)
     if isinstance(base_batch_size, _PY_NUM):
         if base_batch_size > max_batch_size:
             raise ValueError(
@@ -242,7 +242,7 @@ def optimize_batch_size(
                 f"{max_batch_size}, base_batch_size={base_batch_size}"
             )
     else:
-        m0 = _checks.concrete(base_batch_size)
+        m0 = None if va.is_traced(base_batch_size) else va.check_numeric("base_batch_size", base_batch_size)
         if m0 is not None and np.any(m0 > max_batch_size):
             raise ValueError(
                 f"max_batch_size must be >= base_batch_size, got max_batch_size="
@@ -250,7 +250,7 @@ def optimize_batch_size(
             )
     if max_accum_steps is None:
         max_accum_steps = max(math.ceil(max_batch_size / max_local_bsz), 0)
-    max_accum_steps = _checks.check_static_int("max_accum_steps", max_accum_steps, lo=0)
+    max_accum_steps = va.check_int("max_accum_steps", max_accum_steps, lo=0)
 
     if n_np is not None and k_np is not None:  # one host array -> one transfer
         shape = np.broadcast_shapes(n_np.shape, k_np.shape)
@@ -307,8 +307,8 @@ def lr_scale(
     """
     if rule not in LR_RULES:
         raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
-    _checks.check_range("batch_size", batch_size, lo=0.0, lo_open=True)
-    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    va.check_real("batch_size", batch_size, lo=0.0, lo_open=True)
+    va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
     s = jnp.asarray(batch_size, jnp.float32) / jnp.asarray(base_batch_size, jnp.float32)
     if rule == "none":
         return jnp.ones_like(s)
@@ -319,12 +319,12 @@ def lr_scale(
     if rule == "adascale":
         if phi is None:
             raise ValueError("rule 'adascale' needs phi (the PGNS, Eq 3.2)")
-        _checks.check_range("phi", phi, lo=0.0, allow_inf=True)
-        return s * _efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
+        va.check_real("phi", phi, lo=0.0, allow_inf=True)
+        return s * _stat_efficiency(batch_size, jnp.asarray(phi), jnp.asarray(base_batch_size))
     if progress is None or warmup_examples is None:
         raise ValueError("rule 'legw' needs progress and warmup_examples")
-    _checks.check_range("progress", progress, lo=0.0)
-    _checks.check_range("warmup_examples", warmup_examples, lo=0.0, lo_open=True)
+    va.check_real("progress", progress, lo=0.0)
+    va.check_real("warmup_examples", warmup_examples, lo=0.0, lo_open=True)
     warm = jnp.clip(jnp.asarray(progress, jnp.float32) / warmup_examples, 0.0, 1.0)
     return jnp.sqrt(s) * warm
 
@@ -351,7 +351,7 @@ def scale_by_lr_rule(
     """
     if rule not in LR_RULES:
         raise ValueError(f"rule must be one of {LR_RULES}, got {rule!r}")
-    _checks.check_range("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
     if rule == "legw" and warmup_examples is None:
         raise ValueError("rule 'legw' needs warmup_examples")
 
@@ -379,7 +379,7 @@ def set_learning_rate(opt_state: Any, learning_rate) -> Any:
     For optimizers built with ``optax.inject_hyperparams``; the agent's alternative to
     :func:`scale_by_lr_rule`: ``set_learning_rate(state, lr0 * lr_scale(...))``.
     """
-    _checks.check_range("learning_rate", learning_rate, lo=0.0)
+    va.check_real("learning_rate", learning_rate, lo=0.0)
     inj = tuple(
         t
         for t in (

@@ -52,9 +52,9 @@ import optax
 
 PyTree = Any
 
-# Wrapper states of other scarjax modules (``pgns.with_pgns``): type -> field holding the
+# Wrapper states of other scarjax modules (``_transforms.with_pgns``): type -> field holding the
 # wrapped optimizer's state; and scarjax states that hold no pre-conditioner.  Filled in
-# by :mod:`scarjax.pollux.pgns` (which imports this module) to avoid a circular import.
+# by :mod:`scarjax.pollux._transforms` (which imports this module) to avoid a circular import.
 LOOK_THROUGH: dict[type, str] = {}
 SKIP: list[type] = []
 
@@ -432,7 +432,7 @@ def preconditioner(
     ``P_i = 0`` where the second moment is still exactly 0: every gradient of that
     coordinate so far was 0, so the optimizer has no estimate of ``E[g_i^2]`` (App. A.1's
     ``P = E[g_mb^2]^(-1/2)``) and ``1/eps`` would dominate the statistics the first time a
-    rare input is drawn (see :mod:`scarjax.pollux.precond`).  Before the first update
+    rare input is drawn (see the module docstring of ``scarjax/pollux/_precond.py``).  Before the first update
     (``count == 0``) Adam-type states give ``P = I``.
 
     Hyper-parameters (``b2``, ``eps``, ``eps_root``; ``decay``, ``eps_in_sqrt`` for
