@@ -155,7 +155,7 @@ def estimate_pgns_at(
       params: the parameters at which ``phi`` is measured.
       data: an array or a tuple of arrays sharing a leading example axis ``N``.
       microbatch_size: ``b``, examples per micro-batch (a Python int).
-      key: a ``jax.random`` key for the draws.
+      key: a ``jax.random`` key for the draws (or an int seed).
       microbatches: ``K >= 2`` micro-batches per draw.
       draws: number of independent draws (``>= 2``).
       preconditioner: a diagonal ``P`` with the structure of params, or ``None`` for
@@ -171,8 +171,7 @@ def estimate_pgns_at(
     Returns:
       :class:`PGNSEstimate` ``(phi, stderr, exact_phi, stats, exact, draws)``.
     """
-    if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    va.check_callable("loss_fn", loss_fn)
     b = va.check_int("microbatch_size", microbatch_size, lo=1)
     k = va.check_int("microbatches", microbatches, lo=2)
     draws = va.check_int("draws", draws, lo=2)
@@ -195,11 +194,9 @@ def estimate_pgns_at(
         pl, gl = jax.tree.structure(p), jax.tree.structure(params)
         if pl != gl:
             raise ValueError(f"preconditioner must have the structure of params: {pl} vs {gl}")
-    key_ok = isinstance(key, jax.Array) and (
-        jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,))
-    )
-    if not key_ok:
-        raise TypeError(f"key must be a jax.random key (jax.random.key or PRNGKey), got {key!r}")
+    typed = va.check_key("key", key)
+    if not isinstance(key, jax.Array):  # an int seed: its typed key
+        key = typed
 
     est = np.asarray(_draws(loss_fn, params, p, arrays, key, k=k, b=b, draws=draws), np.float64)
     sqr, var = est[:, 0], est[:, 1]
