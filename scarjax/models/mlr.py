@@ -20,6 +20,7 @@ import optax
 
 from scarjax import _validate as va
 from scarjax import algorithms
+from scarjax.data import load_digits
 from scarjax.core import Algorithm
 
 __all__ = ["mlr", "digits", "cross_entropy", "solve_optimum"]
@@ -98,13 +99,11 @@ def mlr(
 
 
 def digits(**kwargs: Any) -> Algorithm:
-    """MLR on scikit-learn's digits (features scaled to [0, 1]); keyword arguments go to
-    :func:`mlr`."""
-    from sklearn.datasets import load_digits
-
-    ds = load_digits()
+    """MLR on scikit-learn's digits (:func:`scarjax.data.load_digits`: features scaled
+    to [0, 1]); keyword arguments go to :func:`mlr`."""
+    x, y = load_digits()
     kwargs.setdefault("name", "mlr_digits")
-    return mlr(ds.data / 16.0, ds.target, num_classes=10, **kwargs)
+    return mlr(x, y, num_classes=10, **kwargs)
 
 
 def solve_optimum(algorithm: Algorithm, *, steps: int = 20_000, lr: float | None = None, tol: float = 1e-7) -> Algorithm:

@@ -21,7 +21,7 @@ workers on every device. One iteration ``k`` (the order of :func:`scarjax.run`):
 5. *server* – each server runs ``algorithm.apply`` on its own rows (the optimizer step
    acts entry by entry on the parameter and its co-located moments) and adds ``Δ``.
 
-With the same key this is ``scarjax.run(algorithm, scarjax.perturb.workers.data_parallel(M), …)``
+With the same key this is ``scarjax.run(algorithm, None, …, workers=M)`` (worker mode)
 computed with real placement and collectives; the results agree to floating-point
 tolerance (tested for MLR and MF). Algorithms without the worker/server split, or
 whose ``apply`` is not entry-wise (e.g. a global-norm clip), run in ``mode='replicated'``:
@@ -119,8 +119,9 @@ class ParameterServer:
       headroom: per-server row capacity relative to the initial assignment's maximum
         (room for re-assigned blocks, :class:`scarjax.ps.store.Layout`).
       hook_slot: ``(i, n)``: the checkpoint draws its tie-break key as hook ``i`` of
-        ``n`` would in :func:`scarjax.run` (default ``(1, 2)``: the ``scar`` hook after
-        ``data_parallel``), so runs can be paired with single-device references.
+        ``n`` would in :func:`scarjax.run` (default ``(0, 1)``: a single ``scar`` hook,
+        ``scarjax.run(algorithm, scar_hook, T, key, workers=M)``), so runs can be paired
+        with single-device references.
     """
 
     algorithm: Algorithm
@@ -132,7 +133,7 @@ class ParameterServer:
     mode: str = "auto"
     alive: Any = None
     headroom: float = 2.0
-    hook_slot: tuple[int, int] = (1, 2)
+    hook_slot: tuple[int, int] = (0, 1)
     layout: Layout = dataclasses.field(init=False)
 
     def __post_init__(self):

@@ -85,8 +85,8 @@ def test_mnist_bad_split():
         load_mnist("/nonexistent", split="validation")
 
 
-def test_mnist_real_test_split(shared_data):
-    X, y = load_mnist(shared_data("mnist"), split="test")
+def test_mnist_real_test_split(mnist_test):
+    X, y = mnist_test
     _check_xy(X, y, 10000, 784)
     assert np.bincount(y).tolist() == T10K_COUNTS
 

@@ -133,10 +133,8 @@ def test_bad_corpus_type():
         lda.lda("not a corpus")
 
 
-def test_lee_smoke(shared_data_dir):
-    path = shared_data_dir / "text" / "lee_background.cor"
-    if not path.exists():
-        pytest.skip("Lee corpus not in shared data")
+def test_lee_smoke(shared_data):
+    path = shared_data("text/lee_background.cor")
     alg = lda.lee(path)
     s, tr = scarjax.run(alg, None, 8, jax.random.key(0))
     assert s.params.shape == (300, 20)

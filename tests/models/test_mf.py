@@ -89,10 +89,8 @@ def test_mask_required():
         mf.mf(np.ones((3, 3)))
 
 
-def test_movielens_smoke(shared_data_dir):
-    path = shared_data_dir / "movielens" / "ml-latest-small"
-    if not path.exists():
-        pytest.skip("MovieLens not in shared data")
+def test_movielens_smoke(shared_data):
+    path = shared_data("movielens/ml-latest-small")
     alg = mf.movielens(path, factors=4)  # the thesis's 20 factors: see the models benchmark
     assert alg.data["values"].shape == (610, 9724)
     _, tr = scarjax.run(alg, None, 2, jax.random.key(0))

@@ -1,6 +1,6 @@
 """One process of the 2-process parameter-server test (launched by test_distributed.py).
 
-Usage: python _mp_worker.py PORT PROCESS_ID OUT.npz
+Usage, from the tests/ folder: python -m ps._mp_worker PORT PROCESS_ID OUT.npz
 """
 
 import os
@@ -12,8 +12,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 
 def main():
     port, pid, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -22,8 +20,9 @@ def main():
     distributed.initialize(f"127.0.0.1:{port}", 2, pid)
     assert jax.process_count() == 2 and len(jax.devices()) == 8 and len(jax.local_devices()) == 4
 
-    import _problems as pb
     from scarjax import ps as sps
+
+    from . import _problems as pb
 
     alg = pb.mlr_adam()
     ps = sps.ParameterServer(alg, pb.row_partition(alg), sps.make_mesh(4, 2), workers=8)

@@ -1,16 +1,12 @@
-import sys
-from pathlib import Path
+"""Shared parameter-server fixtures: the 4 x 2 mesh and a small MLR problem."""
 
+import jax
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import jax  # noqa: E402
-
-from scarjax import ps as sps  # noqa: E402
+from scarjax import ps as sps
 from scarjax.scar import checkpoint as ck
 
-import _problems as pb  # noqa: E402
+from . import _problems as pb
 
 
 @pytest.fixture(scope="session")

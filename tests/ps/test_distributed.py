@@ -12,7 +12,7 @@ import pytest
 
 from scarjax import ps as sps
 
-import _problems as pb
+from . import _problems as pb
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,8 +27,8 @@ def test_two_processes_equal_single_process(mesh42, tmp_path):
     port = _free_port()
     out = tmp_path / "mp.npz"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_mp_worker.py"), str(port), str(i), str(out)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "ps._mp_worker", str(port), str(i), str(out)],
+                              cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     logs = []
     try:

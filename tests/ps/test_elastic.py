@@ -7,7 +7,7 @@ import pytest
 from scarjax import ps as sps
 from scarjax.ps import elastic, tiers
 
-import _problems as pb
+from . import _problems as pb
 
 
 def _close(a, b, tol=2e-5):

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax.perturb import workers as wk
 from scarjax import ps as sps
 
-import _problems as pb
+from . import _problems as pb
 
 
 def _close(a, b, tol=2e-5):
@@ -19,7 +18,7 @@ def _close(a, b, tol=2e-5):
 def test_mlr_equals_single_device(mlr_ps, mlr_alg):
     key = jax.random.key(3)
     st, tr = mlr_ps.run(mlr_ps.init(key), pb.STEPS, key)
-    ref, rtr = scarjax.run(mlr_alg, wk.data_parallel(8), pb.STEPS, key)
+    ref, rtr = scarjax.run(mlr_alg, None, pb.STEPS, key, workers=8)
     lg = mlr_ps.logical(st)
     _close(lg.params, ref.params)
     _close(lg.aux, ref.aux)  # co-located Adam moments and the replicated step count

@@ -6,7 +6,7 @@ import pytest
 
 from scarjax import ps as sps
 
-import _problems as pb
+from . import _problems as pb
 
 
 @pytest.fixture(scope="module")
