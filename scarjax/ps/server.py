@@ -72,7 +72,7 @@ class PSState(NamedTuple):
         server caches its own blocks, Sec 5.4.3).
       saved_at: ``int32[B]`` iteration of each block's saved copy.
       cursor, saves: round-robin cursor and number of checkpoints taken.
-      ssp: per-worker caches and clocks (:class:`scarjax.ps._ssp.SSPState`) or ``None``.
+      ssp: per-worker caches and clocks (:class:`scarjax.ps.SSPState`) or ``None``.
     """
 
     store: tuple
