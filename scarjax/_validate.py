@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "is_traced",
+    "is_concrete",
     "check_numeric",
     "check_int",
     "check_integer_value",
@@ -46,6 +47,16 @@ __all__ = [
 def is_traced(x: Any) -> bool:
     """Whether ``x`` or any leaf of it is a JAX tracer (an abstract value in a trace)."""
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
+
+
+def is_concrete(x: Any, *, scalar: bool = False) -> bool:
+    """Whether ``x`` is given (not ``None``) and concrete (not traced), and 0-d when
+    ``scalar``: a value a check can inspect now.
+
+    >>> is_concrete(3), is_concrete(None), is_concrete([1, 2], scalar=True)
+    (True, False, False)
+    """
+    return x is not None and not is_traced(x) and (not scalar or np.ndim(x) == 0)
 
 
 def _show(x: Any) -> str:
