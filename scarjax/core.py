@@ -22,12 +22,19 @@ Order of one iteration ``k`` (the stored state entering it is ``y⁽ᵏ⁾``):
    their change lands on ``y⁽ᵏ⁺¹⁾`` (index ``k+1``).
 5. ``y⁽ᵏ⁺¹⁾ = y⁽ᵏ⁾ + δₖ + Δ``; loss and distance to ``w*`` are recorded.
 
-Worker mode (:mod:`scarjax.perturb.workers`): when a hook declares ``M`` data-parallel workers
-and the algorithm provides the worker/server split (``grad``, ``apply``, ``shard``), step 2
-produces one view per worker (stacked ``[M, …]``; read hooks act on the stack), step 3
+Worker mode (:mod:`scarjax.perturb.workers`), ``run(..., workers=M)``: the algorithm
+provides the worker/server split (``grad``, ``apply``, ``shard``); step 2 produces one view
+per worker (stacked ``[M, …]``; read hooks act on the stack), then the ``'progress'`` hooks
+set the fraction of its points each worker finishes (``[M]``, ones unless revoked), step 3
 ``vmap``-s ``grad`` over the workers (each with its own view and data shard), merges the
 messages weighted by the points each worker processed (Sync-on-the-fly Eq 5) and calls
-``apply`` once (thesis Example 5.2.2). Without worker hooks the loop is exactly as above.
+``apply`` once (thesis Example 5.2.2). Hooks built for ``M`` workers (``hook.workers``:
+stale reads, revocations) require this mode with the same ``M``; ``run(alg, None, T, key,
+workers=M)`` is synchronous data-parallel training, their reference run. With
+``workers=None`` (the default) the loop is exactly as above.
+
+Layers: :func:`prepare` validates a call and :func:`run_one` is one un-jitted run;
+:func:`run` jits ``run_one`` and :func:`run_trials` vmaps it.
 """
 
 from __future__ import annotations
@@ -43,12 +50,12 @@ import numpy as np
 from scarjax import _validate as va
 from scarjax import tree as tu
 from scarjax.perturb import workers as wk
-from scarjax.hooks import Context, Hook, HookChain, POINTS, flatten_hooks
+from scarjax.hooks import PARAM_POINTS, POINTS, Context, Hook, flatten_hooks
 
 PyTree = Any
 Params = PyTree
 
-__all__ = ["State", "Algorithm", "Trace", "run", "run_trials", "split_trials"]
+__all__ = ["State", "Algorithm", "Trace", "Prepared", "prepare", "run_one", "run", "run_trials", "split_trials"]
 
 
 class State(NamedTuple):
@@ -87,7 +94,8 @@ class Algorithm:
       data: pytree of arrays passed to ``init``, ``update`` and ``loss``.
       optimum: ``w*`` when known (same structure as ``params``), else ``None``.
       name: a label for traces and figures.
-      grad: optional worker part for data-parallel worker mode (:mod:`scarjax.perturb.workers`):
+      grad: optional worker part for data-parallel worker mode (``run(..., workers=M)``,
+        :mod:`scarjax.perturb.workers`):
         ``grad(view, state, shard, key, progress) -> (message, count)``, the message one
         worker computes from its view and data shard having processed a fraction
         ``progress`` of its points, and the number of points it processed.
@@ -150,7 +158,8 @@ class Trace(NamedTuple):
     Attributes:
       loss: ``[steps + 1]``: ``loss(y⁽ᵏ⁾)`` for ``k = 0 … steps``.
       distance: ``[steps + 1]``: ``‖y⁽ᵏ⁾ − w*‖`` when the optimum is known, else ``None``.
-      delta: ``{hook name: [steps]}``: the norm of the change each hook made at step ``k``.
+      delta: ``{hook name: [steps]}``: the norm of the change each hook made to the
+        parameters at step ``k`` (summed over its points; ``0`` for a ``'progress'`` hook).
       point_delta: ``{point: [steps]}``: the norm of the combined change at each injection
         point (``'read'``, ``'update'``, ``'write'``) at step ``k``.
       read_effect: ``[steps]``: ``‖Δ(view) − Δ(y⁽ᵏ⁾)‖``, the effective perturbation of the
@@ -213,9 +222,11 @@ def _run_impl(
     hooks: tuple[Hook, ...],
     steps: int,
     measure_read_effect: bool,
+    workers: int | None = None,
 ) -> tuple[State, Trace]:
     data = algorithm.data
     _check_events(hooks, steps)
+    _check_worker_mode(algorithm, hooks, workers)
     k_init, k_hooks, k_loop = jax.random.split(key, 3)
     if init_state is None:
         state = State(*algorithm.init(k_init, data))
@@ -232,28 +243,24 @@ def _run_impl(
     initial_params = state.params
     norm = algorithm.norm
     has_opt = algorithm.optimum is not None
-    by_point = {p: [i for i, h in enumerate(hooks) if h.point == p] for p in POINTS}
-    M = wk.num_workers(hooks)
-    progress_hooks = [
-        i for i, h in enumerate(hooks) if isinstance(h, wk.WorkerHook) and h.progress is not None
-    ]
-    need_effect = measure_read_effect and bool(by_point["read"] or progress_hooks)
-
-    if M is not None and not algorithm.has_workers:
-        raise ValueError(
-            f"hooks declare {M} data-parallel workers but algorithm {algorithm.name!r} has no "
-            "worker/server split (grad and apply); build it with scarjax.from_optax or give "
-            "it grad/apply (see scarjax.perturb.workers)"
-        )
+    by_point = {p: [i for i, h in enumerate(hooks) if p in h.points] for p in POINTS}
+    M = workers
+    # In worker mode the effect is always measured when asked (the reference is the
+    # synchronous barrier); in plain mode only read hooks can make one.
+    need_effect = measure_read_effect and (M is not None or bool(by_point["read"]))
 
     def apply_point(point, value, get_params, hstates, ctx_base, keys, deltas, pnorm=norm):
+        # Hooks at ``point`` in order, each with its own per-step key; the change each
+        # makes to the parameters is added to its delta (a multi-point hook: over points).
         before_point = get_params(value)
         hstates = list(hstates)
         for i in by_point[point]:
             before = get_params(value)
-            ctx = ctx_base._replace(key=keys[i])
+            ctx = ctx_base._replace(key=keys[i], point=point)
             value, hstates[i] = hooks[i].apply(value, hstates[i], ctx)
-            deltas[names[i]] = pnorm(tu.tree_sub(get_params(value), before))
+            if point in PARAM_POINTS:
+                d = pnorm(tu.tree_sub(get_params(value), before))
+                deltas[names[i]] = deltas[names[i]] + d if names[i] in deltas else d
         total = pnorm(tu.tree_sub(get_params(value), before_point)) if by_point[point] else jnp.zeros(())
         return value, tuple(hstates), total
 
@@ -294,7 +301,8 @@ def _run_impl(
         outputs["loss"] = algorithm.loss(new_state, data)
         if has_opt:
             outputs["distance"] = algorithm.distance(params)
-        outputs["delta"] = deltas
+        # A hook that changed no parameters ('progress' hooks) records 0.
+        outputs["delta"] = {n: deltas.get(n, jnp.zeros((), jnp.float32)) for n in names}
         outputs["point_delta"] = {"read": d_read, "update": d_update, "write": d_write}
         return (new_state, hstates), outputs
 
@@ -328,13 +336,10 @@ def _run_impl(
             views, hstates, d_read = apply_point(
                 "read", fresh, lambda p: p, hstates, ctx, keys, deltas, wk.worker_norm(norm)
             )
-            # Progress of each worker before the barrier (revocations).
-            progress = jnp.ones((M,), jnp.float32)
-            hstates = list(hstates)
-            for i in progress_hooks:
-                p_i, hstates[i] = hooks[i].progress(hstates[i], ctx._replace(key=keys[i]))
-                progress = progress * jnp.asarray(p_i, jnp.float32)
-            hstates = tuple(hstates)
+            # Progress of each worker before the barrier ('progress' hooks: revocations).
+            progress, hstates, _ = apply_point(
+                "progress", jnp.ones((M,), jnp.float32), lambda p: p, hstates, ctx, keys, deltas
+            )
             # 3. workers, barrier, server.
             delta, new_state, total = server(views, state, progress, k_alg)
             outputs["points"] = total
@@ -362,7 +367,28 @@ def _run_impl(
     return final, trace
 
 
-_run_jit = jax.jit(_run_impl, static_argnums=(3, 4, 5))
+def _check_worker_mode(algorithm: Algorithm, hooks: tuple[Hook, ...], workers: int | None) -> None:
+    """Hooks built for ``M`` workers need ``run(..., workers=M)``; worker mode needs the
+    algorithm's worker/server split; ``'progress'`` hooks act in worker mode only."""
+    for h in hooks:
+        if h.workers is not None and h.workers != workers:
+            how = "without workers" if workers is None else f"with workers={workers}"
+            raise ValueError(
+                f"hook {h.name!r} is built for workers={h.workers} but the run is {how}: pass "
+                f"workers={h.workers} to scarjax.run / run_trials (worker mode), or build the hook "
+                f"for workers={workers}"
+            )
+        if workers is None and "progress" in h.points:
+            raise ValueError(
+                f"hook {h.name!r} acts at the 'progress' point, which exists in worker mode only: "
+                "pass workers=M to scarjax.run / run_trials"
+            )
+    if workers is not None and not algorithm.has_workers:
+        raise ValueError(
+            f"workers={workers} (worker mode) needs a worker/server split, but algorithm "
+            f"{algorithm.name!r} has no grad and apply; build it with scarjax.from_optax or give "
+            "it grad/apply (see scarjax.perturb.workers)"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -450,7 +476,7 @@ def _as_key(key: Any, name: str = "key") -> jax.Array:
 
 
 def _is_factory(hooks: Any) -> bool:
-    return callable(hooks) and not isinstance(hooks, (Hook, HookChain))
+    return callable(hooks) and not isinstance(hooks, Hook)
 
 
 def _choice_vocabulary(path: tuple, names: list[str]) -> tuple[str, ...]:
@@ -548,33 +574,108 @@ def _validate(algorithm: Any, steps: Any) -> int:
     return va.check_int("steps", steps, lo=1)
 
 
+def _check_workers_arg(workers: Any) -> int | None:
+    if workers is None:
+        return None
+    return va.check_int("workers", workers, lo=1)
+
+
+class Prepared(NamedTuple):
+    """A validated call of :func:`run` / :func:`run_trials` (see :func:`prepare`).
+
+    Attributes:
+      algorithm: the :class:`Algorithm`.
+      spec: a tuple of (leaf) hooks, or a factory ``hook_args -> hooks``.
+      hook_args: the checked factory argument (strings mapped to indices), or ``None``.
+      init_state: the given initial state, or ``None``.
+      static: ``(steps, measure_read_effect, workers)``, hashable (a static argument of
+        the compiled program).
+    """
+
+    algorithm: Algorithm
+    spec: Any
+    hook_args: PyTree
+    init_state: State | None
+    static: tuple[int, bool, int | None]
+
+
+def prepare(
+    algorithm: Algorithm,
+    hooks: Any,
+    steps: int,
+    hook_args: PyTree | None = None,
+    n: int | None = None,
+    init_state: State | None = None,
+    *,
+    measure_read_effect: bool = False,
+    workers: int | None = None,
+) -> Prepared:
+    """Validate a call of :func:`run` (``n=None``) or of ``n`` trials (``hook_args`` then
+    needs a leading axis of length ``n``): the algorithm, ``steps``, the hooks or hook
+    factory and ``hook_args``, the initial state, the flags, and (for concrete hooks)
+    that hooks built for ``M`` workers run with ``workers=M``. Errors are
+    ``TypeError``/``ValueError`` naming the argument. The result's fields are the
+    arguments of :func:`run_one`."""
+    steps = _validate(algorithm, steps)
+    spec, hook_args = _hook_spec(hooks, hook_args, n)
+    measure = _check_flag("measure_read_effect", measure_read_effect)
+    workers = _check_workers_arg(workers)
+    _check_initial(algorithm, init_state)
+    if isinstance(spec, tuple):
+        _check_events(spec, steps)
+        _check_worker_mode(algorithm, spec, workers)
+    elif workers is not None and not algorithm.has_workers:
+        _check_worker_mode(algorithm, (), workers)
+    return Prepared(algorithm, spec, hook_args, init_state, (steps, measure, workers))
+
+
+def run_one(
+    algorithm: Algorithm,
+    key: jax.Array,
+    hook_args: PyTree,
+    init_state: State | None,
+    spec: Any,
+    static: tuple[int, bool, int | None],
+) -> tuple[State, Trace]:
+    """One un-jitted run from a :class:`Prepared` call (what :func:`run` jits and
+    :func:`run_trials` vmaps): the hooks are ``spec`` itself or ``spec(hook_args)``."""
+    steps, measure, workers = static
+    hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(hook_args))
+    return _run_impl(algorithm, key, init_state, hooks, steps, measure, workers)
+
+
+_run_jit = jax.jit(run_one, static_argnums=(4, 5))
+
+
 def run(
     algorithm: Algorithm,
-    hooks: Hook | HookChain | Sequence[Hook] | Callable[[Any], Any] | None,
+    hooks: Hook | Sequence[Hook] | Callable[[Any], Any] | None,
     steps: int,
     key: jax.Array | int,
     *,
     hook_args: PyTree | None = None,
     init_state: State | None = None,
     measure_read_effect: bool = False,
+    workers: int | None = None,
 ) -> tuple[State, Trace]:
     """Run ``steps`` iterations of ``algorithm`` under ``hooks`` (thesis Eq 5.2).
 
     The whole run is one jit-compiled ``lax.scan``; the compiled program is cached per
-    (algorithm callables, hooks, steps), so repeated calls with new keys or new data of
-    the same shape do not recompile. To vary a hook *parameter* (a perturbation size, a
-    failure iteration, the recovery) without recompiling, give the hooks as a factory and
-    the parameter as ``hook_args``: the factory is traced once per (factory, steps) and
-    ``hook_args`` is an argument of the compiled program.
+    (algorithm callables, hooks, steps, workers), so repeated calls with new keys or new
+    data of the same shape do not recompile. To vary a hook *parameter* (a perturbation
+    size, a failure iteration, the recovery) without recompiling, give the hooks as a
+    factory and the parameter as ``hook_args``: the factory is traced once per (factory,
+    steps) and ``hook_args`` is an argument of the compiled program.
 
     Args:
       algorithm: the :class:`Algorithm` to iterate.
-      hooks: a :class:`~scarjax.hooks.Hook`, a :func:`~scarjax.hooks.chain`, a sequence
-        of hooks, or ``None`` for an unperturbed run; or, with ``hook_args``, a function
-        ``hook_args -> hooks`` (reuse the same function object to reuse the program).
+      hooks: a :class:`~scarjax.hooks.Hook` (a :func:`~scarjax.hooks.chain` is one), a
+        sequence of hooks, or ``None`` for an unperturbed run; or, with ``hook_args``, a
+        function ``hook_args -> hooks`` (reuse the same function object to reuse the
+        program).
       steps: number of iterations ``T`` (static): iterations ``0 … T − 1`` run, and a hook
-        scheduled at a concrete step ``>= T`` (``when=``, ``hooks.at``, ``Failure(at=)``)
-        is refused (it would silently never happen).
+        scheduled at a concrete step ``>= T`` (``hooks.scheduled(h, k)``,
+        ``schedules.at(k)``, a failure's time) is refused (it would silently never happen).
       key: a PRNG key (or an int seed); it determines initialisation, minibatches and
         every random perturbation, so the same key gives the same result.
       hook_args: the factory's argument (any pytree of numbers/arrays; traced). Strings
@@ -586,6 +687,9 @@ def run(
         shapes and dtypes; finite).
       measure_read_effect: also compute the unperturbed update each step to record
         ``‖Δ(view) − Δ(y)‖`` (Example 5.2.2); costs a second update.
+      workers: ``M`` simulated data-parallel workers (worker mode, see the module
+        docstring and :mod:`scarjax.perturb.workers`); ``None`` (default): the plain loop.
+        Hooks built for ``M`` workers (``ssp``, ``revocations``) require ``workers=M``.
 
     Returns:
       ``(final_state, trace)``.
@@ -593,45 +697,38 @@ def run(
     Raises:
       TypeError / ValueError naming the argument: a non-positive or non-int ``steps``, a bad
       key, events scheduled at or after ``steps``, an ``optimum`` or ``init_state`` whose
-      structure or shapes differ from the parameters', a non-finite initial state.
+      structure or shapes differ from the parameters', a non-finite initial state, hooks
+      built for another worker count than ``workers``.
 
     Example:
       >>> import jax, scarjax
+      >>> from scarjax import hooks
+      >>> from scarjax.perturb import gaussian
       >>> from scarjax.models import quadratic
       >>> qp = quadratic.fig53_problem()
       >>> _, base = scarjax.run(qp, None, 200, jax.random.key(0))
-      >>> _, pert = scarjax.run(qp, scarjax.hooks.gaussian(1.0, when=100), 200, jax.random.key(0))
+      >>> _, pert = scarjax.run(qp, hooks.scheduled(gaussian(1.0), 100), 200, jax.random.key(0))
       >>> bool(pert.point_delta["write"][100] > 0)
       True
-      >>> kick = lambda size: scarjax.hooks.gaussian(size, when=100)
+      >>> kick = lambda size: hooks.scheduled(gaussian(size), 100)
       >>> _, pert = scarjax.run(qp, kick, 200, 0, hook_args=0.5)  # compiled once for any size
     """
-    steps = _validate(algorithm, steps)
+    p = prepare(algorithm, hooks, steps, hook_args, None, init_state,
+                measure_read_effect=measure_read_effect, workers=workers)
     key = _as_key(key)
-    spec, hook_args = _hook_spec(hooks, hook_args, None)
-    measure = _check_flag("measure_read_effect", measure_read_effect)
-    _check_initial(algorithm, init_state)
-    if hook_args is None:
-        return _run_jit(algorithm, key, init_state, spec, steps, measure)
-    return _run_args_jit(algorithm, key, hook_args, init_state, spec, steps, measure)
-
-
-def _run_args_core(algorithm, key, hook_args, init_state, factory, steps, measure):
-    return _run_impl(algorithm, key, init_state, flatten_hooks(factory(hook_args)), steps, measure)
-
-
-_run_args_jit = jax.jit(_run_args_core, static_argnums=(4, 5, 6))
+    return _run_jit(p.algorithm, key, p.hook_args, p.init_state, p.spec, p.static)
 
 
 def run_trials(
     algorithm: Algorithm,
-    hooks: Hook | HookChain | Sequence[Hook] | Callable[[Any], Any] | None,
+    hooks: Hook | Sequence[Hook] | Callable[[Any], Any] | None,
     steps: int,
     keys: jax.Array | int,
     *,
     hook_args: PyTree | None = None,
     init_state: State | None = None,
     measure_read_effect: bool = False,
+    workers: int | None = None,
 ) -> tuple[State, Trace]:
     """Monte-Carlo trials of :func:`run` as one ``vmap``-ped, jit-compiled program.
 
@@ -660,11 +757,12 @@ def run_trials(
       hooks: as for :func:`run`; or, when ``hook_args`` is given, a function mapping one
         trial's slice of ``hook_args`` to hooks, so hook parameters (perturbation sizes,
         failure fractions, recoveries) vary across trials inside the same program, e.g.
-        ``run_trials(alg, lambda s: gaussian(s, when=500), 1000, keys, hook_args=sizes)``.
+        ``run_trials(alg, lambda s: scheduled(gaussian(s), 500), 1000, keys, hook_args=sizes)``.
       hook_args: pytree whose leaves have a leading axis of length ``n``. Strings are
         names, mapped to int32 indices before tracing (see :func:`run`): e.g.
         ``hook_args={'recovery': ['partial', 'full', ...]}`` with a factory
         ``lambda a: faults.scar(part, failure=f, recovery=a['recovery'])``.
+      workers: as for :func:`run` (worker mode with ``M`` workers).
 
     Returns:
       ``(final_states, trace)`` with a leading trial axis on every leaf.
@@ -677,22 +775,18 @@ def run_trials(
     n = keys.shape[0]
     if n == 0:
         raise ValueError("keys is empty: run_trials needs at least one key (one per trial)")
-    spec, hook_args = _hook_spec(hooks, hook_args, n)
-    measure = _check_flag("measure_read_effect", measure_read_effect)
-    _check_initial(algorithm, init_state)
-    return _trials_jit(algorithm, keys, hook_args, init_state, spec, steps, measure)
+    p = prepare(algorithm, hooks, steps, hook_args, n, init_state,
+                measure_read_effect=measure_read_effect, workers=workers)
+    return _trials_jit(p.algorithm, keys, p.hook_args, p.init_state, p.spec, p.static)
 
 
-def _trials_core(algorithm, keys, hook_args, init_state, spec, steps, measure):
+def _trials_core(algorithm, keys, hook_args, init_state, spec, static):
     # ``spec`` is either a tuple of hooks or a factory ``hook_args[i] -> hooks``.
-    def one(key, args):
-        hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(args))
-        return _run_impl(algorithm, key, init_state, hooks, steps, measure)
-
+    one = lambda key, args: run_one(algorithm, key, args, init_state, spec, static)  # noqa: E731
     return jax.vmap(one)(keys, hook_args)
 
 
-_trials_jit = jax.jit(_trials_core, static_argnums=(4, 5, 6))
+_trials_jit = jax.jit(_trials_core, static_argnums=(4, 5))
 
 
 def split_trials(tree: PyTree, i: int) -> PyTree:

@@ -20,7 +20,7 @@ def _hooks(alg):
         faults.scar(
             part,
             checkpoint=checkpoint.Checkpoint("priority", 0.25, 4),
-            failure=faults.Failure(fraction=0.5, at=9),
+            failure=faults.Failure(fraction=0.5, when=9),
             recovery="partial",
         ),
     )
@@ -30,10 +30,10 @@ def test_stale_precision_and_faults_compose_under_run_and_run_trials():
     alg = mlr.digits(batch_size=64)
     hooks = _hooks(alg)
     keys = jax.random.split(jax.random.key(7), 3)
-    _, traces = scarjax.run_trials(alg, hooks, 14, keys)
+    _, traces = scarjax.run_trials(alg, hooks, 14, keys, workers=4)
     assert set(traces.delta) >= {"scar"}
     # The failure at step 9 perturbs the parameters; precision perturbs every step.
     assert np.all(np.asarray(traces.delta["scar"])[:, 9] > 0)
     for i in range(3):
-        _, t_i = scarjax.run(alg, hooks, 14, keys[i])
+        _, t_i = scarjax.run(alg, hooks, 14, keys[i], workers=4)
         chex.assert_trees_all_close(scarjax.split_trials(traces, i), t_i, rtol=1e-5, atol=1e-6)

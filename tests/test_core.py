@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import scarjax
-from scarjax import core, hooks
+from scarjax import core, hooks, perturb, schedules
 from scarjax.scar import checkpoint, faults, partition
 from scarjax.models import mlr, quadratic
 
@@ -40,7 +40,7 @@ def test_unperturbed_qp_matches_closed_form(qp):
 def test_write_perturbation_follows_eq_5_2(qp):
     """A write-point δ at step T gives y(T+1) = f(y(T) + δ)."""
     T, delta = 7, jnp.array([0.3, -0.2, 0.1, 0.5])
-    h = hooks.perturbation(lambda p, s, ctx, k: delta, when=T)
+    h = hooks.scheduled(hooks.perturbation(lambda p, s, ctx, k: delta), T)
     _, base = scarjax.run(qp, None, T, jax.random.key(0))
     _, pert = scarjax.run(qp, h, T + 1, jax.random.key(0))
     # Reconstruct y(T) from the baseline and apply f by hand.
@@ -55,7 +55,7 @@ def test_write_perturbation_follows_eq_5_2(qp):
 
 
 def test_same_key_same_result(small_mlr):
-    h = hooks.chain(hooks.gaussian(0.01, when=hooks.with_probability(0.3)), hooks.reset(0.2, when=5))
+    h = hooks.chain(hooks.scheduled(perturb.gaussian(0.01), schedules.with_probability(0.3)), hooks.scheduled(perturb.reset(0.2), 5))
     s1, t1 = scarjax.run(small_mlr, h, 20, jax.random.key(3))
     s2, t2 = scarjax.run(small_mlr, h, 20, jax.random.key(3))
     chex.assert_trees_all_equal((s1, t1), (s2, t2))
@@ -64,7 +64,7 @@ def test_same_key_same_result(small_mlr):
 
 
 def test_int_seed_equals_key(qp):
-    h = hooks.gaussian(0.1, when=3)
+    h = hooks.scheduled(perturb.gaussian(0.1), 3)
     a = scarjax.run(qp, h, 10, 5)
     b = scarjax.run(qp, h, 10, jax.random.key(5))
     chex.assert_trees_all_equal(a, b)
@@ -96,7 +96,7 @@ def test_trial_i_equals_run_i_bit_for_bit_without_batched_reductions(model, qp):
     """The documented exact case of run_trials' guarantee: no batched reduction enters the
     iteration (the unperturbed QP; an element-wise fixed-point map under element-wise hooks)."""
     alg, h = (qp, None) if model == "qp" else (
-        _fixed_point_alg(), hooks.chain(hooks.gaussian(0.05, when=hooks.every(3)), hooks.reset(0.5, when=4)))
+        _fixed_point_alg(), hooks.chain(hooks.scheduled(perturb.gaussian(0.05), schedules.every(3)), hooks.scheduled(perturb.reset(0.5), 4)))
     keys = jax.random.split(jax.random.key(11), 3)
     trials = scarjax.run_trials(alg, h, 12, keys)
     for i in range(3):
@@ -111,9 +111,9 @@ def test_trial_i_equals_run_i_up_to_float_rounding(model, qp, small_mlr):
     <= 2e-6; tens of ulp on near-zero entries)."""
     alg = qp if model == "qp" else small_mlr
     part = partition.by_row(jax.eval_shape(lambda: alg.init(jax.random.key(0), alg.data)))
-    h = hooks.chain(hooks.gaussian(0.05, when=hooks.with_probability(0.3)), hooks.adversarial(0.1, when=6),
+    h = hooks.chain(hooks.scheduled(perturb.gaussian(0.05), schedules.with_probability(0.3)), hooks.scheduled(perturb.adversarial(0.1), 6),
                     faults.scar(part, checkpoint=checkpoint.Checkpoint("priority", 0.5, 4),
-                                failure=faults.Failure(fraction=0.5, at=9)))
+                                failure=faults.Failure(fraction=0.5, when=9)))
     keys = jax.random.split(jax.random.key(11), 3)
     trials = scarjax.run_trials(alg, h, 12, keys)
     for i in range(3):
@@ -130,12 +130,12 @@ def test_run_hook_args_compiles_once_and_matches_trial_i(qp):
 
     def kick(size):
         traced.append(size)
-        return hooks.chain(hooks.gaussian(size, when=3), hooks.adversarial(2 * size, when=5))
+        return hooks.chain(hooks.scheduled(perturb.gaussian(size), 3), hooks.scheduled(perturb.adversarial(2 * size), 5))
 
     _, a = scarjax.run(qp, kick, 8, 0, hook_args=0.1)
-    cache = core._run_args_jit._cache_size()
+    cache = core._run_jit._cache_size()
     _, b = scarjax.run(qp, kick, 8, 0, hook_args=0.7)
-    assert len(traced) == 1 and core._run_args_jit._cache_size() == cache
+    assert len(traced) == 1 and core._run_jit._cache_size() == cache
     # Same key: the same noise, scaled by the traced size.
     np.testing.assert_allclose(b.delta["gaussian"][3], 7 * a.delta["gaussian"][3], rtol=1e-5)
     np.testing.assert_allclose(b.delta["adversarial"][5], 1.4, rtol=1e-5)
@@ -155,7 +155,7 @@ def test_recovery_and_strategy_names_in_hook_args(qp):
 
     def factory(a):
         return faults.scar(part, checkpoint=checkpoint.Checkpoint(a["strategy"], 0.5, 4),
-                           failure=faults.Failure(fraction=0.5, at=6), recovery=a["recovery"])
+                           failure=faults.Failure(fraction=0.5, when=6), recovery=a["recovery"])
 
     keys = jnp.stack([jax.random.key(5)] * 4)
     names = {"recovery": ["partial", "full", "partial", "full"],
@@ -168,13 +168,13 @@ def test_recovery_and_strategy_names_in_hook_args(qp):
     assert 0 < d[0] < d[1] and 0 < d[2] < d[3]
     # Trial 1 is the run with the concrete names, and run() accepts the names too.
     concrete = faults.scar(part, checkpoint=checkpoint.Checkpoint("priority", 0.5, 4),
-                           failure=faults.Failure(fraction=0.5, at=6), recovery="full")
+                           failure=faults.Failure(fraction=0.5, when=6), recovery="full")
     ref = scarjax.run(qp, concrete, 9, keys[1])
     assert _max_rel_diff(scarjax.split_trials(by_name, 1), ref[1]) <= 1e-5
     one = scarjax.run(qp, factory, 9, keys[1], hook_args={"recovery": "full", "strategy": "priority"})
     assert _max_rel_diff(one, ref) <= 1e-5
     # A bare list of recovery names works; names that fit no list, or both, are refused.
-    _, bare = scarjax.run_trials(qp, lambda r: faults.scar(part, failure=faults.Failure(fraction=0.5, at=6), recovery=r),
+    _, bare = scarjax.run_trials(qp, lambda r: faults.scar(part, failure=faults.Failure(fraction=0.5, when=6), recovery=r),
                                  9, keys[:2], hook_args=["partial", "full"])
     assert float(bare.delta["scar"][0, 6]) < float(bare.delta["scar"][1, 6])
     with pytest.raises(ValueError, match="hook_args.*'recovery' or 'strategy'"):
@@ -185,9 +185,9 @@ def test_recovery_and_strategy_names_in_hook_args(qp):
 
 def test_hook_args_vary_across_trials(qp):
     sizes = jnp.array([0.0, 0.5, 1.0])
-    _, tr = scarjax.run_trials(qp, lambda s: hooks.adversarial(s, when=2), 5, jax.random.split(jax.random.key(0), 3), hook_args=sizes)
+    _, tr = scarjax.run_trials(qp, lambda s: hooks.scheduled(perturb.adversarial(s), 2), 5, jax.random.split(jax.random.key(0), 3), hook_args=sizes)
     np.testing.assert_allclose(tr.point_delta["write"][:, 2], sizes, rtol=1e-5)
-    _, one = scarjax.run(qp, hooks.adversarial(0.5, when=2), 5, jax.random.split(jax.random.key(0), 3)[1])
+    _, one = scarjax.run(qp, hooks.scheduled(perturb.adversarial(0.5), 2), 5, jax.random.split(jax.random.key(0), 3)[1])
     np.testing.assert_allclose(tr.distance[1], one.distance, rtol=1e-6)
 
 
@@ -210,7 +210,7 @@ def test_fixed_point_iteration():
 def test_read_effect_measures_example_5_2_2(qp):
     """A read perturbation δ changes Δ by −ηAδ for the QP: recorded as read_effect."""
     d = jnp.array([0.1, 0.0, 0.0, 0.0])
-    h = hooks.perturbation(lambda p, s, ctx, k: d, when=0, point="read")
+    h = hooks.scheduled(hooks.perturbation(lambda p, s, ctx, k: d, point="read"), 0)
     _, tr = scarjax.run(qp, h, 3, 0, measure_read_effect=True)
     expected = np.linalg.norm(float(qp.data["lr"]) * np.asarray(qp.data["A"]) @ np.asarray(d))
     np.testing.assert_allclose(float(tr.read_effect[0]), expected, rtol=1e-5)
@@ -219,14 +219,14 @@ def test_read_effect_measures_example_5_2_2(qp):
 
 
 def test_update_point_hook(qp):
-    h = hooks.perturbation(lambda p, s, ctx, k: jnp.ones(4), when=1, point="update")
+    h = hooks.scheduled(hooks.perturbation(lambda p, s, ctx, k: jnp.ones(4), point="update"), 1)
     _, tr = scarjax.run(qp, h, 4, 0)
     assert float(tr.point_delta["update"][1]) == pytest.approx(2.0)
     assert float(tr.perturbation_norms()[2]) == pytest.approx(2.0)
 
 
 def test_duplicate_hook_names_are_made_unique(qp):
-    _, tr = scarjax.run(qp, [hooks.gaussian(0.1, when=1), hooks.gaussian(0.2, when=2)], 4, 0)
+    _, tr = scarjax.run(qp, [hooks.scheduled(perturb.gaussian(0.1), 1), hooks.scheduled(perturb.gaussian(0.2), 2)], 4, 0)
     assert set(tr.delta) == {"gaussian", "gaussian_1"}
 
 
@@ -251,12 +251,12 @@ def test_events_after_the_last_step_are_refused(qp):
     the argument and the step against ``steps`` (concrete schedules; traced ones pass)."""
     part = partition.by_element(scarjax.State(jnp.zeros(4), ()))
     late = [
-        (hooks.gaussian(0.1, when=10), "when=10"),
-        (hooks.reset(0.5, when=hooks.at(2, 12)), "when=12"),
-        (hooks.gaussian(0.1, when=hooks.every(3, start=10)), "when=10"),
-        (faults.scar(part, failure=faults.Failure(fraction=0.5, at=10)), "failure.at=10"),
-        (faults.scar(part, failure=faults.Failure(fraction=0.5, geometric=faults.Geometric(0.1, start=11))),
-         "failure.geometric.start=11"),
+        (hooks.scheduled(perturb.gaussian(0.1), 10), "when=10"),
+        (hooks.scheduled(perturb.reset(0.5), schedules.at(2, 12)), "when=12"),
+        (hooks.scheduled(perturb.gaussian(0.1), schedules.every(3, start=10)), "when=10"),
+        (faults.scar(part, failure=faults.Failure(fraction=0.5, when=10)), "failure.when=10"),
+        (faults.scar(part, failure=faults.Failure(fraction=0.5, when=schedules.geometric(0.1, start=11))),
+         "failure.when=11"),
     ]
     for h, text in late:
         with pytest.raises(ValueError, match=f"{text}.*steps=10"):
@@ -265,8 +265,8 @@ def test_events_after_the_last_step_are_refused(qp):
             scarjax.run_trials(qp, h, 10, 2)
     # Inside a factory a concrete step is still checked at trace time.
     with pytest.raises(ValueError, match="when=10"):
-        scarjax.run_trials(qp, lambda s: hooks.gaussian(s, when=10), 10, 2, hook_args=jnp.ones(2))
-    _, tr = scarjax.run(qp, hooks.gaussian(0.1, when=9), 10, 0)  # the last iteration is fine
+        scarjax.run_trials(qp, lambda s: hooks.scheduled(perturb.gaussian(s), 10), 10, 2, hook_args=jnp.ones(2))
+    _, tr = scarjax.run(qp, hooks.scheduled(perturb.gaussian(0.1), 9), 10, 0)  # the last iteration is fine
     assert float(tr.point_delta["write"][9]) > 0
 
 
@@ -302,8 +302,8 @@ def test_optimum_init_state_and_keys_are_checked(qp):
 def test_run_trials_bad_inputs(qp):
     keys = jax.random.split(jax.random.key(0), 3)
     with pytest.raises(ValueError, match="hook_args"):
-        scarjax.run_trials(qp, lambda s: hooks.gaussian(s), 3, keys, hook_args=jnp.ones(2))
+        scarjax.run_trials(qp, lambda s: perturb.gaussian(s), 3, keys, hook_args=jnp.ones(2))
     with pytest.raises(TypeError):
-        scarjax.run_trials(qp, hooks.gaussian(0.1), 3, keys, hook_args=jnp.ones(3))
+        scarjax.run_trials(qp, perturb.gaussian(0.1), 3, keys, hook_args=jnp.ones(3))
     with pytest.raises(ValueError):
         scarjax.run_trials(qp, None, 3, jax.random.key(0))

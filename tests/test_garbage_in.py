@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 import scarjax
-from scarjax import hooks
+from scarjax import hooks, perturb, schedules
 from scarjax.scar import checkpoint, faults, partition
-from scarjax.perturb import precision, revocation, staleness, workers
+from scarjax.perturb import precision, revocation, staleness
 from scarjax.models import mlr, quadratic
 
 PKG = Path(scarjax.__file__).resolve().parent
@@ -102,7 +102,7 @@ def test_run_trials_keys(keys):
     assert_names(lambda: scarjax.run_trials(QP, None, 3, keys), "keys")
 
 
-@given(h=st.one_of(st.integers(), st.floats(), st.text(min_size=1), st.just(object()), st.just([hooks.always()])))
+@given(h=st.one_of(st.integers(), st.floats(), st.text(min_size=1), st.just(object()), st.just([schedules.always()])))
 def test_run_hooks(h):
     assert_names(lambda: scarjax.run(QP, h, 3, 0), "hooks")
 
@@ -135,7 +135,7 @@ def test_optimum(shape, bad):
 @given(args=st.one_of(nonfinite, st.text(min_size=1).filter(lambda s: s not in faults.RECOVERIES + checkpoint.STRATEGIES),
                       st.sampled_from([object(), None])))
 def test_run_hook_args(args):
-    assert_names(lambda: scarjax.run(QP, lambda s: hooks.gaussian(s, when=1), 3, 0, hook_args=args), "hook_args")
+    assert_names(lambda: scarjax.run(QP, lambda s: hooks.scheduled(perturb.gaussian(s), 1), 3, 0, hook_args=args), "hook_args")
 
 
 KEYS = jax.random.split(jax.random.key(0), 3)
@@ -145,27 +145,27 @@ KEYS = jax.random.split(jax.random.key(0), 3)
        names=st.lists(st.sampled_from(["partial", "full", "half", "", "priority"]), min_size=3, max_size=3))
 def test_run_trials_hook_args(extra, names):
     """Leading axis not one per key; recovery names outside faults.RECOVERIES."""
-    factory = lambda a: faults.scar(PART, failure=faults.Failure(fraction=0.5, at=1), recovery=a)  # noqa: E731
+    factory = lambda a: faults.scar(PART, failure=faults.Failure(fraction=0.5, when=1), recovery=a)  # noqa: E731
     assert_names(lambda: scarjax.run_trials(QP, factory, 3, KEYS, hook_args=np.zeros(3 + extra, np.int32)), "hook_args")
     if not set(names) <= {"partial", "full"}:
         assert_names(lambda: scarjax.run_trials(QP, factory, 3, KEYS, hook_args={"recovery": names}), "hook_args")
-    assert_names(lambda: scarjax.run_trials(QP, hooks.gaussian(0.1), 3, KEYS, hook_args=np.zeros(3)), "hook_args")
+    assert_names(lambda: scarjax.run_trials(QP, perturb.gaussian(0.1), 3, KEYS, hook_args=np.zeros(3)), "hook_args")
 
 
 @given(steps=st.integers(1, 30), late=st.integers(0, 10**6))
 def test_events_after_the_last_step(steps, late):
     k = steps + late
-    assert_names(lambda: scarjax.run(QP, hooks.gaussian(0.1, when=k), steps, 0), "when")
-    assert_names(lambda: scarjax.run(QP, hooks.reset(0.5, when=hooks.at(0, k)), steps, 0), "when")
-    assert_names(lambda: scarjax.run_trials(QP, faults.scar(PART, failure=faults.Failure(fraction=0.5, at=k)), steps, KEYS),
-                 "failure.at")
+    assert_names(lambda: scarjax.run(QP, hooks.scheduled(perturb.gaussian(0.1), k), steps, 0), "when")
+    assert_names(lambda: scarjax.run(QP, hooks.scheduled(perturb.reset(0.5), schedules.at(0, k)), steps, 0), "when")
+    assert_names(lambda: scarjax.run_trials(QP, faults.scar(PART, failure=faults.Failure(fraction=0.5, when=k)), steps, KEYS),
+                 "failure.when")
 
 
 @given(size=st.integers(2, 9).filter(lambda d: d != 4), layout=st.sampled_from(["row", "element", "layer"]))
 def test_partition_of_another_model(size, layout):
     """A partition built for one model and used on another fails naming it, not in JAX."""
     other = partition.build(scarjax.State(jnp.zeros((size, 1) if layout == "layer" else size), ()), layout)
-    hook = faults.scar(other, checkpoint=checkpoint.Checkpoint("priority", 0.5, 2), failure=faults.Failure(fraction=0.5, at=1))
+    hook = faults.scar(other, checkpoint=checkpoint.Checkpoint("priority", 0.5, 2), failure=faults.Failure(fraction=0.5, when=1))
     assert_names(lambda: scarjax.run(QP, hook, 3, 0), "partition")
     assert_names(lambda: partition.restore(STATE, STATE, other, np.ones(other.num_blocks, bool)), "partition")
     assert_names(lambda: checkpoint.init(STATE, other), "partition")
@@ -210,27 +210,27 @@ def test_models(lr, d, labels):
 # Hooks, schedules and their parameters (concrete values; traced ones are the caller's).
 
 HOOK_ARGS = [
-    (lambda v: hooks.gaussian(v), "std", bad_nonneg),
-    (lambda v: hooks.adversarial(v), "size", bad_nonneg),
-    (lambda v: hooks.reset(v), "fraction", bad_unit),
-    (lambda v: hooks.at(v), "step", bad_step()),
-    (lambda v: hooks.every(v), "k", bad_step(1)),
-    (lambda v: hooks.every(2, start=v), "start", bad_step()),
-    (lambda v: hooks.with_probability(v), "p", bad_unit),
-    (lambda v: hooks.gaussian(0.1, when=v), "when", st.one_of(st.integers(max_value=-1), st.floats(), st.text(), st.just([1]))),
+    (lambda v: perturb.gaussian(v), "std", bad_nonneg),
+    (lambda v: perturb.adversarial(v), "size", bad_nonneg),
+    (lambda v: perturb.reset(v), "fraction", bad_unit),
+    (lambda v: schedules.at(v), "step", bad_step()),
+    (lambda v: schedules.every(v), "k", bad_step(1)),
+    (lambda v: schedules.every(2, start=v), "start", bad_step()),
+    (lambda v: schedules.with_probability(v), "p", bad_unit),
+    (lambda v: hooks.scheduled(perturb.gaussian(0.1), v), "when", st.one_of(st.integers(max_value=-1), st.floats(), st.text(), st.just([1]))),
     (lambda v: hooks.param_hook(v), "transform", st.one_of(junk, st.integers())),
     (lambda v: hooks.perturbation(v), "delta_fn", st.one_of(junk, st.integers())),
-    (lambda v: hooks.gaussian(0.1, name=v), "name", st.one_of(st.integers(), st.none(), st.just(b"g"))),
-    (lambda v: hooks.gaussian(0.1, point=v), "point", bad_name.filter(lambda s: s not in hooks.POINTS)),
-    (lambda v: faults.Failure(fraction=v, at=1), "fraction", bad_unit),
-    (lambda v: faults.Failure(servers=v, at=1), "servers", bad_step()),
-    (lambda v: faults.Failure(fraction=0.5, at=v), "at", bad_step()),
-    (lambda v: faults.Geometric(v), "rate", bad_open_unit),
+    (lambda v: perturb.gaussian(0.1, name=v), "name", st.one_of(st.integers(), st.none(), st.just(b"g"))),
+    (lambda v: perturb.gaussian(0.1, point=v), "point", bad_name.filter(lambda s: s not in hooks.POINTS)),
+    (lambda v: faults.Failure(fraction=v, when=1), "fraction", bad_unit),
+    (lambda v: faults.Failure(servers=v, when=1), "servers", bad_step()),
+    (lambda v: faults.Failure(fraction=0.5, when=v), "when", bad_step()),
+    (lambda v: schedules.geometric(v), "rate", bad_open_unit),
     (lambda v: faults.scar(PART, recovery=v), "recovery",
      st.one_of(st.text().filter(lambda s: s not in faults.RECOVERIES), st.none(), st.floats(),
                st.integers().filter(lambda i: not 0 <= i < len(faults.RECOVERIES)))),
     (lambda v: faults.scar(v), "partition", st.one_of(junk, st.integers())),
-    (lambda v: faults.scar(PART, failure=faults.Failure(servers=v, at=1)), "servers", st.integers(min_value=PART.num_servers + 1)),
+    (lambda v: faults.scar(PART, failure=faults.Failure(servers=v, when=1)), "servers", st.integers(min_value=PART.num_servers + 1)),
     (lambda v: checkpoint.Checkpoint("priority", v, 10), "fraction", bad_open_unit),
     (lambda v: checkpoint.Checkpoint("priority", 0.5, v), "period", bad_step(1).filter(lambda v: v is not None)),
     (lambda v: checkpoint.Checkpoint(v, 0.5, 10), "strategy", bad_name.filter(lambda s: s not in checkpoint.STRATEGIES)),
@@ -240,13 +240,13 @@ HOOK_ARGS = [
     (lambda v: staleness.asynchronous(2, v, max_delay=3), "mean_delay", bad_nonneg),
     (lambda v: staleness.asynchronous(2, 1.0, max_delay=v), "max_delay", bad_step()),
     (lambda v: precision.mantissa(v), "bits", st.one_of(bad_step(), st.integers(min_value=24))),
-    (lambda v: precision.fixed_point(v), "bits", st.one_of(bad_step(2), st.integers(min_value=25))),
+    (lambda v: precision.fixed_point_quantizer(v), "bits", st.one_of(bad_step(2), st.integers(min_value=25))),
     (lambda v: precision.qsgd(v), "levels", bad_step(1)),
     (lambda v: precision.float_format(v), "name", bad_name.filter(lambda s: s not in precision.FORMATS)),
-    (lambda v: workers.data_parallel(v), "workers", bad_count(1)),
+    (lambda v: scarjax.run(QP, None, 3, 0, workers=v), "workers", bad_count(1).filter(lambda v: v is not None)),
     (lambda v: revocation.revocations(2, v), "rate", bad_unit),
     (lambda v: revocation.revocations(2, 0.1, downtime=v), "downtime", bad_count(0)),
-    (lambda v: revocation.revocations(2, schedule=np.full((3, 2), v)), "schedule", bad_unit.filter(lambda v: isinstance(v, float))),
+    (lambda v: revocation.revocations(2, progress=np.full((3, 2), v)), "progress", bad_unit.filter(lambda v: isinstance(v, float))),
 ]
 
 

@@ -41,7 +41,7 @@ def test_rounding_respects_example_5_2_1(mags, signs, bits, seed):
 def test_stochastic_rounding_is_unbiased():
     x = jnp.asarray([1.0 + 1 / 3, -2.7, 0.123, 1e-3 * 7.3, 5.5], jnp.float32)
     keys = jax.random.split(jax.random.key(0), 20000)
-    for q in (P.mantissa(3, stochastic=True), P.fixed_point(8, stochastic=True), P.qsgd(4)):
+    for q in (P.mantissa(3, stochastic=True), P.fixed_point_quantizer(8, stochastic=True), P.qsgd(4)):
         samples = jax.jit(jax.vmap(lambda k: q(x, k)))(keys)
         mean, se = samples.mean(0), samples.std(0) / np.sqrt(len(keys)) + 1e-9
         assert np.all(np.abs(mean - x) < 5 * se), q.name
@@ -61,11 +61,11 @@ def test_named_formats_emulation_equals_casts():
 def test_fixed_point_error_is_half_a_step():
     x = jnp.asarray(np.random.default_rng(1).normal(size=100), jnp.float32)
     for bits in (8, 16):
-        y = P.fixed_point(bits)(x, None)
+        y = P.fixed_point_quantizer(bits)(x, None)
         step = float(jnp.max(jnp.abs(x))) / (2 ** (bits - 1) - 1)
         assert float(jnp.max(jnp.abs(y - x))) <= step / 2 * (1 + 1e-5)
         assert len(np.unique(np.round(np.asarray(y) / step))) <= 2**bits - 1
-    np.testing.assert_array_equal(P.fixed_point(8)(jnp.zeros(3), None), jnp.zeros(3))
+    np.testing.assert_array_equal(P.fixed_point_quantizer(8)(jnp.zeros(3), None), jnp.zeros(3))
 
 
 def test_write_point_floor_is_below_b2_and_composes_under_run_trials():
@@ -76,7 +76,7 @@ def test_write_point_floor_is_below_b2_and_composes_under_run_trials():
     c = quadratic.contraction(qp)
     bits = jnp.array([4, 8, 12])
     hooks = lambda b: scarjax.chain(staleness.ssp(1, 0), P.precision(P.mantissa(b)))  # noqa: E731
-    _, tr = scarjax.run_trials(qp, hooks, 3000, jax.random.split(jax.random.key(0), 3), hook_args=bits)
+    _, tr = scarjax.run_trials(qp, hooks, 3000, jax.random.split(jax.random.key(0), 3), hook_args=bits, workers=1)
     for i in range(3):
         norms = np.asarray(tr.delta["precision_write"][i])
         achieved = float(tr.distance[i, -500:].max())
@@ -84,7 +84,7 @@ def test_write_point_floor_is_below_b2_and_composes_under_run_trials():
         assert achieved <= predicted, (int(bits[i]), achieved, predicted)
     # More bits, smaller floor.
     assert float(tr.distance[0, -1]) > float(tr.distance[2, -1])
-    _, one = scarjax.run(qp, hooks(8), 3000, jax.random.split(jax.random.key(0), 3)[1])
+    _, one = scarjax.run(qp, hooks(8), 3000, jax.random.split(jax.random.key(0), 3)[1], workers=1)
     np.testing.assert_allclose(one.distance, tr.distance[1], rtol=1e-5)
 
 
@@ -94,7 +94,7 @@ def test_write_point_floor_is_below_b2_and_composes_under_run_trials():
         (lambda: P.mantissa(24), "bits"),
         (lambda: P.mantissa(-1), "bits"),
         (lambda: P.mantissa(2.5), "bits"),
-        (lambda: P.fixed_point(1), "bits"),
+        (lambda: P.fixed_point_quantizer(1), "bits"),
         (lambda: P.qsgd(0), "levels"),
         (lambda: P.float_format("float4"), "name"),
         (lambda: P.float_format("float16", stochastic=True, emulate=False), "emulate"),

@@ -24,19 +24,19 @@ def sgd():
 
 
 def test_zero_staleness_equals_synchronous_bit_for_bit(qp, sgd):
-    # "Synchronous" = the same M-worker data sharding with fresh views (data_parallel).
+    # "Synchronous" = the same M-worker data sharding with fresh views (worker mode, no hooks).
     for alg, hooks in (
         (qp, (staleness.ssp(4, 0),)),
         (sgd, (staleness.ssp(4, 0, delays="fixed", max_staleness=3), staleness.asynchronous(4, 0.0, max_delay=2))),
     ):
-        _, sync = scarjax.run(alg, workers.data_parallel(4), 40, jax.random.key(3))
+        _, sync = scarjax.run(alg, None, 40, jax.random.key(3), workers=4)
         for hook in hooks:
-            _, tr = scarjax.run(alg, hook, 40, jax.random.key(3))
+            _, tr = scarjax.run(alg, hook, 40, jax.random.key(3), workers=4)
             np.testing.assert_array_equal(tr.loss, sync.loss)
     # Under run_trials too (one compiled program per hook, trials vmapped).
     keys = jax.random.split(jax.random.key(4), 3)
-    _, sync = scarjax.run_trials(sgd, workers.data_parallel(4), 40, keys)
-    _, tr = scarjax.run_trials(sgd, staleness.ssp(4, 0), 40, keys)
+    _, sync = scarjax.run_trials(sgd, None, 40, keys, workers=4)
+    _, tr = scarjax.run_trials(sgd, staleness.ssp(4, 0), 40, keys, workers=4)
     np.testing.assert_array_equal(tr.loss, sync.loss)
 
 
@@ -44,7 +44,7 @@ def test_fixed_delay_is_delayed_gradient_descent(qp):
     # One worker always reading the version s = 2 old: y_{k+1} = y_k − η A (y_{k−2} − w*),
     # with y_{j} = y_0 for j < 0; the read effect is ‖η A (y_k − y_{k−2})‖ (Example 5.2.2).
     s, T = 2, 30
-    _, tr = scarjax.run(qp, staleness.ssp(1, s, delays="fixed"), T, 0, measure_read_effect=True)
+    _, tr = scarjax.run(qp, staleness.ssp(1, s, delays="fixed"), T, 0, measure_read_effect=True, workers=1)
     A = np.asarray(qp.data["A"], np.float64)
     ws = np.asarray(qp.data["w_star"], np.float64)
     lr = float(qp.data["lr"])
@@ -65,13 +65,13 @@ def test_per_step_delays_bounded_and_traced_staleness_under_run_trials(qp):
     s_values = jnp.array([0, 3, 8])
     keys = jax.random.split(jax.random.key(5), 3)
     factory = lambda s: staleness.ssp(3, s, max_staleness=8)  # noqa: E731
-    _, trials = scarjax.run_trials(qp, factory, 60, keys, hook_args=s_values, measure_read_effect=True)
-    _, sync = scarjax.run(qp, workers.data_parallel(3), 60, keys[0])
+    _, trials = scarjax.run_trials(qp, factory, 60, keys, hook_args=s_values, measure_read_effect=True, workers=3)
+    _, sync = scarjax.run(qp, None, 60, keys[0], workers=3)
     # Same values up to the compiler's float contraction in the vmapped program.
     np.testing.assert_allclose(trials.distance[0], sync.distance, rtol=1e-6)
     assert float(trials.read_effect[0].max()) < 1e-8
     assert float(trials.read_effect[2].sum()) > float(trials.read_effect[1].sum()) > 0
-    _, one = scarjax.run(qp, staleness.ssp(3, 3), 60, keys[1])
+    _, one = scarjax.run(qp, staleness.ssp(3, 3), 60, keys[1], workers=3)
     np.testing.assert_allclose(trials.distance[1], one.distance, rtol=1e-6)
 
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scarjax
-from scarjax.perturb import workers as wk
+from scarjax import hooks
+from scarjax.perturb import revocation, staleness, workers as wk
 from scarjax.models import mlr, quadratic
 
 
@@ -80,12 +81,12 @@ def test_worker_grad_is_the_gradient_over_processed_points(small_mlr):
     np.testing.assert_allclose(msg["w"], expected["w"], rtol=1e-5, atol=1e-6)
 
 
-def test_data_parallel_full_batch_matches_plain_run(small_mlr):
+def test_worker_mode_full_batch_matches_plain_run(small_mlr):
     # Full-batch gradients merged over M workers (any M, uneven shards included) equal
     # the full gradient: the trajectory matches the plain (no-worker) run.
     _, plain = scarjax.run(small_mlr, None, 15, jax.random.key(0))
     for M in (1, 5):
-        _, tr = scarjax.run(small_mlr, wk.data_parallel(M), 15, jax.random.key(0))
+        _, tr = scarjax.run(small_mlr, None, 15, jax.random.key(0), workers=M)
         np.testing.assert_allclose(tr.loss, plain.loss, rtol=1e-5)
         np.testing.assert_array_equal(tr.points, np.full(15, 48.0))
     assert plain.points is None
@@ -94,16 +95,44 @@ def test_data_parallel_full_batch_matches_plain_run(small_mlr):
 def test_qp_worker_split():
     qp = quadratic.fig53_problem()
     _, plain = scarjax.run(qp, None, 30, jax.random.key(0))
-    _, tr = scarjax.run(qp, wk.data_parallel(1), 30, jax.random.key(0))
+    _, tr = scarjax.run(qp, None, 30, jax.random.key(0), workers=1)
     np.testing.assert_array_equal(tr.distance, plain.distance)
 
 
 def test_bad_inputs(small_mlr):
     for bad in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="workers"):
-            wk.data_parallel(bad)
-    with pytest.raises(ValueError, match="different worker counts"):
-        scarjax.run(small_mlr, [wk.data_parallel(2), wk.data_parallel(3)], 5, 0)
+        with pytest.raises((ValueError, TypeError), match="workers"):
+            scarjax.run(small_mlr, None, 5, 0, workers=bad)
+        with pytest.raises((ValueError, TypeError), match="workers"):
+            wk.check_workers(bad)
     no_split = small_mlr.replace(grad=None, apply=None)
     with pytest.raises(ValueError, match="grad and apply"):
-        scarjax.run(no_split, wk.data_parallel(2), 5, 0)
+        scarjax.run(no_split, None, 5, 0, workers=2)
+    with pytest.raises(ValueError, match="grad and apply"):
+        scarjax.run_trials(no_split, lambda r: revocation.revocations(2, r), 5, 2, hook_args=jnp.ones(2), workers=2)
+
+
+def test_worker_hooks_require_their_worker_mode(small_mlr):
+    """A hook built for M workers needs run(..., workers=M): the error names both."""
+    with pytest.raises(ValueError, match="workers=2.*without workers"):
+        scarjax.run(small_mlr, staleness.ssp(2, 1), 5, 0)
+    with pytest.raises(ValueError, match="workers=2.*workers=3"):
+        scarjax.run(small_mlr, staleness.ssp(2, 1), 5, 0, workers=3)
+    with pytest.raises(ValueError, match="workers=2.*workers=3"):  # inside a factory: at trace time
+        scarjax.run_trials(small_mlr, lambda r: revocation.revocations(2, r), 5, 2, hook_args=jnp.ones(2), workers=3)
+    with pytest.raises(ValueError, match="'revocations' is built for workers=3.*with workers=2"):
+        scarjax.run(small_mlr, [staleness.ssp(2, 1), revocation.revocations(3, 0.1)], 5, 0, workers=2)
+    prog = hooks.Hook(point="progress", init=lambda s, k: (), apply=lambda v, s, c: (v * 0.5, s), name="half")
+    with pytest.raises(ValueError, match="'progress' point.*worker mode"):
+        scarjax.run(small_mlr, prog, 5, 0)
+
+
+def test_progress_point_scales_each_workers_points(small_mlr):
+    """A user 'progress' hook: every worker finishes half its points, so the barrier merges
+    half of the 48 points (Sync-on-the-fly Eq 5); progress hooks multiply, in order."""
+    half = hooks.Hook(point="progress", init=lambda s, k: (), apply=lambda v, s, c: (v * 0.5, s), name="half")
+    _, tr = scarjax.run(small_mlr, half, 4, 0, workers=4)
+    np.testing.assert_array_equal(tr.points, np.full(4, 24.0))
+    np.testing.assert_array_equal(tr.delta["half"], 0.0)
+    _, tr = scarjax.run(small_mlr, [half, half], 4, 0, workers=4)
+    np.testing.assert_array_equal(tr.points, np.full(4, 12.0))

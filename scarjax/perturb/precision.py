@@ -20,7 +20,7 @@ Quantizers (pure functions ``q(x, key) -> x̃`` on float32 arrays, applied leafw
   ``'float8_e4m3fn'``, ``'float8_e5m2'`` (exponent range, subnormals and saturation
   included); ``emulate=False`` casts through the real JAX dtype instead (bit-identical:
   tested);
-* :func:`fixed_point` – ``int8``/``int16``-style fixed point with a per-tensor scale
+* :func:`fixed_point_quantizer` – ``int8``/``int16``-style fixed point with a per-tensor scale
   ``max|x| / (2^{b−1} − 1)``;
 * :func:`qsgd` – stochastic quantisation to ``s`` levels of ``|xᵢ|/‖x‖`` (QSGD, unbiased).
 
@@ -53,7 +53,7 @@ __all__ = [
     "mantissa",
     "float_format",
     "cast",
-    "fixed_point",
+    "fixed_point_quantizer",
     "qsgd",
     "quantize_tree",
     "precision",
@@ -194,7 +194,7 @@ def cast(x: jax.Array, dtype: Any) -> jax.Array:
     return jnp.where(jnp.isfinite(x), y, x)
 
 
-def fixed_point(bits: Any, *, stochastic: bool = False) -> Quantizer:
+def fixed_point_quantizer(bits: Any, *, stochastic: bool = False) -> Quantizer:
     """Symmetric fixed point with ``bits`` bits (8: int8, 16: int16) and a per-tensor scale
     ``σ = max|x| / (2^{bits−1} − 1)``: ``x̃ = σ · round(x/σ)`` (``|δ| ≤ σ/2``; stochastic
     rounding: ``|δ| < σ``, unbiased). ``bits`` in ``[2, 24]``; may be traced."""
@@ -250,19 +250,17 @@ def precision(
     quantizer: Quantizer | str,
     *,
     point: str = "write",
-    when: Any = None,
     name: str | None = None,
 ) -> Hook:
     """A hook that quantises the parameters at ``point`` (thesis Example 5.2.1).
 
     Args:
       quantizer: a :data:`Quantizer` (:func:`mantissa`, :func:`float_format`,
-        :func:`fixed_point`, :func:`qsgd`, or your own ``q(x, key)``), or a format name
+        :func:`fixed_point_quantizer`, :func:`qsgd`, or your own ``q(x, key)``), or a format name
         (``'bfloat16'``, ``'float16'``, ``'float8_e4m3fn'``, ``'float8_e5m2'``).
       point: ``'write'`` – the stored parameters (the δₖ of Example 5.2.1, index ``k``);
         ``'read'`` – the parameters the workers read (low-precision communication);
         ``'update'`` – the update Δ (gradient quantisation).
-      when: a schedule (default: every step).
       name: the trace label (default ``'precision_<point>'``).
 
     Example:
@@ -282,7 +280,6 @@ def precision(
         raise TypeError(f"quantizer must be callable or a format name, got {type(quantizer).__name__}")
     return param_hook(
         lambda params, hstate, ctx, key: quantize_tree(quantizer, params, key),
-        when=when,
         point=point,
         name=name or f"precision_{point}",
     )

@@ -7,9 +7,10 @@ flushed, Eq 5:
 
     θ(w) = (1/|B|) Σ_{xᵢ ∈ B} g(w, xᵢ),   B = the points actually processed.
 
-:func:`revocations` declares ``M`` data-parallel workers (worker mode of the loop, see
-:mod:`scarjax.perturb.workers`) and draws, at every step, each worker's *progress*: the fraction
-of its points it finished before the barrier (``1`` when not revoked). A revoked worker
+:func:`revocations` is a ``'progress'``-point hook for ``M`` data-parallel workers (worker
+mode of the loop, ``scarjax.run(..., workers=M)``, see :mod:`scarjax.perturb.workers`): at
+every step it multiplies each worker's *progress*, the fraction of its points it finished
+before the barrier, by a draw (``1`` when not revoked) or by a row of a given table. A revoked worker
 contributes the partial gradient over the points it finished (``partial=True``, flushing)
 or nothing (``partial=False``); the merge weights each contribution by its point count,
 so the merged gradient is the mean over all processed points whichever worker processed
@@ -28,7 +29,8 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax.perturb.workers import WorkerHook, check_workers
+from scarjax.hooks import Hook
+from scarjax.perturb.workers import check_workers
 
 __all__ = ["revocations"]
 
@@ -37,12 +39,13 @@ def revocations(
     workers: int,
     rate: float | None = None,
     *,
-    schedule: Any = None,
+    progress: Any = None,
     partial: bool = True,
     downtime: int = 0,
     name: str = "revocations",
-) -> WorkerHook:
-    """Revoke workers mid-iteration, at a rate or from a schedule (Sync-on-the-fly).
+) -> Hook:
+    """Revoke workers mid-iteration, at a rate or from a table of progress fractions
+    (Sync-on-the-fly). Requires ``run(..., workers=workers)``.
 
     Args:
       workers: ``M`` data-parallel workers (static).
@@ -50,7 +53,7 @@ def revocations(
         (independently per worker and step); the revoked worker had finished a fraction
         ``U(0, 1)`` of its points. In ``[0, 1]``; may be traced (vary it across trials with
         ``run_trials(..., hook_args=...)``).
-      schedule: instead of ``rate``: an array ``[T, M]`` of progress fractions in
+      progress: instead of ``rate``: an array ``[T, M]`` of progress fractions in
         ``[0, 1]`` (``1`` = finished, ``0`` = revoked before its first point); row ``k``
         applies to iteration ``k``; iterations ``k >= T`` run unrevoked.
       partial: ``True`` – a revoked worker flushes its partial gradient (Sync-on-the-fly
@@ -61,30 +64,31 @@ def revocations(
         rate mode only).
 
     Raises ``ValueError`` naming the argument for bad values (exactly one of ``rate`` and
-    ``schedule`` must be given).
+    ``progress`` must be given).
     """
     check_workers(workers)
-    if (rate is None) == (schedule is None):
-        raise ValueError("give exactly one of rate and schedule")
+    if (rate is None) == (progress is None):
+        raise ValueError(f"give exactly one of rate and progress, got rate={rate!r} and progress="
+                         f"{'None' if progress is None else 'an array'}")
     if isinstance(downtime, bool) or not isinstance(downtime, (int, np.integer)) or downtime < 0:
         raise ValueError(f"downtime must be an int >= 0, got {downtime!r}")
     if not tu.is_traced(partial) and not isinstance(partial, (bool, np.bool_)):
         raise TypeError(f"partial must be a bool, got {type(partial).__name__} {partial!r}")
-    if schedule is not None:
-        va.check_real("schedule", schedule, lo=0.0, hi=1.0)
-        arr = np.asarray(schedule, np.float32)
+    if progress is not None:
+        va.check_real("progress", progress, lo=0.0, hi=1.0)
+        arr = np.asarray(progress, np.float32)
         if arr.ndim != 2 or arr.shape[1] != workers:
-            raise ValueError(f"schedule must have shape [T, {workers}], got {arr.shape}")
+            raise ValueError(f"progress must have shape [T, {workers}], got {arr.shape}")
         if not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 1:
-            raise ValueError("schedule entries must be progress fractions in [0, 1]")
+            raise ValueError("progress entries must be fractions in [0, 1]")
         if downtime:
-            raise ValueError("downtime applies to rate mode only; encode it in the schedule")
+            raise ValueError("downtime applies to rate mode only; encode it in the progress table")
         if tu.is_traced(partial):
-            raise ValueError("partial must be a concrete bool in schedule mode")
+            raise ValueError("partial must be a concrete bool when a progress table is given")
         table = jnp.asarray(arr)
         T = arr.shape[0]
 
-        def progress(hstate, ctx):
+        def fractions(hstate, ctx):
             row = jax.lax.dynamic_index_in_dim(table, jnp.clip(ctx.step, 0, T - 1), 0, keepdims=False)
             p = jnp.where(ctx.step < T, row, 1.0)
             if not partial:
@@ -97,7 +101,7 @@ def revocations(
         if not tu.is_traced(rate) and np.ndim(rate) != 0:
             raise ValueError(f"rate must be a scalar probability, got shape {np.shape(rate)}")
 
-        def progress(hstate, ctx):
+        def fractions(hstate, ctx):
             k_rev, k_frac = jax.random.split(jax.random.fold_in(ctx.key, 7))
             revoked = jax.random.bernoulli(k_rev, rate, (workers,))
             done = jnp.where(partial, jax.random.uniform(k_frac, (workers,)), 0.0)
@@ -108,11 +112,8 @@ def revocations(
 
         init = lambda state, key: jnp.zeros((workers,), jnp.int32)  # noqa: E731
 
-    return WorkerHook(
-        point="update",
-        init=init,
-        apply=lambda value, hstate, ctx: (value, hstate),
-        name=name,
-        workers=workers,
-        progress=progress,
-    )
+    def apply(value, hstate, ctx):
+        p, hstate = fractions(hstate, ctx)
+        return value * jnp.asarray(p, jnp.float32), hstate
+
+    return Hook(point="progress", init=init, apply=apply, name=name, workers=workers)

@@ -19,7 +19,10 @@ the whole buffer) and worker ``m`` reads slot ``(k − dₘ) mod S``. Before the
 filled, those slots still hold ``w⁽⁰⁾``, so early delays read the initial version, as a
 worker that has not yet received any update would. With ``s = 0`` every worker reads
 the fresh parameters and the run equals synchronous data-parallel training
-(:func:`scarjax.perturb.workers.data_parallel`) bit for bit (tested).
+(``scarjax.run(algorithm, None, steps, key, workers=M)``) bit for bit (tested).
+
+The hooks are built for ``workers = M`` and require worker mode with the same count:
+``scarjax.run(algorithm, ssp(M, s), steps, key, workers=M)``.
 
 Put stale-read hooks first among the read hooks: they replace the views (later read hooks,
 such as low-precision communication, act on the stale views).
@@ -35,7 +38,8 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import tree as tu
-from scarjax.perturb.workers import WorkerHook, check_workers
+from scarjax.hooks import Hook
+from scarjax.perturb.workers import check_workers
 
 PyTree = Any
 
@@ -54,7 +58,7 @@ def stale_reads(
     *,
     init_delays: Callable[[jax.Array], PyTree] | None = None,
     name: str = "stale_reads",
-) -> WorkerHook:
+) -> Hook:
     """The generic stale-read hook: ``M`` workers, a ring buffer of ``buffer_size`` past
     versions, and a delay rule.
 
@@ -92,7 +96,7 @@ def stale_reads(
         new_views = jax.tree.map(lambda b, v: jnp.take(b, idx, axis=0).astype(v.dtype), buf, views)
         return new_views, {"buffer": buf, "delays": hstate["delays"]}
 
-    return WorkerHook(point="read", init=init, apply=apply, name=name, workers=workers)
+    return Hook(point="read", init=init, apply=apply, name=name, workers=workers)
 
 
 def _check_staleness(s: Any, name: str = "staleness") -> None:
@@ -112,7 +116,7 @@ def ssp(
     delays: str | Any = "per_step",
     max_staleness: int | None = None,
     name: str = "ssp",
-) -> WorkerHook:
+) -> Hook:
     """Bounded staleness (SSP, thesis Sec 4.2.1 and Example 5.2.2): each worker reads a
     version at most ``staleness`` iterations old.
 
@@ -188,7 +192,7 @@ def asynchronous(
     *,
     max_delay: int,
     name: str = "async",
-) -> WorkerHook:
+) -> Hook:
     """Asynchronous execution (thesis Sec 2.2: no staleness bound): each worker's delay is
     drawn at every step from a geometric distribution with mean ``mean_delay``
     (``p = 1/(1 + mean_delay)``), truncated to ``[0, max_delay]`` so that the ring buffer

@@ -12,26 +12,30 @@ An :class:`~scarjax.Algorithm` that provides the optional worker/server split
   (a pytree whose leaves have a leading axis ``workers``); ``None`` replicates ``data``
   (every worker sees all of it, e.g. the deterministic QP);
 
-runs in *worker mode* when a hook declares ``workers = M`` (a :class:`WorkerHook`, e.g.
-:func:`data_parallel`, :func:`scarjax.perturb.staleness.ssp`, :func:`scarjax.perturb.revocation.revocations`).
-The loop then (thesis Example 5.2.2, Sync-on-the-fly Eq 5):
+runs in *worker mode* with ``scarjax.run(algorithm, hooks, steps, key, workers=M)`` (and
+``run_trials(..., workers=M)``). Per-worker hooks (:func:`scarjax.perturb.staleness.ssp`,
+:func:`scarjax.perturb.revocation.revocations`) are built for a worker count
+(``hook.workers``) and require that mode with the same ``M``. The loop then (thesis
+Example 5.2.2, Sync-on-the-fly Eq 5):
 
 1. gives every worker a view (``[M, …]``, stacked; fresh copies of the stored parameters
    unless a read hook such as a stale-read hook replaces them);
-2. asks worker hooks for each worker's ``progress ∈ [0, 1]`` (the fraction of its points
-   finished before the barrier: revocations);
+2. passes each worker's ``progress ∈ [0, 1]`` (the fraction of its points finished
+   before the barrier; ones to start with) through the ``'progress'``-point hooks
+   (revocations);
 3. ``vmap``-s ``grad`` over workers, merges the messages weighted by the points processed
    (:func:`merge`: the barrier averages over the points actually processed, Sync-on-the-fly
    Eq 5, so the merge does not depend on how the points were split among workers), and
    calls ``apply`` once. If no worker processed any point, the step is skipped (Δ = 0).
 
-*Synchronous* training with ``M`` workers is this path with fresh views and full progress
-(:func:`data_parallel`); a stale-read hook with staleness 0 reproduces it bit for bit.
+*Synchronous* training with ``M`` workers is this path with fresh views and full progress:
+``scarjax.run(algorithm, None, steps, key, workers=M)``, the reference run for staleness,
+revocations and the Δ of Example 5.2.2; a stale-read hook with staleness 0 reproduces it
+bit for bit.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable
 
@@ -40,14 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import tree as tu
-from scarjax.hooks import Hook
 
 PyTree = Any
 
 __all__ = [
-    "WorkerHook",
-    "data_parallel",
-    "num_workers",
     "shard_examples",
     "merge",
     "check_workers",
@@ -60,55 +60,6 @@ def check_workers(workers: Any, name: str = "workers") -> int:
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"{name} must be an int >= 1 (static), got {workers!r}")
     return int(workers)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class WorkerHook(Hook):
-    """A hook that declares ``workers`` simulated data-parallel workers (switching the loop
-    to worker mode, see the module docstring).
-
-    Attributes:
-      workers: the number of workers ``M`` (static).
-      progress: optional ``progress(hook_state, ctx) -> ([M] fractions in [0, 1],
-        hook_state)``, called once per iteration before the workers compute (revocations:
-        the fraction of its points each worker finished). Fractions of several hooks
-        multiply.
-    """
-
-    workers: int = 1
-    progress: Callable[[PyTree, Any], tuple[jax.Array, PyTree]] | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_workers(self.workers)
-
-
-def num_workers(hooks: tuple[Hook, ...]) -> int | None:
-    """The worker count declared by ``hooks`` (``None``: no worker hook, plain mode).
-
-    Raises ``ValueError`` if hooks declare different counts."""
-    counts = {h.workers for h in hooks if isinstance(h, WorkerHook)}
-    if not counts:
-        return None
-    if len(counts) > 1:
-        raise ValueError(f"hooks declare different worker counts {sorted(counts)}; use one M")
-    return counts.pop()
-
-
-def data_parallel(workers: int, *, name: str = "data_parallel") -> WorkerHook:
-    """Synchronous data-parallel training with ``workers`` workers: each worker reads the
-    fresh parameters and processes its own shard; the barrier waits for all of them.
-
-    A read-point hook that changes nothing; it only declares ``M`` (the reference run for
-    staleness, revocations and the Δ of Example 5.2.2)."""
-    check_workers(workers)
-    return WorkerHook(
-        point="read",
-        init=lambda state, key: (),
-        apply=lambda value, hstate, ctx: (value, hstate),
-        name=name,
-        workers=workers,
-    )
 
 
 def shard_examples(data: PyTree, workers: int) -> tuple[PyTree, jax.Array]:
