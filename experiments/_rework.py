@@ -145,11 +145,13 @@ def run_rework_trials(
 
 def fired_at(make_hook: Callable[..., Any]) -> Callable[[Any], Any]:
     """A ``hook_args -> hook`` factory for :func:`scarjax.run_trials`: ``(size, T)`` per trial
-    gives ``make_hook(size, when=<step == T>)``, so both vary across trials in one program."""
+    gives ``hooks.scheduled(make_hook(size), T)`` (``make_hook`` e.g.
+    :func:`scarjax.perturb.gaussian`; ``T`` a traced step: ``schedules.at(T)``), so both
+    vary across trials in one program."""
 
     def factory(args):
         size, T = args
-        return make_hook(size, when=lambda step, key: step == T)
+        return scarjax.hooks.scheduled(make_hook(size), T)
 
     return factory
 

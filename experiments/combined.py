@@ -67,7 +67,7 @@ def _factory(cfg, partition):
         fail = faults.scar(
             partition,
             checkpoint=ck.Checkpoint("full", 1.0, cfg.checkpoint_period),
-            failure=faults.Failure(fraction=cfg.lost_fraction * f_fail, at=cfg.fail_at),
+            failure=faults.Failure(fraction=cfg.lost_fraction * f_fail, when=cfg.fail_at),
             recovery="partial",
             name="failure",
         )
@@ -90,7 +90,7 @@ def run(config: Config, out_dir) -> dict:
     flags = jnp.repeat(jnp.asarray([FLAGS[k] for k in CASES], jnp.int32), cfg.trials, axis=0)
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), len(CASES))
     _, tr = scarjax.run_trials(alg, _factory(cfg, partition), cfg.steps, keys, hook_args=(flags[:, 0], flags[:, 1], flags[:, 2]),
-                               measure_read_effect=True)
+                               measure_read_effect=True, workers=cfg.workers)
     dist = finite(tr.distance)
     d0 = float(tr.initial_distance[0])
     base = dist[: cfg.trials]

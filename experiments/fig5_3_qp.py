@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import _common, _plot, _rework, _stats
-from scarjax import bounds, hooks
+from scarjax import bounds, hooks, perturb, schedules
 from scarjax.models import quadratic
 
 NAME = "fig5_3_qp"
@@ -44,12 +44,12 @@ def run(config: Config, out_dir) -> dict:
     n = config.trials
     stds = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
     single = _rework.run_rework_trials(
-        qp, _rework.fired_at(hooks.gaussian), (jnp.asarray(stds), jnp.full(n, config.perturb_at)), steps=config.steps,
+        qp, _rework.fired_at(perturb.gaussian), (jnp.asarray(stds), jnp.full(n, config.perturb_at)), steps=config.steps,
         converge_at=config.converge_at, seed=config.seed, exact_c=c,
     )
     stds_c = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
     multi = _rework.run_rework_trials(
-        qp, lambda a: hooks.gaussian(a[0], when=hooks.with_probability(config.p, stop=config.converge_at)),
+        qp, lambda a: hooks.scheduled(perturb.gaussian(a[0]), schedules.with_probability(config.p, stop=config.converge_at)),
         (jnp.asarray(stds_c),), steps=config.steps, converge_at=config.converge_at, seed=config.seed + 1, exact_c=c,
     )
     A = np.asarray(qp.data["A"], np.float64)

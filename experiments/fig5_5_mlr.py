@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import _common, _plot, _problems, _rework, _stats
-from scarjax import bounds, hooks
+from scarjax import bounds, perturb
 
 NAME = "fig5_5_mlr"
 DESCRIPTION = "Fig 5.5 (a,b): MLR rework for random and adversarial perturbations vs the Thm 5.3.1 bound"
@@ -47,8 +47,8 @@ def run(config: Config, out_dir) -> dict:
     stds = jnp.asarray(np.exp(rng.uniform(*np.log(config.std_range), size=n)), jnp.float32)
     sizes = jnp.asarray(np.exp(rng.uniform(*np.log(config.size_range), size=n)), jnp.float32)
     kw = dict(steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg))
-    rand = _rework.run_rework_trials(alg, _rework.fired_at(hooks.gaussian), (stds, T), **kw)
-    adv = _rework.run_rework_trials(alg, _rework.fired_at(hooks.adversarial), (sizes, T), **kw)
+    rand = _rework.run_rework_trials(alg, _rework.fired_at(perturb.gaussian), (stds, T), **kw)
+    adv = _rework.run_rework_trials(alg, _rework.fired_at(perturb.adversarial), (sizes, T), **kw)
     results = {"config": vars(config),
                "model": {"lr": _problems.MLR_LR, "l2": _problems.MLR_L2, "examples": int(alg.data["x"].shape[0])},
                "random": rand.summary(), "adversarial": adv.summary(),

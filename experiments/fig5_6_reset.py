@@ -32,7 +32,7 @@ import numpy as np
 
 import scarjax
 from experiments import _common, _plot, _problems, _rework, _stats
-from scarjax import bounds, hooks
+from scarjax import bounds, perturb
 from scarjax.scar import faults as F
 from scarjax.rework import calibrate_near, iterations_to
 
@@ -171,7 +171,7 @@ def run(config: Config, out_dir) -> dict:
     n = config.trials
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
     t = _rework.run_rework_trials(
-        alg, _rework.fired_at(hooks.reset), (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
+        alg, _rework.fired_at(perturb.reset), (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
         steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg),
     )
     p = lda_panel(config) if config.lda else None

@@ -57,7 +57,8 @@ def run(config: Config, out_dir) -> dict:
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), 2 * len(cfg.rates))
     # One program: flushing and dropping (traced) × every rate (traced) × trials.
     factory = lambda a: revocation.revocations(cfg.workers, a[0], partial=a[1])  # noqa: E731
-    _, tr = scarjax.run_trials(alg, factory, cfg.steps, keys, hook_args=(rates, flush), measure_read_effect=True)
+    _, tr = scarjax.run_trials(alg, factory, cfg.steps, keys, hook_args=(rates, flush), measure_read_effect=True,
+                               workers=cfg.workers)
     d0 = float(tr.initial_distance[0])
     i0 = cfg.rates.index(0.0) * cfg.trials
     eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), cfg.eps_iters, metric="distance"))

@@ -69,7 +69,8 @@ def _sweep(alg, c, cfg, steps, eps_iters):
     is_async = jnp.repeat(jnp.asarray([False, True]), n)
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), 2 * len(cfg.s_values))
     _, tr = scarjax.run_trials(
-        alg, lambda a: _hooks(a, M, smax), steps, keys, hook_args=(s_arr, is_async), measure_read_effect=True
+        alg, lambda a: _hooks(a, M, smax), steps, keys, hook_args=(s_arr, is_async), measure_read_effect=True,
+        workers=M,
     )
     d0 = float(tr.initial_distance[0])
     # ε from the SSP s = 0 trial: synchronous training exactly.
