@@ -103,7 +103,7 @@ def main(argv=None) -> None:
 
         def scar_factory(h):
             return faults.scar(part, checkpoint=checkpoint.Checkpoint("priority", 0.5, 4),
-                               failure=faults.Failure(fraction=0.5, at=min(9, steps - 1)), recovery=h["recovery"])
+                               failure=faults.Failure(fraction=0.5, when=min(9, steps - 1)), recovery=h["recovery"])
 
         recoveries = {"recovery": np.array((["partial", "full"] * n)[:n])}
         cases = {

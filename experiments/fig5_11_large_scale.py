@@ -74,7 +74,7 @@ def run_model(name: str, config: Config, storage: Path) -> dict:
                "horizon_epochs": (steps - k_base) / E}
         for scheme, (spec_ck, rec) in schemes.items():
             r = PS.run(alg, part, spec_ck, steps, key, storage / f"{name}_{seed}_{scheme}",
-                       failure=F.Failure(servers=1, at=T), recovery=rec,
+                       failure=F.Failure(servers=1, when=T), recovery=rec,
                        after_recovery=spec.after_recovery, segment=E)
             k = float(iterations_to(r.loss[None], eps)[0])
             ck_events = [e for e in r.events if e["kind"] == "checkpoint"]

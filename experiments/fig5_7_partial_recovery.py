@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import _common, _plot, _scar, _stats
+from scarjax import schedules
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar.simulate import simulate_failures
@@ -46,7 +47,7 @@ def run_model(name: str, config: Config) -> dict:
     spec, alg, part = _scar.setup(name)
     t0 = time.perf_counter()
     C, rate = _schedule(spec.converge_at, config.ckpt_period, config.fail_mean)
-    failure = F.Failure(fraction=0.5, geometric=F.Geometric(rate, start=1, stop=spec.converge_at))
+    failure = F.Failure(fraction=0.5, when=schedules.geometric(rate, start=1, stop=spec.converge_at))
     ckpt = ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm)
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
            "converge_at": spec.converge_at}

@@ -18,6 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from experiments import _common, _plot, _scar, _stats
+from scarjax import schedules
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar.simulate import simulate_failures
@@ -53,7 +54,7 @@ def run_model(name: str, config: Config) -> dict:
     C = C_MULTIPLE * max(1, int(round(config.ckpt_period * spec.converge_at / C_MULTIPLE)))
     rate = min(1.0, 1.0 / max(1.0, config.fail_mean * spec.converge_at))
     failure = F.Failure(fraction=config.fail_fraction,
-                        geometric=F.Geometric(rate, start=1, stop=spec.converge_at))
+                        when=schedules.geometric(rate, start=1, stop=spec.converge_at))
     common = dict(trials=config.trials, steps=spec.steps, converge_at=spec.converge_at, failure=failure,
                   key=config.seed, after_recovery=spec.after_recovery)
     trad = simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),

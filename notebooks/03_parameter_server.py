@@ -69,7 +69,7 @@ for recovery in ("partial", "full"):
 # server on the parameter server gives the same numbers.
 k_lost = jax.random.split(jax.random.split(jax.random.split(key, 3)[1], 2)[1])[1]
 drawn = np.flatnonzero(np.asarray(pt.random_servers(k_lost, 4, 1))).tolist()
-hook = faults.scar(part, checkpoint=ps.checkpoint, failure=faults.Failure(servers=1, at=T), recovery="partial")
+hook = faults.scar(part, checkpoint=ps.checkpoint, failure=faults.Failure(servers=1, when=T), recovery="partial")
 _, hook_tr = scarjax.run(alg, [wk.data_parallel(8), hook], STEPS, key)
 _, ps_loss, _ = failures.run_with_failure(ps, STEPS, key, fail_at=T, servers=drawn, recovery="partial")
 print(f"SCAR hook (server {drawn[0]} lost) vs parameter server: max |Δloss| = "

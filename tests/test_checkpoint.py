@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from scarjax import State
+from scarjax import schedules
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import partition as P
 
@@ -52,6 +53,40 @@ def test_interval_due_count():
     assert int(ck.count(spec, B)) == 4
     assert int(ck.count(ck.Checkpoint("random", 1 / 64, 64), B)) == 1  # at least one block
     assert not bool(ck.due(ck.Checkpoint(), 5))  # period None: never saves
+
+
+def test_when_schedule_instead_of_period():
+    """Checkpoint(when=...) saves where the schedule fires (never at step 0); exactly one
+    of period/when; the saver and scar hooks carry its events."""
+    with pytest.raises(ValueError, match="at most one of period"):
+        ck.Checkpoint("priority", 0.5, 8, when=schedules.every(4))
+    with pytest.raises(TypeError, match="when"):
+        ck.Checkpoint("priority", 0.5, when="often")
+    spec = ck.Checkpoint("round_robin", 0.25, when=schedules.at(0, 3, 7))
+    assert ck.Checkpoint("priority", 0.5, when=5).events() == (("checkpoint.when", 5),)
+    with pytest.raises(ValueError, match="key is required"):
+        ck.due(spec, 3)
+    with pytest.raises(ValueError, match="key is required"):
+        ck.init(_state(), PART, spec)
+    h = ck.saver(PART, spec)
+    assert h.events == (("checkpoint.when", 0), ("checkpoint.when", 3), ("checkpoint.when", 7))
+    from scarjax.hooks import Context
+
+    alg = type("A", (), {"norm": None})()
+    apply = jax.jit(lambda s, hs, k: h.apply(s, hs, Context(step=k, key=jax.random.key(1), state=s,
+                                                           initial_params=s.params, algorithm=alg)))
+    hs = h.init(_state(), jax.random.key(0))
+    for k in range(9):
+        _, hs = apply(_state(float(k)), hs, jnp.int32(k))
+    assert int(hs.saves) == 2 and int(hs.cursor) == 8  # saved at 3 and 7 (4 blocks each), not at 0
+    np.testing.assert_array_equal(np.unique(np.asarray(hs.saved_at)), [0, 3, 7])
+    # A stateful schedule is drawn at init from the key and fires with fold_in(key, 1).
+    g = ck.Checkpoint("full", 1.0, when=schedules.geometric(0.3, start=1, stop=9))
+    c = ck.init(_state(), PART, g, jax.random.key(4))
+    T = int(c.when)
+    assert T == int(schedules.geometric(0.3, start=1, stop=9).sample(jax.random.key(4)))
+    fired = [k for k in range(9) if bool(ck.due(g, k, jax.random.key(k), c.when))]
+    assert fired == [T]
 
 
 def test_priority_selects_largest_changes():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import scarjax
 from scarjax import State
+from scarjax import schedules
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar import partition as P
@@ -144,14 +145,15 @@ def test_scar_hook_recovers_colocated_optimizer_state(recovery):
         return state._replace(params={"w": state.params["w"] * 1.0})
 
     h = F.scar(part, checkpoint=ck.Checkpoint("full", 1.0, 4),
-               failure=F.Failure(servers=1, at=6), recovery=recovery, after_recovery=after)
+               failure=F.Failure(servers=1, when=6), recovery=recovery, after_recovery=after)
     hs = h.init(s0, jax.random.key(0))
+    apply = jax.jit(lambda s, hs, k: h.apply(s, hs, _ctx(k, s)))
     lost = np.asarray(hs.lost)
     np.testing.assert_array_equal(lost, np.asarray(part.server_of) == np.asarray(part.server_of)[lost][0])
     s4 = _adam_state(4)
-    _, hs = h.apply(s4, hs, _ctx(4, s4))  # checkpoint at 4
+    _, hs = apply(s4, hs, jnp.int32(4))  # checkpoint at 4
     s6 = _adam_state(6)
-    s6b, hs = h.apply(s6, hs, _ctx(6, s6))  # failure at 6
+    s6b, hs = apply(s6, hs, jnp.int32(6))  # failure at 6
     assert calls  # the after_recovery callback was traced in
     w, mu, count = s6b.params["w"][:, 0], s6b.aux[0].mu["w"][:, 0], s6b.aux[0].count
     if recovery == "partial":
@@ -163,44 +165,121 @@ def test_scar_hook_recovers_colocated_optimizer_state(recovery):
         np.testing.assert_array_equal(mu, 4)
         assert int(count) == 4
     s7 = _adam_state(7)
-    s7b, _ = h.apply(s7, hs, _ctx(7, s7))  # no further failure
+    s7b, _ = apply(s7, hs, jnp.int32(7))  # no further failure
     np.testing.assert_array_equal(s7b.params["w"], 7)
 
 
 def test_failure_spec_validation():
     with pytest.raises(ValueError, match="exactly one of fraction"):
-        F.Failure(at=3)
+        F.Failure(when=3)
     with pytest.raises(ValueError, match="exactly one of fraction"):
-        F.Failure(fraction=0.5, servers=2, at=3)
-    with pytest.raises(ValueError, match="exactly one of at"):
+        F.Failure(fraction=0.5, servers=2, when=3)
+    with pytest.raises(TypeError, match="when must be"):
         F.Failure(fraction=0.5)
+    with pytest.raises(TypeError, match="when must be"):
+        F.Failure(fraction=0.5, when=2.5)
     with pytest.raises(ValueError, match="fraction"):
-        F.Failure(fraction=1.5, at=3)
+        F.Failure(fraction=1.5, when=3)
     with pytest.raises(ValueError, match="servers"):
-        F.Failure(servers=-1, at=3)
-    with pytest.raises(ValueError, match="at"):
-        F.Failure(fraction=0.5, at=-2)
-    with pytest.raises(ValueError, match="rate"):
-        F.Geometric(0.0)
-    with pytest.raises(ValueError, match="stop"):
-        F.Geometric(0.1, start=5, stop=5)
+        F.Failure(servers=-1, when=3)
+    with pytest.raises(ValueError, match="when"):
+        F.Failure(fraction=0.5, when=-2)
+    assert isinstance(F.Failure(fraction=0.5, when=3).when, schedules.Schedule)  # at(3)
+    assert F.Failure(fraction=0.5, when=3).events() == (("failure.when", 3),)
     part = _PARTS["row"]
     with pytest.raises(ValueError, match="num_servers"):
-        F.scar(part, failure=F.Failure(servers=9, at=3))
+        F.scar(part, failure=F.Failure(servers=9, when=3))
     with pytest.raises(ValueError, match="recovery"):
         F.scar(part, recovery="magic")
     with pytest.raises(TypeError, match="partition"):
         F.scar(None)
 
 
-def test_geometric_times():
-    t = F.geometric_times(F.Geometric(0.1, start=3, stop=20), 0, 20000)
+def test_geometric_failure_times():
+    t = np.asarray(schedules.geometric(0.1, start=3, stop=20).sample(jax.random.key(0), (20000,)))
     assert t.min() >= 3 and t.max() < 20
     # Truncated geometric: P(T = 3) = q / (1 - (1-q)^17).
     q = 0.1
     np.testing.assert_allclose((t == 3).mean(), q / (1 - (1 - q) ** 17), atol=0.01)
-    u = F.geometric_times(F.Geometric(0.25, start=0), 1, 20000)
+    u = np.asarray(schedules.geometric(0.25, start=0).sample(jax.random.key(1), (20000,)))
     np.testing.assert_allclose(u.mean(), (1 - 0.25) / 0.25, rtol=0.05)
+
+
+def test_repeated_failures_recover_each_time():
+    """A failure every 3 steps (checkpoint every 2): each firing reloads its lost blocks
+    from the latest save; the first loses the blocks drawn at init, failure n the blocks
+    drawn from fold_in(k_lost, n)."""
+    s0 = State({"w": jnp.zeros((12, 2))}, ())
+    part = P.by_row(s0, num_servers=4, key=0)
+    fail = F.Failure(fraction=0.5, when=schedules.every(3, start=3))
+    h = F.scar(part, checkpoint=ck.Checkpoint("full", 1.0, 2), failure=fail)
+    assert h.events == (("failure.when", 3),)
+    key = jax.random.key(5)
+    hs = h.init(s0, key)
+    k_lost = jax.random.split(key)[1]
+    expect_lost = {3: np.asarray(hs.lost)}
+    for n, k in ((1, 6), (2, 9)):
+        expect_lost[k] = np.asarray(F.lost_blocks(fail, part, jax.random.fold_in(k_lost, n)))
+    assert not np.array_equal(expect_lost[3], expect_lost[6])
+    last_save = {3: 2, 6: 4, 9: 8}
+    apply = jax.jit(lambda sk, hs, k: h.apply(sk, hs, _ctx(k, sk)))
+    for k in range(11):
+        sk = State({"w": jnp.full((12, 2), float(k))}, ())
+        out, hs = apply(sk, hs, jnp.int32(k))
+        w = np.asarray(out.params["w"][:, 0])
+        if k in expect_lost:
+            np.testing.assert_array_equal(w, np.where(expect_lost[k], last_save[k], k))
+            np.testing.assert_array_equal(hs.lost, expect_lost[k])
+        else:
+            np.testing.assert_array_equal(w, k)
+    assert int(hs.failures) == 3
+    # In the compiled loop: a recovery (δ > 0) at every firing and nowhere else.
+    alg = scarjax.fixed_point(lambda w, d: 0.9 * w + 0.1, jnp.linspace(-2.0, 2.0, 24).reshape(12, 2),
+                              lambda w, d: jnp.sum((w - 1.0) ** 2))
+    part = P.by_row(State(jnp.zeros((12, 2)), ()), num_servers=4, key=0)
+    _, tr = scarjax.run(alg, F.scar(part, checkpoint=ck.Checkpoint("full", 1.0, 2), failure=fail), 13, 0)
+    np.testing.assert_array_equal(np.flatnonzero(np.asarray(tr.delta["scar"])), [3, 6, 9, 12])
+
+
+# Recorded before failure times became schedules, with faults.Geometric(0.05, start=5,
+# stop=40).sample / Geometric(0.2, start=1).sample and with the hook
+# scar(part, failure=Failure(fraction=0.5, geometric=Geometric(0.05, start=5, stop=40)))
+# initialised from key(i) (its fail_at and lost); schedules.geometric must draw the same.
+_GEOM_SAMPLES = {(0.05, 5, 40, 3): [6, 34, 20, 37, 10, 17, 6, 12, 8, 7],
+                 (0.2, 1, None, 7): [6, 17, 2, 3, 6, 5, 3, 3, 1, 1]}
+_GEOM_HOOK_T = [28, 22, 19, 5, 16, 20]
+_GEOM_HOOK_LOST = [[1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0], [1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0],
+                   [0, 1, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0], [1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0],
+                   [0, 0, 0, 0, 1, 0, 1, 1, 1, 1, 0, 1], [1, 0, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0]]
+# scarjax.run(alg below, scar(part, checkpoint=Checkpoint("priority", 0.5, 4),
+#   failure=Failure(fraction=0.5, geometric=Geometric(0.1, start=2, stop=12))), 16, seed):
+# the failure step, its ‖δ‖ and the loss after it.
+_GEOM_RUNS = {0: (6, 0.3952517509460449, [0.3730485737323761, 0.43534255027770996, 0.007842430844902992]),
+              1: (4, 0.5538883209228516, [0.9107632040977478, 1.3564447164535522, 0.010008788667619228]),
+              2: (4, 0.4295465052127838, [0.9107632040977478, 1.0369386672973633, 0.007651251275092363])}
+
+
+def test_geometric_schedule_reproduces_the_former_geometric_failure_times():
+    for (rate, start, stop, seed), want in _GEOM_SAMPLES.items():
+        got = schedules.geometric(rate, start=start, stop=stop).sample(jax.random.key(seed), (10,))
+        np.testing.assert_array_equal(got, want)
+    st = State(jnp.arange(12.0), ())
+    part = P.by_element(st, num_servers=4)
+    h = F.scar(part, failure=F.Failure(fraction=0.5, when=schedules.geometric(0.05, start=5, stop=40)))
+    hs = jax.jit(jax.vmap(lambda k: h.init(st, k)))(jnp.stack([jax.random.key(i) for i in range(6)]))
+    np.testing.assert_array_equal(hs.when, _GEOM_HOOK_T)
+    np.testing.assert_array_equal(hs.lost, np.asarray(_GEOM_HOOK_LOST, bool))
+    alg = scarjax.fixed_point(lambda w, d: 0.8 * w + 0.1, jnp.linspace(-1.0, 1.0, 8),
+                              lambda w, d: jnp.sum((w - 0.5) ** 2))
+    part = P.by_element(State(jnp.ones(8), ()), num_servers=4)
+    h = F.scar(part, checkpoint=ck.Checkpoint("priority", 0.5, 4),
+               failure=F.Failure(fraction=0.5, when=schedules.geometric(0.1, start=2, stop=12)))
+    for seed, (T, d_T, losses) in _GEOM_RUNS.items():
+        _, tr = scarjax.run(alg, h, 16, seed)  # one compilation: the same hook, another key
+        d = np.asarray(tr.delta["scar"])
+        assert np.flatnonzero(d).tolist() == [T]
+        np.testing.assert_allclose(d[T], d_T, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(tr.loss)[[T, T + 1, 16]], losses, rtol=1e-6)
 
 
 # --------------------------------------------------------------------------------------
@@ -217,7 +296,7 @@ def small_mlr():
     return alg, P.by_row(s0, num_servers=4, key=0)
 
 
-_FAIL = F.Failure(fraction=0.5, geometric=F.Geometric(0.05, start=5, stop=40))
+_FAIL = F.Failure(fraction=0.5, when=schedules.geometric(0.05, start=5, stop=40))
 _CKPT = ck.Checkpoint("priority", 1.0, 8)
 
 
@@ -259,7 +338,7 @@ def test_simulate_failures_deterministic_and_matches_single_run(small_mlr, sims)
     # Trial 0 at fraction 0.5 equals a single run with that trial's key and failure time.
     key0 = jax.random.split(jax.random.split(jax.random.key(3))[0], 12)[0]
     h = F.scar(part, checkpoint=_CKPT,
-               failure=F.Failure(fraction=0.5, at=int(sims.fail_at[0])))
+               failure=F.Failure(fraction=0.5, when=int(sims.fail_at[0])))
     _, tr = scarjax.run(alg, h, 80, key0)
     np.testing.assert_allclose(tr.loss, sims.loss[0, 1, 0], rtol=1e-6)
     # The recovery is recorded as δ at T only.
@@ -270,35 +349,35 @@ def test_simulate_failures_deterministic_and_matches_single_run(small_mlr, sims)
     np.testing.assert_allclose(np.asarray(tr.point_delta["write"]), d)
 
 
+_COMPILES: list = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: _COMPILES.append(name) if name == "/jax/core/compile/backend_compile_duration" else None)
+
+
 def test_simulate_failures_compiles_once_for_the_same_specs():
-    """Repeated calls with the same spec objects reuse the compiled program (the hook
-    factory compares its specs by identity); a new spec object compiles anew."""
+    """Repeated calls with the same spec objects reuse the compiled programs (the hook
+    factory compares its specs by identity): no XLA compilation after the first call."""
     alg = scarjax.fixed_point(lambda w, d: 0.5 * w + 0.01, jnp.linspace(1.0, 2.0, 6),
                               lambda w, d: jnp.sum((w - 0.02) ** 2))
     part = P.by_element(State(jnp.ones(6), ()), num_servers=3)
-    traces = []
-
-    def after(state, data):  # called once per trace of the hook
-        traces.append(1)
-        return state
-
-    fail = F.Failure(fraction=0.5, geometric=F.Geometric(0.3, start=1, stop=6))
-    kw = dict(trials=3, steps=12, converge_at=6, failure=fail, after_recovery=after)
+    fail = F.Failure(fraction=0.5, when=schedules.geometric(0.3, start=1, stop=6))
+    kw = dict(trials=3, steps=12, converge_at=6, failure=fail)
     first = S.simulate_failures(alg, part, key=0, **kw)
-    n = len(traces)
-    assert n >= 1 and np.all(first.delta > 0)
+    assert np.all(first.delta > 0)
+    n = len(_COMPILES)
     again = S.simulate_failures(alg, part, key=0, **kw)
     other_key = S.simulate_failures(alg, part, key=1, **kw)
-    assert len(traces) == n  # neither call retraced
+    assert len(_COMPILES) == n  # neither call compiled anything
     np.testing.assert_array_equal(again.loss, first.loss)
     assert not np.array_equal(other_key.fail_at, first.fail_at)
-    # The factory (run_trials' static argument) is equal for the same objects only.
-    same_values = F.Failure(fraction=0.5, geometric=F.Geometric(0.3, start=1, stop=6))
-    f = S._Factory(part, fail, None, "partial", after)
-    assert f == S._Factory(part, fail, None, "partial", after)
-    assert hash(f) == hash(S._Factory(part, fail, None, "partial", after))
-    assert f != S._Factory(part, same_values, None, "partial", after)
-    assert f != S._Factory(part, fail, None, "full", after)
+    # The factory (run_trials' static argument) is equal for the same objects only, so
+    # another spec object, even with the same values, gets its own program.
+    same_values = F.Failure(fraction=0.5, when=fail.when)
+    f = S._Factory(part, fail, None, "partial", None)
+    assert f == S._Factory(part, fail, None, "partial", None)
+    assert hash(f) == hash(S._Factory(part, fail, None, "partial", None))
+    assert f != S._Factory(part, same_values, None, "partial", None)
+    assert f != S._Factory(part, fail, None, "full", None)
 
 
 def test_simulate_failures_bad_inputs(small_mlr):
@@ -311,7 +390,9 @@ def test_simulate_failures_bad_inputs(small_mlr):
     with pytest.raises(ValueError, match="fraction"):
         S.simulate_failures(alg, part, **kw, grid={"fraction": [0.5, 2.0]})
     with pytest.raises(ValueError, match="failure times"):
-        S.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, at=15)})
+        S.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, when=15)})
+    with pytest.raises(ValueError, match="fire once"):
+        S.simulate_failures(alg, part, **{**kw, "failure": F.Failure(fraction=0.5, when=schedules.every(3))})
     with pytest.raises(TypeError, match="algorithm"):
         S.simulate_failures("mlr", part, **kw)
     with pytest.raises(ValueError, match="strategy"):
@@ -341,7 +422,7 @@ def test_lda_documents_recover_with_their_assignments():
                    aux_blocks=lambda aux, pb: type(aux)(np.asarray(pb)[:, 0][dot], "never", "never"))
     assert part.num_blocks == 4
     np.testing.assert_array_equal(part.blocks.aux.z, dot)
-    h = F.scar(part, failure=F.Failure(servers=1, at=3), recovery="partial",
+    h = F.scar(part, failure=F.Failure(servers=1, when=3), recovery="partial",
                after_recovery=lda.rebuild_counts)
     hs = h.init(s0, jax.random.key(1))  # the checkpoint is the initial state
     lost_docs = np.asarray(hs.lost)
@@ -372,7 +453,7 @@ def test_recovery_as_name_or_index_and_bad_partitions():
     a partition of another model is refused when the run is traced, naming it."""
     alg = scarjax.fixed_point(lambda w, d: 0.5 * w, jnp.ones(6), lambda w, d: jnp.sum(w ** 2))
     part = P.by_element(State(jnp.ones(6), ()))
-    fail = F.Failure(fraction=0.5, at=2)
+    fail = F.Failure(fraction=0.5, when=2)
     by_name = scarjax.run(alg, F.scar(part, failure=fail, recovery="full"), 4, 0)
     by_index = scarjax.run(alg, F.scar(part, failure=fail, recovery=F.RECOVERIES.index("full")), 4, 0)
     np.testing.assert_array_equal(by_name[1].loss, by_index[1].loss)

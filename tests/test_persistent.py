@@ -20,6 +20,7 @@ import optax
 import pytest
 
 from scarjax import State
+from scarjax import schedules as S
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar import partition as P
@@ -514,7 +515,7 @@ def test_driver_failure_and_recovery_from_disk(tmp_path):
     res = {}
     for rec in ("partial", "full"):
         res[rec] = PS.run(alg, part, ck.Checkpoint("full", 1.0, 6), 16, 0, tmp_path / rec,
-                          failure=F.Failure(servers=1, at=11), recovery=rec)
+                          failure=F.Failure(servers=1, when=11), recovery=rec)
     p, f = res["partial"], res["full"]
     assert p.loss.shape == (17,) and np.all(np.isfinite(p.loss))
     np.testing.assert_array_equal(p.loss[:12], f.loss[:12])  # identical until the failure
@@ -527,6 +528,30 @@ def test_driver_failure_and_recovery_from_disk(tmp_path):
     assert all(e["blocks"] == part.num_blocks for e in p.events if e["kind"] == "checkpoint")
     with pytest.raises(ValueError, match="already holds"):
         PS.run(alg, part, ck.Checkpoint("full", 1.0, 6), 16, 0, tmp_path / "partial")
+
+
+def test_driver_repeated_failures_and_scheduled_saves(tmp_path):
+    """Failure(when=every(4, start=4)) recovers from disk at every firing, with the lost
+    blocks the scar hook would draw (the first from k_lost, failure n from
+    fold_in(k_lost, n)); Checkpoint(when=at(2, 6, 10)) saves exactly there."""
+    from scarjax.models import quadratic
+
+    qp = quadratic.fig53_problem()
+    s0 = qp.init(jax.random.key(0), qp.data)
+    part = P.by_element(s0, num_servers=2, key=0)
+    fail = F.Failure(fraction=0.5, when=S.every(4, start=4))
+    spec = ck.Checkpoint("full", 1.0, when=S.at(2, 6, 10))  # segments of 2 steps: one compilation
+    res = PS.run(qp, part, spec, 12, 0, tmp_path / "r", failure=fail, recovery="partial", async_write=False)
+    assert [(e["kind"], e["step"]) for e in res.events] == [
+        ("checkpoint", 2), ("failure", 4), ("checkpoint", 6), ("failure", 8), ("checkpoint", 10)]
+    assert res.fail_at == 4
+    k_lost = jax.random.split(jax.random.key(0), 4)[2]
+    lost = [F.lost_blocks(fail, part, k_lost), F.lost_blocks(fail, part, jax.random.fold_in(k_lost, 1))]
+    assert [e["blocks"] for e in res.events if e["kind"] == "failure"] == [int(m.sum()) for m in lost]
+    assert np.flatnonzero(res.delta).tolist() == [4, 8]
+    np.testing.assert_array_equal(res.checkpoint.saved_at, 10)
+    with pytest.raises(ValueError, match="at most one of period"):
+        ck.Checkpoint("full", 1.0, 4, when=S.at(4))
 
 
 # --------------------------------------------------------------------------------------
@@ -544,7 +569,7 @@ def mlr_problem():
     s0 = jax.eval_shape(lambda: alg.init(jax.random.key(0), alg.data))
     part = P.by_row(s0, num_servers=3, key=0)  # 6 blocks (rows of W), 2 per server
     specs = {"full": ck.Checkpoint("full", 1.0, 4), "priority": ck.Checkpoint("priority", 0.5, 8)}  # every 4
-    return alg, part, specs, F.Failure(servers=1, at=12)
+    return alg, part, specs, F.Failure(servers=1, when=12)
 
 
 @pytest.fixture(scope="module")
@@ -606,10 +631,12 @@ def test_driver_recovers_from_previous_save_when_newest_is_damaged(mlr_problem, 
 def test_driver_refuses_events_after_the_last_step(mlr_problem, tmp_path):
     alg, part, specs, _ = mlr_problem
     d = tmp_path / "never_created"
-    with pytest.raises(ValueError, match=r"failure\.at \(16\) must be < steps \(16\)"):
-        PS.run(alg, part, specs["full"], 16, 0, d, failure=F.Failure(servers=1, at=16))
-    with pytest.raises(ValueError, match=r"failure\.at \(40\) must be < steps \(16\)"):
-        PS.run(alg, part, specs["full"], 16, 0, d, failure=F.Failure(fraction=0.5, at=40))
+    with pytest.raises(ValueError, match=r"failure\.when fires first at step 16, which must be < steps \(16\)"):
+        PS.run(alg, part, specs["full"], 16, 0, d, failure=F.Failure(servers=1, when=16))
+    with pytest.raises(ValueError, match=r"failure\.when fires first at step 40, which must be < steps \(16\)"):
+        PS.run(alg, part, specs["full"], 16, 0, d, failure=F.Failure(fraction=0.5, when=40))
+    with pytest.raises(ValueError, match=r"checkpoint\.when fires first at step 20, which must be < steps \(16\)"):
+        PS.run(alg, part, ck.Checkpoint("priority", 0.5, when=S.every(4, start=20)), 16, 0, d)
     with pytest.raises(ValueError, match=r"checkpoint saves every round\(fraction \* period\) = 20 iterations, "
                                          r"which must be < steps \(16\)"):
         PS.run(alg, part, ck.Checkpoint("priority", 0.5, 40), 16, 0, d)
@@ -632,5 +659,5 @@ def test_run_refuses_step_scheduled_hooks(tmp_path):
     part = P.by_element(s0, num_servers=2, key=0)
     with pytest.raises(ValueError, match="hooks: hook .* scheduled"):
         PS.run(qp, part, ck.Checkpoint("full", 1.0, 4), 12, 0, tmp_path / "s",
-               hooks=H.gaussian(0.1, when=9))
+               hooks=H.Hook("write", lambda s, k: (), lambda s, hs, ctx: (s, hs), name="at9", events=(("when", 9),)))
     assert not (tmp_path / "s").exists()

@@ -25,7 +25,9 @@ the blocks :func:`select` picks to disk asynchronously (Sec 5.4.3 step 4).
 Order at a step ``k`` when both happen: a failure is handled first, then the checkpoint
 (a failure "immediately before" a checkpoint is the worst case of traditional
 checkpointing, Sec 5.5.5). Checkpoints fire at ``k = m · interval`` for ``m ≥ 1`` with
-``interval = max(1, round(r · C))``.
+``interval = max(1, round(r · C))`` -- or, for a spec given ``when=`` (a
+:class:`scarjax.schedules.Schedule`) instead of ``period``, at the steps ``k ≥ 1`` the
+schedule fires (never at ``k = 0``, where the running checkpoint is ``w⁽⁰⁾`` already).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
-from scarjax.scar import partition as pt
+from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.hooks import Hook
+from scarjax.scar import partition as pt
 
 PyTree = Any
 
@@ -71,19 +74,24 @@ class Checkpoint:
         computed and one is picked).
       fraction: ``r``, the fraction of blocks saved per checkpoint (``0 < r <= 1``; must
         be 1 for ``'full'``). May be traced.
-      period: ``C``, the period of a full checkpoint in iterations: a checkpoint of
-        ``r`` of the blocks is taken every ``max(1, round(r·C))`` iterations. ``None``:
-        never save, the checkpoint stays at ``w⁽⁰⁾`` (then partial recovery is the
-        reset-to-init perturbation of Fig 5.6). May be traced.
+      period: ``C``, the period of a full checkpoint in iterations (Thm 5.4.2's cost
+        parameter): a checkpoint of ``r`` of the blocks is taken every
+        ``max(1, round(r·C))`` iterations. May be traced.
       norm: the norm for ``'priority'`` distances: ``'auto'`` (the algorithm's norm),
         ``'l2'``, ``'l1'`` or a callable on a params pytree (see
         :func:`scarjax.scar.partition.block_distances`).
+      when: the alternative to ``period``: a :class:`scarjax.schedules.Schedule` (or an
+        int step, ``at(step)``) of the iterations at which a checkpoint of ``r`` of the
+        blocks is taken (never at iteration 0). Give at most one of ``period`` and
+        ``when``; neither: never save, the checkpoint stays at ``w⁽⁰⁾`` (then partial
+        recovery is the reset-to-init perturbation of Fig 5.6).
     """
 
     strategy: str = "full"
     fraction: Any = 1.0
     period: Any = None
     norm: Any = "auto"
+    when: Any = None
 
     def __post_init__(self):
         if isinstance(self.strategy, str) or not tu.is_traced(self.strategy):
@@ -108,6 +116,17 @@ class Checkpoint:
                 raise ValueError(f"period must be a scalar, got shape {np.shape(self.period)}")
         if not (isinstance(self.norm, str) and self.norm in ("auto", "l2", "l1") or callable(self.norm)):
             raise ValueError(f"norm must be 'auto', 'l2', 'l1' or a callable, got {self.norm!r}")
+        if self.when is not None:
+            if self.period is not None:
+                raise ValueError(
+                    f"give at most one of period (C) and when (a Schedule) for the checkpoint; got "
+                    f"period={self.period!r}, when={self.when!r}"
+                )
+            object.__setattr__(self, "when", sch.as_schedule(self.when, "when"))
+
+    def events(self) -> tuple[tuple[str, int], ...]:
+        """The concrete steps of a ``when`` schedule, for :attr:`scarjax.hooks.Hook.events`."""
+        return () if self.when is None else tuple(("checkpoint.when", k) for k in self.when.events)
 
     def replace(self, **changes: Any) -> "Checkpoint":
         return dataclasses.replace(self, **changes)
@@ -122,38 +141,57 @@ class CheckpointState(NamedTuple):
       saved_at: ``int32[num_blocks]``: iteration of each block's saved copy (0 = ``w⁽⁰⁾``).
       cursor: ``int32``: the next block in round-robin order.
       saves: ``int32``: number of checkpoints taken.
+      when: the state of the spec's ``when`` schedule (``init(key)``; ``()`` without one).
     """
 
     saved: Any
     saved_at: jax.Array
     cursor: jax.Array
     saves: jax.Array
+    when: Any = ()
 
 
-def init(state: Any, partition: pt.Partition) -> CheckpointState:
-    """A running checkpoint initialised to ``state`` (``w⁽⁰⁾``, Sec 5.4.2)."""
+def init(state: Any, partition: pt.Partition, spec: Checkpoint | None = None,
+         key: jax.Array | None = None) -> CheckpointState:
+    """A running checkpoint initialised to ``state`` (``w⁽⁰⁾``, Sec 5.4.2). For a ``spec``
+    with a ``when`` schedule, its state is drawn here from ``key`` (required then)."""
     pt.check_matches(partition, state)
+    when = ()
+    if spec is not None:
+        if not isinstance(spec, Checkpoint):
+            raise TypeError(f"spec must be a Checkpoint or None, got {type(spec).__name__}")
+        if spec.when is not None:
+            if key is None:
+                raise ValueError("key is required to initialise a checkpoint with a when= schedule")
+            when = spec.when.init(key)
     return CheckpointState(
         saved=state,
         saved_at=jnp.zeros((partition.num_blocks,), jnp.int32),
         cursor=jnp.zeros((), jnp.int32),
         saves=jnp.zeros((), jnp.int32),
+        when=when,
     )
 
 
 def interval(spec: Checkpoint) -> jax.Array:
     """Iterations between checkpoints, ``max(1, round(r·C))`` (Sec 5.4.2)."""
     if spec.period is None:
-        raise ValueError("this checkpoint never saves (period=None)")
+        raise ValueError("this checkpoint has no period (period=None): it saves at its when= schedule or never")
     r = jnp.asarray(spec.fraction, jnp.float32)
     return jnp.maximum(1, jnp.round(r * jnp.asarray(spec.period, jnp.float32))).astype(jnp.int32)
 
 
-def due(spec: Checkpoint, step: jax.Array) -> jax.Array:
-    """Whether a checkpoint is taken at ``step`` (``step = m·interval``, ``m >= 1``)."""
+def due(spec: Checkpoint, step: jax.Array, key: jax.Array | None = None, when_state: Any = ()) -> jax.Array:
+    """Whether a checkpoint is taken at ``step``: ``step = m·interval`` (``m >= 1``), or,
+    for a spec with ``when``, ``step >= 1`` and ``spec.when.fires(step, key, when_state)``
+    (``key``: the per-step key of the schedule; ``when_state``: ``CheckpointState.when``)."""
+    step = jnp.asarray(step, jnp.int32)
+    if spec.when is not None:
+        if key is None:
+            raise ValueError("key is required: this checkpoint saves at a when= schedule (give the per-step key)")
+        return (step > 0) & spec.when.fires(step, key, when_state)
     if spec.period is None:
         return jnp.bool_(False)
-    step = jnp.asarray(step, jnp.int32)
     return (step > 0) & (step % interval(spec) == 0)
 
 
@@ -235,7 +273,7 @@ def save(
     saved = jax.tree.map(
         lambda ids, s, x: jnp.where(ids < 0, x.astype(s.dtype), s), partition.blocks, saved, state
     )
-    return CheckpointState(
+    return ckpt._replace(
         saved=saved,
         saved_at=jnp.where(block_mask, jnp.asarray(step, jnp.int32), ckpt.saved_at),
         cursor=(ckpt.cursor + jnp.asarray(advance, jnp.int32)) % partition.num_blocks,
@@ -253,15 +291,16 @@ def step(
     algorithm_norm: Callable | None = None,
 ) -> tuple[CheckpointState, jax.Array]:
     """Take a checkpoint at iteration ``k`` if one is :func:`due`: returns the new
-    running checkpoint and the mask of blocks saved (all ``False`` when none)."""
+    running checkpoint and the mask of blocks saved (all ``False`` when none). ``key``
+    breaks ties in the selection; a ``when`` schedule fires with ``fold_in(key, 1)``."""
     if not isinstance(spec, Checkpoint):
         raise TypeError(f"spec must be a Checkpoint, got {type(spec).__name__}")
     pt.check_matches(partition, state)
     va.check_tree_like("ckpt.saved", ckpt.saved, state, "state")
     B = partition.num_blocks
-    if spec.period is None:
+    if spec.period is None and spec.when is None:
         return ckpt, jnp.zeros((B,), bool)
-    fire = due(spec, k)
+    fire = due(spec, k, jax.random.fold_in(key, 1) if spec.when is not None else None, ckpt.when)
 
     def take(_):
         mask = select(spec, ckpt, state, partition, key, algorithm_norm)
@@ -288,10 +327,10 @@ def saver(partition: pt.Partition, spec: Checkpoint, *, name: str = "checkpoint"
     va.check_str("name", name)
 
     def init_fn(state, key):
-        return init(state, partition)
+        return init(state, partition, spec, key)
 
     def apply(state, hstate, ctx):
         hstate, _ = step(spec, hstate, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
         return state, hstate
 
-    return Hook(point="write", init=init_fn, apply=apply, name=name)
+    return Hook(point="write", init=init_fn, apply=apply, name=name, events=spec.events())

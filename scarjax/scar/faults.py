@@ -1,6 +1,7 @@
 """Parameter-server failures and their recovery, as write-point hooks (thesis Sec 5.4).
 
-A failure at iteration ``T`` loses a set of blocks of a :class:`~scarjax.scar.partition.
+A failure (at the iterations of its :mod:`scarjax.schedules` schedule, e.g. a fixed ``T``
+or a geometric time, Sec 5.5.3) loses a set of blocks of a :class:`~scarjax.scar.partition.
 Partition`: a uniformly random fraction ``p`` of the blocks (the setting of Thm 5.4.2),
 or exactly the blocks held by ``k`` failed servers (Sec 5.4.3). Optimizer state and other
 aux leaves co-located with a lost block are lost with it. Recovery reloads from the
@@ -33,16 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
-from scarjax.scar import checkpoint as ck
-from scarjax.scar import partition as pt
+from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.hooks import Hook
+from scarjax.scar import checkpoint as ck
+from scarjax.scar import partition as pt
 
 PyTree = Any
 
 __all__ = [
     "RECOVERIES",
-    "Geometric",
     "Failure",
     "lost_blocks",
     "recover",
@@ -50,7 +51,6 @@ __all__ = [
     "scar",
     "failure",
     "ScarState",
-    "geometric_times",
 ]
 
 RECOVERIES = ("partial", "full")
@@ -60,73 +60,26 @@ def _concrete(x: Any) -> bool:
     return x is not None and not tu.is_traced(x) and np.ndim(x) == 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Geometric:
-    """A failure time ``T ~ start + Geometric(rate)`` truncated to ``[start, stop)``
-    (Sec 5.5.3 samples the failure iteration from a geometric distribution): each
-    iteration from ``start`` on fails with probability ``rate``, conditioned on a failure
-    before ``stop``. ``stop=None`` leaves it untruncated (then ``T`` may exceed the run,
-    i.e. no failure)."""
-
-    rate: float
-    start: int = 1
-    stop: int | None = None
-
-    def __post_init__(self):
-        if self.rate is None or not tu.is_traced(self.rate):
-            if self.rate is None:
-                raise TypeError("rate must be a number in (0, 1], got None")
-            va.check_real("rate", self.rate, lo=0.0, hi=1.0, lo_open=True)
-            if np.ndim(self.rate) != 0:
-                raise ValueError(f"rate must be a scalar, got shape {np.shape(self.rate)}")
-        if isinstance(self.start, bool) or not isinstance(self.start, (int, np.integer)) or self.start < 0:
-            raise ValueError(f"start must be an int >= 0, got {self.start!r}")
-        if self.stop is not None and (
-            isinstance(self.stop, bool) or not isinstance(self.stop, (int, np.integer)) or self.stop <= self.start
-        ):
-            raise ValueError(f"stop must be an int > start={self.start}, got {self.stop!r}")
-
-    def sample(self, key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
-        """Draw ``T`` (int32) by inverting the (truncated) geometric CDF."""
-        q = jnp.asarray(self.rate, jnp.float32)
-        u = jax.random.uniform(key, shape, minval=0.0, maxval=1.0)
-        log1mq = jnp.log1p(-jnp.minimum(q, 1.0 - 1e-7))
-        if self.stop is not None:
-            n = self.stop - self.start
-            # P(T - start <= j) = (1 - (1-q)^(j+1)) / (1 - (1-q)^n)
-            scale = -jnp.expm1(n * log1mq)
-            j = jnp.floor(jnp.log1p(-u * scale) / log1mq)
-            j = jnp.clip(j, 0, n - 1)
-        else:
-            j = jnp.floor(jnp.log1p(-u) / log1mq)
-        j = jnp.where(q >= 1.0, 0.0, j)
-        return (self.start + j).astype(jnp.int32)
-
-
-def geometric_times(dist: Geometric, key: jax.Array | int, n: int) -> np.ndarray:
-    """``n`` failure times from ``dist`` (host array), e.g. for ``hook_args``."""
-    if not isinstance(dist, Geometric):
-        raise TypeError(f"dist must be a Geometric, got {type(dist).__name__}")
-    n = va.check_int("n", n, lo=1)
-    key = va.check_key("key", key)
-    return np.asarray(dist.sample(key, (n,)))
-
-
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Failure:
-    """When a failure happens and what it loses.
+    """When failures happen and what each loses (Sec 5.4).
 
-    Exactly one of ``fraction`` (a uniformly random fraction ``p`` of the blocks is lost,
-    Thm 5.4.2) and ``servers`` (exactly the blocks of ``k`` uniformly random failed
-    servers); exactly one of ``at`` (a fixed iteration ``T``) and ``geometric`` (a
-    :class:`Geometric` failure time, drawn per trial). ``fraction``, ``servers`` and
-    ``at`` may be traced (varied across vmapped trials).
+    Attributes:
+      fraction: a uniformly random fraction ``p`` of the blocks is lost (Thm 5.4.2); or
+      servers: exactly the blocks of ``k`` uniformly random failed servers (Sec 5.4.3).
+        Exactly one of the two; either may be traced (varied across vmapped trials).
+      when: a :class:`scarjax.schedules.Schedule` of the failure iterations, or an int
+        step ``T`` (``schedules.at(T)``; may be traced): e.g. ``schedules.geometric(rate,
+        start, stop)`` for the geometric failure time of Sec 5.5.3 (drawn per trial),
+        ``schedules.every(k)`` for repeated failures.
+
+    A failure may fire more than once: the first firing loses the blocks drawn when the
+    hook is initialised, each later one draws a fresh set (see :func:`scar`).
     """
 
     fraction: Any = None
     servers: Any = None
-    at: Any = None
-    geometric: Geometric | None = None
+    when: Any = None
 
     def __post_init__(self):
         if (self.fraction is None) == (self.servers is None):
@@ -134,12 +87,12 @@ class Failure:
                 f"give exactly one of fraction (of blocks) and servers (count); got "
                 f"fraction={self.fraction!r}, servers={self.servers!r}"
             )
-        if (self.at is None) == (self.geometric is None):
-            raise ValueError(
-                f"give exactly one of at (iteration) and geometric (Geometric); got "
-                f"at={self.at!r}, geometric={self.geometric!r}"
+        if self.when is None:
+            raise TypeError(
+                "when must be a scarjax.schedules.Schedule or an int step (the failure iterations), got None"
             )
-        for nm in ("fraction", "servers", "at"):
+        object.__setattr__(self, "when", sch.as_schedule(self.when, "when"))
+        for nm in ("fraction", "servers"):
             v = getattr(self, nm)
             if v is not None and not tu.is_traced(v):
                 if nm == "fraction":
@@ -148,26 +101,14 @@ class Failure:
                     va.check_integer_value(nm, v, lo=0)
                 if np.ndim(v) != 0:
                     raise ValueError(f"{nm} must be a scalar, got shape {np.shape(v)}")
-        if self.geometric is not None and not isinstance(self.geometric, Geometric):
-            raise TypeError(f"geometric must be a Geometric, got {type(self.geometric).__name__}")
 
     def replace(self, **changes: Any) -> "Failure":
         return dataclasses.replace(self, **changes)
 
-    def time(self, key: jax.Array) -> jax.Array:
-        """The failure iteration ``T`` (int32)."""
-        if self.at is not None:
-            return jnp.asarray(self.at, jnp.int32)
-        return self.geometric.sample(key)
-
     def events(self) -> tuple[tuple[str, int], ...]:
-        """The concrete iteration of the failure (``failure.at``, or the earliest a
-        :class:`Geometric` time can take) for :attr:`scarjax.hooks.Hook.events`."""
-        if _concrete(self.at):
-            return (("failure.at", int(self.at)),)
-        if self.geometric is not None:
-            return (("failure.geometric.start", int(self.geometric.start)),)
-        return ()
+        """The concrete steps of the ``when`` schedule (e.g. ``T`` of ``at(T)``, the earliest
+        step of a geometric time) for :attr:`scarjax.hooks.Hook.events`."""
+        return tuple(("failure.when", k) for k in self.when.events)
 
     def check(self, partition: pt.Partition) -> None:
         if not isinstance(partition, pt.Partition):
@@ -248,12 +189,25 @@ def _recovery(recovery: Any) -> Any:
 
 
 class ScarState(NamedTuple):
-    """Hook state of :func:`scar`: the running checkpoint, the failure iteration and the
-    blocks that failure loses (drawn at ``init``)."""
+    """Hook state of :func:`scar`.
+
+    Attributes:
+      checkpoint: the running checkpoint (:class:`~scarjax.scar.checkpoint.CheckpointState`).
+      when: the failure schedule's state (``failure.when.init``; e.g. the geometric
+        failure iteration ``T``), ``()`` without a failure.
+      lost: ``bool[num_blocks]``: the blocks the first failure loses (drawn at ``init``),
+        then those the latest failure lost.
+      failures: ``int32``: failures so far.
+      key: ``jax.random.key_data(k_lost)``: failure ``n ≥ 1`` draws its lost blocks from
+        ``fold_in(k_lost, n)`` (raw key data, so the state holds plain arrays; rewrapped
+        with the implementation of the loop's keys).
+    """
 
     checkpoint: ck.CheckpointState
-    fail_at: jax.Array
+    when: Any
     lost: jax.Array
+    failures: jax.Array
+    key: jax.Array
 
 
 def scar(
@@ -265,7 +219,7 @@ def scar(
     after_recovery: Callable[[Any, Any], Any] | None = None,
     name: str = "scar",
 ) -> Hook:
-    """SCAR as one write-point hook: a running checkpoint, a failure and its recovery
+    """SCAR as one write-point hook: a running checkpoint, failures and their recovery
     (Sec 5.4, Fig 5.4).
 
     Args:
@@ -279,10 +233,20 @@ def scar(
         indices before tracing).
       after_recovery: ``after_recovery(state, data) -> state``, applied right after a
         recovery (traceable), e.g. LDA's ``rebuild_counts`` to regenerate the word-topic
-        counts from the recovered assignments.
+        counts from the recovered assignments (:func:`apply_after_recovery`).
       name: the hook's name in ``trace.delta``.
 
-    The hook's change of the parameters at ``T`` is recorded by the loop as ``δ_T``.
+    Randomness: ``init(state, key)`` splits ``key`` into ``(k_when, k_lost)``: the failure
+    schedule's state is ``failure.when.init(k_when)`` and the first failure loses
+    ``lost_blocks(failure, partition, k_lost)``; failure ``n ≥ 1`` (counting from 0) loses
+    ``lost_blocks(..., fold_in(k_lost, n))``. A ``when`` schedule of the checkpoint is
+    initialised from ``fold_in(key, 2)``. At each step the failure schedule fires with
+    ``fold_in(ctx.key, 2)``; the checkpoint selects with ``ctx.key``
+    (:func:`scarjax.scar.checkpoint.step`).
+
+    At a step where the failure fires, the state is recovered from the running checkpoint
+    first, then the checkpoint is taken if due. The hook's change of the parameters at a
+    failure is recorded by the loop as ``δ_T``.
     """
     if not isinstance(partition, pt.Partition):
         raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
@@ -300,23 +264,32 @@ def scar(
     B = partition.num_blocks
 
     def init_fn(state, key):
-        k_t, k_lost = jax.random.split(key)
+        k_when, k_lost = jax.random.split(key)
+        ckpt = ck.init(state, partition, spec, jax.random.fold_in(key, 2))
         if failure is None:
-            fail_at, lost = jnp.asarray(-1, jnp.int32), jnp.zeros((B,), bool)
+            when, lost = (), jnp.zeros((B,), bool)
         else:
-            fail_at, lost = failure.time(k_t), lost_blocks(failure, partition, k_lost)
-        return ScarState(ck.init(state, partition), fail_at, lost)
+            when, lost = failure.when.init(k_when), lost_blocks(failure, partition, k_lost)
+        return ScarState(ckpt, when, lost, jnp.zeros((), jnp.int32), jax.random.key_data(k_lost))
 
     def apply(state, hstate, ctx):
         if failure is not None:
-            fire = ctx.step == hstate.fail_at
-            rec = recover(recovery, state, hstate.checkpoint.saved, partition, hstate.lost)
+            fire = jnp.asarray(failure.when.fires(ctx.step, jax.random.fold_in(ctx.key, 2), hstate.when), bool)
+            n = hstate.failures
+            k_lost = jax.random.wrap_key_data(hstate.key, impl=jax.random.key_impl(ctx.key))
+            lost = jax.lax.cond(
+                n == 0,
+                lambda: hstate.lost,
+                lambda: lost_blocks(failure, partition, jax.random.fold_in(k_lost, n)),
+            )
+            rec = recover(recovery, state, hstate.checkpoint.saved, partition, lost)
             rec = apply_after_recovery(after_recovery, rec, state, ctx.algorithm.data)
             state = jax.tree.map(lambda a, b: jnp.where(fire, a, b), rec, state)
+            hstate = hstate._replace(lost=jnp.where(fire, lost, hstate.lost), failures=n + fire.astype(jnp.int32))
         ckpt, _ = ck.step(spec, hstate.checkpoint, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
         return state, hstate._replace(checkpoint=ckpt)
 
-    events = failure.events() if failure is not None else ()
+    events = (failure.events() if failure is not None else ()) + spec.events()
     return Hook(point="write", init=init_fn, apply=apply, name=name, events=events)
 
 
@@ -328,7 +301,7 @@ def failure(
     after_recovery: Callable[[Any, Any], Any] | None = None,
     name: str = "failure",
 ) -> Hook:
-    """A failure recovered from the initial state ``w⁽⁰⁾`` (no periodic checkpoints):
+    """Failures recovered from the initial state ``w⁽⁰⁾`` (no periodic checkpoints):
     ``scar(partition, checkpoint=None, failure=failure, ...)``."""
     return scar(partition, checkpoint=None, failure=failure, recovery=recovery,
                 after_recovery=after_recovery, name=name)

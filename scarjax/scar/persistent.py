@@ -73,6 +73,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
+from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State
 from scarjax.core import run as run_loop
@@ -792,9 +793,10 @@ class PersistentRun:
         the recovery read (older than the last save when that save was found damaged).
       train_s: wall time spent in the compiled training segments (includes compilation
         the first time a segment length is seen).
-      fail_at: the failure iteration (``failure.at``, or the ``failure.geometric`` draw,
-        which may fall at or after ``steps``: then no failure happened in this run);
-        ``None`` without a failure.
+      fail_at: the first failure iteration: for a :func:`scarjax.schedules.geometric`
+        ``failure.when`` its draw, which may fall at or after ``steps`` (then no failure
+        happened in this run); otherwise the first step the schedule fired at in the
+        run. ``None`` without a failure (or when the schedule never fired).
     """
 
     state: Any
@@ -837,11 +839,21 @@ def run(
     re-initialised per segment. At each checkpoint iteration (see
     :func:`scarjax.scar.checkpoint.due`) the in-memory cache is updated by
     :func:`scarjax.scar.checkpoint.step` and the selected blocks are handed to
-    :meth:`PersistentCheckpoint.save` (asynchronous); at the failure iteration
-    (``failure.at`` or drawn from ``failure.geometric`` with ``key``) the lost blocks are
-    read back from disk (``'partial'``) or the whole checkpoint is (``'full'``), then
-    ``after_recovery(state, data)`` is applied. A failure is handled before a checkpoint
-    at the same iteration. ``on_save(step, cache, block_mask)`` is called before each
+    :meth:`PersistentCheckpoint.save` (asynchronous); at each failure iteration (where
+    ``failure.when`` fires) the lost blocks are read back from disk (``'partial'``) or the
+    whole checkpoint is (``'full'``), and the state is recovered with the same functions
+    as the in-memory hook :func:`scarjax.scar.faults.scar`
+    (:func:`~scarjax.scar.faults.lost_blocks`, :func:`~scarjax.scar.faults.recover`,
+    :func:`~scarjax.scar.faults.apply_after_recovery`). A failure is handled before a
+    checkpoint at the same iteration.
+
+    Randomness: ``key`` splits into ``(k_init, k_fail, k_lost, k_ck)``. The failure
+    schedule's state is ``failure.when.init(k_fail)`` (a geometric time: that draw) and it
+    is evaluated at step ``k`` with ``fold_in(k_fail, k)``; failure ``n`` (from 0) loses
+    ``lost_blocks(failure, partition, k_lost)`` for ``n = 0`` and ``fold_in(k_lost, n)``
+    after, as in the hook. The checkpoint at step ``k`` selects with ``fold_in(k_ck, k)``;
+    a checkpoint ``when`` schedule is initialised from ``fold_in(key, 4)``. Both schedules
+    are evaluated on the host for every step before the run, to cut it into segments. ``on_save(step, cache, block_mask)`` is called before each
     write is handed off (used by the crash test to record what each save must contain).
     ``segment``: also cut the loop every ``segment`` iterations; runs whose events all
     fall on multiples of ``segment`` then see identical keys (minibatches), which makes
@@ -856,10 +868,11 @@ def run(
     segment-relative step instead of once at ``k``. Step-independent hooks (``always``,
     an unstarted ``with_probability``) are accepted.
 
-    Events must fall inside the run: a fixed failure ``failure.at >= steps`` or a
-    checkpoint interval ``round(fraction·period) >= steps`` raises ``ValueError`` (it
-    would never happen). A ``failure.geometric`` draw at or after ``steps`` means no
-    failure in this run (recorded in :attr:`PersistentRun.fail_at`).
+    Events must fall inside the run: a failure or checkpoint schedule whose first event
+    (``Schedule.events``) is at or after ``steps``, or a checkpoint interval
+    ``round(fraction·period) >= steps``, raises ``ValueError`` (it would never happen). A
+    geometric failure time drawn at or after ``steps`` means no failure in this run
+    (recorded in :attr:`PersistentRun.fail_at`).
 
     Returns:
       :class:`PersistentRun`.
@@ -891,7 +904,6 @@ def run(
             "at that step. Use step-independent hooks here (always, an unstarted with_probability)"
         )
     # Event iterations: every scheduled event must fall inside the run.
-    save_at = []
     if checkpoint.period is not None:
         iv = int(ck.interval(checkpoint))
         if iv >= steps:
@@ -899,25 +911,32 @@ def run(
                 f"checkpoint saves every round(fraction * period) = {iv} iterations, which must be "
                 f"< steps ({steps}): no checkpoint would be taken in this run"
             )
-        save_at = list(range(iv, steps, iv))
-    if failure is not None:
-        if failure.at is not None and tu.is_traced(failure.at):
-            raise ValueError(f"the persistent driver needs a concrete failure.at, got {failure.at!r}")
-        if failure.at is not None and int(failure.at) >= steps:
+    for what, spec_events in (("failure", failure.events() if failure is not None else ()),
+                              ("checkpoint", checkpoint.events())):
+        late = [k for _, k in spec_events if k >= steps]
+        if late:
             raise ValueError(
-                f"failure.at ({int(failure.at)}) must be < steps ({steps}): a failure at or after "
-                "the last step would never happen"
+                f"{what}.when fires first at step {late[0]}, which must be < steps ({steps}): it would "
+                "never happen in this run"
             )
+    if failure is not None:
         failure.check(partition)
     key = va.check_key("key", key)
     k_init, k_fail, k_lost, k_ck = jax.random.split(key, 4)
     state = State(*init_state) if init_state is not None else algorithm.init(k_init, algorithm.data)
     state = State(*state)
-    fail_drawn = fail_at = None
+    cache = ck.init(state, partition, checkpoint, jax.random.fold_in(key, 4))
+    save_at = _firing_steps(lambda k: ck.due(checkpoint, k, jax.random.fold_in(jax.random.fold_in(k_ck, k), 1),
+                                             cache.when), steps)
+    fail_drawn, fail_steps = None, []
     if failure is not None:
-        fail_drawn = int(failure.time(k_fail))
-        fail_at = fail_drawn if 0 <= fail_drawn < steps else None  # a geometric draw past the run
-    events_at = set(save_at) | ({fail_at} if fail_at is not None else set())
+        when_state = failure.when.init(k_fail)
+        fail_steps = _firing_steps(lambda k: failure.when.fires(k, jax.random.fold_in(k_fail, k), when_state), steps)
+        if isinstance(failure.when, sch.Geometric):
+            fail_drawn = int(when_state)  # the draw, which may fall past the run (no failure)
+        elif fail_steps:
+            fail_drawn = fail_steps[0]
+    events_at = set(save_at) | set(fail_steps)
     if segment is not None:
         events_at |= set(range(int(segment), steps, int(segment)))
     events_at = sorted(events_at)
@@ -931,8 +950,8 @@ def run(
     store = PersistentCheckpoint(path, partition, state, async_write=async_write, keep=keep)
     try:
         store.initialize(state)
-        out = _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, failure, recovery,
-                     after_recovery, on_save, save_at, fail_at, events_at, k_lost, k_ck)
+        out = _drive(algorithm, partition, checkpoint, steps, key, store, state, cache, hooks, failure, recovery,
+                     after_recovery, on_save, save_at, fail_steps, events_at, k_lost, k_ck)
     except BaseException:
         store._close(raise_errors=False)
         raise
@@ -941,11 +960,18 @@ def run(
     return out
 
 
-def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, failure, recovery,
-           after_recovery, on_save, save_at, fail_at, events_at, k_lost, k_ck) -> PersistentRun:
+def _firing_steps(fires: Callable[[jax.Array], jax.Array], steps: int) -> list[int]:
+    """The iterations in ``[0, steps)`` at which ``fires(step)`` is true (evaluated on the
+    host, vmapped over the steps)."""
+    fired = np.asarray(jax.jit(jax.vmap(lambda k: jnp.asarray(fires(k), bool)))(jnp.arange(steps, dtype=jnp.int32)))
+    return [int(k) for k in np.flatnonzero(fired)]
+
+
+def _drive(algorithm, partition, checkpoint, steps, key, store, state, cache, hooks, failure, recovery,
+           after_recovery, on_save, save_at, fail_steps, events_at, k_lost, k_ck) -> PersistentRun:
     """The event loop of :func:`run` (the store is opened and closed by the caller)."""
-    cache = ck.init(state, partition)
     last_save = 0
+    failures = 0
     norm = algorithm.norm
     losses = [np.asarray(algorithm.loss(state, algorithm.data))[None]]
     delta = np.zeros((steps,), np.float32)
@@ -961,8 +987,12 @@ def _drive(algorithm, partition, checkpoint, steps, key, store, state, hooks, fa
             k = stop
         if k >= steps:
             break
-        if k == fail_at:
-            lost = np.asarray(faults.lost_blocks(failure, partition, k_lost))
+        if k in fail_steps:
+            # The same draws as the scar hook: the first failure from k_lost, failure n
+            # from fold_in(k_lost, n).
+            k_n = k_lost if failures == 0 else jax.random.fold_in(k_lost, failures)
+            lost = np.asarray(faults.lost_blocks(failure, partition, k_n))
+            failures += 1
             t0 = time.perf_counter()
             # Read back what the recovery needs (the lost blocks, or the whole running
             # checkpoint), then recover exactly as the in-memory hook does.

@@ -21,11 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from scarjax import _validate as va
-from scarjax.core import Algorithm, run_trials
+from scarjax import schedules as sch
+from scarjax.core import Algorithm
 from scarjax.rework import calibrate_near, rework_cost
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import faults as F
 from scarjax.scar import partition as pt
+from scarjax.trials import run_trials
 
 __all__ = ["FailureResult", "simulate_failures", "GRID_KEYS"]
 
@@ -94,7 +96,7 @@ class _Factory:
         return hash(self._identity())
 
     def __call__(self, a: dict) -> Any:
-        f = self.failure.replace(at=a["at"], geometric=None)
+        f = self.failure.replace(when=sch.at(a["at"]))
         if "fraction" in a:
             f = f.replace(fraction=a["fraction"])
         if "servers" in a:
@@ -129,8 +131,12 @@ def simulate_failures(
 
     For ``trials`` keys (trial ``i`` uses the same key, hence the same initialisation and
     minibatches, at every grid point and in the baseline), the failure time ``T`` is
-    drawn from ``failure.geometric`` (or fixed ``failure.at``); a run with
-    ``scar(partition, checkpoint, failure, recovery)`` is compared with a no-failure run:
+    drawn on the host, one per trial, from ``failure.when`` (a
+    :func:`scarjax.schedules.geometric` schedule: ``when.sample(k_time, (trials,))`` with
+    ``k_time = split(key)[1]``), or is the one fixed step of ``failure.when`` (an int
+    ``T``, ``schedules.at(T)``); trial ``i`` runs ``scar(partition, checkpoint,
+    failure.replace(when=at(T_i)), recovery)`` (``T_i`` passed in ``hook_args``, so one
+    program serves every trial) and is compared with a no-failure run:
     ε is calibrated per trial so that the baseline's full-data loss reaches it for good at
     iteration ``converge_at`` (or the first iteration after where that is possible,
     :func:`scarjax.rework.calibrate_near`), and the rework is the
@@ -204,14 +210,11 @@ def simulate_failures(
     key = va.check_key("key", key)
     k_trials, k_time = jax.random.split(key)
     keys = jax.random.split(k_trials, trials)
-    if failure.at is not None:
-        fail_at = np.full((trials,), int(failure.at), np.int32) if F._concrete(failure.at) else np.asarray(failure.at)
-    else:
-        fail_at = F.geometric_times(failure.geometric, k_time, trials)
+    fail_at = _failure_times(failure.when, k_time, trials, steps)
     if np.any(fail_at >= converge_at):
         raise ValueError(
             f"failure times must be < converge_at={converge_at} (got max {int(fail_at.max())}); "
-            "use Geometric(..., stop=converge_at)"
+            "use failure when=schedules.geometric(..., stop=converge_at)"
         )
     if baseline is None:
         base_loss = np.asarray(run_trials(algorithm, None, steps, keys)[1].loss)
@@ -246,3 +249,30 @@ def simulate_failures(
         baseline_loss=base_loss,
         loss=loss,
     )
+
+
+def _failure_times(when: sch.Schedule, key: jax.Array, trials: int, steps: int) -> np.ndarray:
+    """``int32[trials]``: one failure iteration per trial, drawn on the host.
+
+    A :func:`~scarjax.schedules.geometric` schedule draws ``when.sample(key, (trials,))``
+    (exactly the draws of its ``init``, so a trial's ``T`` is what the schedule would
+    draw from that key). Any other schedule must fire exactly once in ``[0, steps)`` at a
+    step that does not depend on the key (an int ``T``, ``schedules.at(T)``): the
+    experiment measures the rework of one failure per trial."""
+    if isinstance(when, sch.Geometric):
+        return np.asarray(when.sample(key, (trials,)), np.int32)
+    ks = jnp.arange(steps, dtype=jnp.int32)
+
+    def fired(k):
+        state = when.init(k)
+        return np.asarray(jax.vmap(lambda s: jnp.asarray(when.fires(s, jax.random.fold_in(k, s), state), bool))(ks))
+
+    a, b = (fired(k) for k in jax.random.split(key))
+    at = np.flatnonzero(a)
+    if at.size != 1 or not np.array_equal(a, b):
+        raise ValueError(
+            f"failure.when must be schedules.geometric(...) (a failure time drawn per trial) or fire once, "
+            f"at a fixed step, in the run (an int T or schedules.at(T)); got {when!r}, which fires at "
+            f"{at.tolist()[:8]} in [0, {steps})"
+        )
+    return np.full((trials,), int(at[0]), np.int32)

@@ -11,7 +11,7 @@ from scarjax.scar import partition as pt
 from scarjax.perturb import workers as wk
 from scarjax.ps import failures
 
-import _problems as pb
+from . import _problems as pb
 
 FAIL_AT = 6
 
@@ -31,7 +31,7 @@ def test_failure_matches_scar_hook(mlr_ps, mlr_alg, mlr_part, ckpt_spec, recover
     st, loss, lost = failures.run_with_failure(mlr_ps, pb.STEPS, key, fail_at=FAIL_AT, servers=servers,
                                                recovery=recovery)
     hook = faults.scar(mlr_part, checkpoint=ckpt_spec,
-                       failure=faults.Failure(servers=1, at=FAIL_AT), recovery=recovery)
+                       failure=faults.Failure(servers=1, when=FAIL_AT), recovery=recovery)
     ref, rtr = scarjax.run(mlr_alg, [wk.data_parallel(8), hook], pb.STEPS, key)
     lg = mlr_ps.logical(st)
     for a, b in zip(jax.tree.leaves(lg), jax.tree.leaves(ref)):
