@@ -154,17 +154,26 @@ def replot(names: list[str] | None, out_dir, results_dir=None) -> dict[str, list
 
 
 def _cmd_replot(args: argparse.Namespace) -> int:
-    try:
-        done = replot(args.names, Path(args.out), args.results)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"scarjax: {e}", file=sys.stderr)
+    available = experiments()
+    unknown = [n for n in args.names if n not in available]
+    if unknown:
+        print(f"scarjax: unknown experiment(s) {unknown}; see 'scarjax list'", file=sys.stderr)
         return 2
-    for name, paths in done.items():
+    src = Path(args.results or args.out)
+    names = args.names or [n for n in available if (src / "results" / f"{n}.json").exists()]
+    if not names:
+        print(f"scarjax: no results in {src / 'results'}", file=sys.stderr)
+        return 2
+    failed = []
+    for name in names:  # one experiment's unusable results do not stop the others
+        try:
+            paths = replot([name], Path(args.out), src)[name]
+        except (ValueError, FileNotFoundError) as e:
+            print(f"scarjax: {name}: {e}", file=sys.stderr)
+            failed.append(name)
+            continue
         print(f"[scarjax] {name}: " + ", ".join(str(p) for p in paths), flush=True)
-    if not done:
-        print(f"scarjax: no results in {args.results or args.out}/results", file=sys.stderr)
-        return 2
-    return 0
+    return 2 if failed else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
