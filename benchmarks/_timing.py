@@ -89,13 +89,13 @@ def emit(name: str, results: dict) -> None:
     print(json.dumps({"benchmark": name, "environment": environment(), **results}, indent=1))
 
 
-def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int) -> float:
-    """Median seconds per iteration of ``scarjax.run(algorithm, hooks, steps, seed)`` over
-    ``repeats`` fresh seeds, after one compiling run."""
+def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int, workers: int | None = None) -> float:
+    """Median seconds per iteration of ``scarjax.run(algorithm, hooks, steps, seed,
+    workers=workers)`` over ``repeats`` fresh seeds, after one compiling run."""
     import scarjax
 
     def go(seed):
-        block(scarjax.run(algorithm, hooks, steps, seed))
+        block(scarjax.run(algorithm, hooks, steps, seed, workers=workers))
 
     go(0)
     times = []

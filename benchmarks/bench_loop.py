@@ -85,9 +85,9 @@ def main(quick: bool = False) -> dict:
     keys = jax.random.split(jax.random.key(1), n)
     trials = {}
     problems = {
-        "qp": (quadratic.fig53_problem(), scarjax.hooks.gaussian(0.1, when=steps // 2)),
-        "mlr_batch64": (mlr.mlr(x, y, num_classes=10, batch_size=64), scarjax.hooks.gaussian(0.01, when=steps // 2)),
-        "mlr_full": (mlr.mlr(x, y, num_classes=10), scarjax.hooks.gaussian(0.01, when=steps // 2)),
+        "qp": (quadratic.fig53_problem(), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.1), steps // 2)),
+        "mlr_batch64": (mlr.mlr(x, y, num_classes=10, batch_size=64), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), steps // 2)),
+        "mlr_full": (mlr.mlr(x, y, num_classes=10), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), steps // 2)),
     }
     for name, (alg, hook) in problems.items():
         def sequential():

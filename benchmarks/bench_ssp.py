@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 
 import scarjax
-from scarjax.perturb import staleness, workers
+from scarjax.perturb import staleness
 from scarjax.models import mlr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,15 +37,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     M = args.workers
     alg = mlr.digits(lr=0.5, batch_size=args.batch or None)
-    cases = {
-        "plain (no workers)": None,
-        f"sync M={M}": workers.data_parallel(M),
-        f"ssp M={M} s=1": staleness.ssp(M, 1),
-        f"ssp M={M} s=8": staleness.ssp(M, 8),
-        f"ssp M={M} s=32": staleness.ssp(M, 32),
-        f"async M={M} max_delay=128": staleness.asynchronous(M, 4.0, max_delay=128),
+    cases = {  # (hooks, workers)
+        "plain (no workers)": (None, None),
+        f"sync M={M}": (None, M),
+        f"ssp M={M} s=1": (staleness.ssp(M, 1), M),
+        f"ssp M={M} s=8": (staleness.ssp(M, 8), M),
+        f"ssp M={M} s=32": (staleness.ssp(M, 32), M),
+        f"async M={M} max_delay=128": (staleness.asynchronous(M, 4.0, max_delay=128), M),
     }
-    t = {k: run_seconds_per_step(alg, h, args.steps, args.repeats) for k, h in cases.items()}
+    t = {k: run_seconds_per_step(alg, h, args.steps, args.repeats, workers=m) for k, (h, m) in cases.items()}
     sync = t[f"sync M={M}"]
     out = {
         "benchmark": "ssp_vs_sync_mlr_digits",

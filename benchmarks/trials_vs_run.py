@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import scarjax
-from scarjax import hooks
+from scarjax import hooks, perturb, schedules
 from scarjax.scar import checkpoint, faults, partition
 from scarjax.perturb import staleness
 from scarjax.models import mf, mlr, quadratic
@@ -57,18 +57,19 @@ def difference(trial, one) -> dict:
     return out
 
 
-def compare(alg, steps, n, *, hooks_=None, factory=None, args=None) -> dict:
+def compare(alg, steps, n, *, hooks_=None, factory=None, args=None, workers=None) -> dict:
     keys = jax.random.split(jax.random.key(11), n)
     if factory is None:
-        trials = scarjax.run_trials(alg, hooks_, steps, keys)
+        trials = scarjax.run_trials(alg, hooks_, steps, keys, workers=workers)
     else:
-        trials = scarjax.run_trials(alg, factory, steps, keys, hook_args=args)
+        trials = scarjax.run_trials(alg, factory, steps, keys, hook_args=args, workers=workers)
     worst: dict = {}
     for i in range(n):
         if factory is None:
-            one = scarjax.run(alg, hooks_, steps, keys[i])
+            one = scarjax.run(alg, hooks_, steps, keys[i], workers=workers)
         else:
-            one = scarjax.run(alg, factory, steps, keys[i], hook_args=jax.tree.map(lambda x: x[i], args))
+            one = scarjax.run(alg, factory, steps, keys[i], hook_args=jax.tree.map(lambda x: x[i], args),
+                              workers=workers)
         d = difference(scarjax.split_trials(trials, i), one)
         worst = {k: max(worst.get(k, 0), v) for k, v in d.items()}
     return worst
@@ -92,10 +93,10 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="*", default=["qp", "qp50", "mlr", "mf", "fixed_point"])
     a = parser.parse_args(argv)
     steps, n = (10, 2) if a.quick else (30, 3)
-    pert = hooks.chain(hooks.gaussian(0.05, when=hooks.every(4)), hooks.adversarial(0.1, when=6))
+    pert = hooks.chain(hooks.scheduled(perturb.gaussian(0.05), schedules.every(4)), hooks.scheduled(perturb.adversarial(0.1), 6))
 
     def pert_factory(s):
-        return hooks.chain(hooks.gaussian(s, when=hooks.every(4)), hooks.adversarial(2 * s, when=6))
+        return hooks.chain(hooks.scheduled(perturb.gaussian(s), schedules.every(4)), hooks.scheduled(perturb.adversarial(2 * s), 6))
 
     for name, alg in models(a.models).items():
         shapes = jax.eval_shape(lambda: alg.init(jax.random.key(0), alg.data))
@@ -110,11 +111,11 @@ def main(argv=None) -> None:
             "none": dict(hooks_=None),
             "gaussian+adversarial": dict(hooks_=pert),
             "factory gaussian+adversarial": dict(factory=pert_factory, args=jnp.linspace(0.01, 0.1, n)),
-            "reset": dict(hooks_=hooks.reset(0.3, when=5)),
+            "reset": dict(hooks_=hooks.scheduled(perturb.reset(0.3), 5)),
             "factory scar(recovery names)": dict(factory=scar_factory, args=recoveries),
         }
         if alg.has_workers and name != "mf":
-            cases["ssp(4, 2)"] = dict(hooks_=staleness.ssp(4, 2))
+            cases["ssp(4, 2)"] = dict(hooks_=staleness.ssp(4, 2), workers=4)
         for case, kw in cases.items():
             d = compare(alg, steps, n, **kw)
             print(json.dumps({"model": name, "hooks": case, "trials": n, "steps": steps,

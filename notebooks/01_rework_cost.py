@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import scarjax
-from scarjax import bounds, hooks
+from scarjax import bounds, hooks, perturb
 from scarjax.models import quadratic
 
 qp = quadratic.fig53_problem()  # 4-D QP, gradient descent, exact rate c
@@ -41,8 +41,10 @@ print(f"c = {c:.4f}")
 # ## One unperturbed and one perturbed run
 #
 # `scarjax.run` compiles the whole run into one `lax.scan`. A hook says *what* is
-# perturbed (`gaussian`, `adversarial`, `reset`, or your own), *where* (the `write` point:
-# the stored parameters), and *when* (`when=500`: at iteration 500).
+# perturbed (`perturb.gaussian`, `perturb.adversarial`, `perturb.reset`, or your own) and
+# *where* (the `write` point: the stored parameters); `hooks.scheduled(hook, when)` says
+# *when* (`500`: at iteration 500, short for `schedules.at(500)`; or `schedules.every(k)`,
+# `schedules.with_probability(p)`, `schedules.geometric(rate)`, ...).
 #
 # `scarjax.check_rework` measures the rework (Eq 5.4) and the bound together: Thm 5.3.1
 # applied to the run restarted where the perturbation hits, `y[s] = w[s]` (the two runs
@@ -51,7 +53,7 @@ print(f"c = {c:.4f}")
 # %%
 steps = 2500
 _, base = scarjax.run(qp, None, steps, jax.random.key(0))
-kick = hooks.adversarial(1.0, when=500)  # push 1.0 straight away from w*
+kick = hooks.scheduled(perturb.adversarial(1.0), 500)  # push 1.0 straight away from w*
 _, pert = scarjax.run(qp, kick, steps, jax.random.key(0))
 
 eps = scarjax.calibrate_eps(base, 1000)  # ε: the baseline converges in 1,000 iterations
@@ -79,7 +81,7 @@ plt.xlabel("iteration"); plt.ylabel("‖y − w*‖"); plt.legend();
 n = 500
 keys = jax.random.split(jax.random.key(1), n)
 scales = jnp.exp(jnp.linspace(jnp.log(1e-3), jnp.log(2.0), n))
-_, trials = scarjax.run_trials(qp, lambda s: hooks.gaussian(s, when=500), steps, keys, hook_args=scales)
+_, trials = scarjax.run_trials(qp, lambda s: hooks.scheduled(perturb.gaussian(s), 500), steps, keys, hook_args=scales)
 _, bases = scarjax.run_trials(qp, None, steps, keys)
 
 check = scarjax.check_rework(trials, bases, c, eps=eps)
@@ -113,7 +115,7 @@ w_star = np.asarray(qp.data["w_star"], np.float64)
 w0 = w_star + 2.0 * (Q[:, 3] + Q[:, 2] + 0.05 * Q[:, 0])  # mostly fast directions
 fast = quadratic.problem(A, w_star, float(qp.data["lr"]), w0)
 _, fbase = scarjax.run(fast, None, steps, jax.random.key(0))
-_, fpert = scarjax.run_trials(fast, lambda s: hooks.adversarial(s, when=300), steps, keys[:100], hook_args=scales[::5])
+_, fpert = scarjax.run_trials(fast, lambda s: hooks.scheduled(perturb.adversarial(s), 300), steps, keys[:100], hook_args=scales[::5])
 
 est = bounds.estimate_c(fbase, full_output=True)
 print(f"estimate_c: {est.c:.5f} (range {est.low:.5f}–{est.high:.5f}); exact c = {c:.5f}")
@@ -134,6 +136,6 @@ print(f"with the fitted c = {est.low:.5f}: held in {fit_check.n_held} of {fit_ch
 
 # %%
 Delta = 1e-3
-_, noisy = scarjax.run(qp, hooks.adversarial(Delta), 4000, 0)
+_, noisy = scarjax.run(qp, perturb.adversarial(Delta), 4000, 0)
 floor = bounds.error_floor(Delta, c)
 print(f"final error {float(noisy.distance[-1]):.4f}; predicted floor cΔ/(1−c) = {float(floor):.4f}")

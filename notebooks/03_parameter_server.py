@@ -31,7 +31,6 @@ import optax
 
 import scarjax
 from scarjax.scar import checkpoint as ck, faults, partition as pt
-from scarjax.perturb import workers as wk
 from scarjax import ps as sps
 from scarjax.models import mlr
 from scarjax.ps import failures
@@ -50,7 +49,7 @@ print(f"{part.num_blocks} blocks on 4 server shards; rows per device:",
 # %%
 STEPS, T, key = 60, 20, jax.random.key(1)
 base, base_tr = ps.run(ps.init(key), STEPS, key)
-ref, ref_tr = scarjax.run(alg, wk.data_parallel(8), STEPS, key)
+ref, ref_tr = scarjax.run(alg, None, STEPS, key, workers=8)
 gap = np.abs(np.asarray(ps.logical(base).params["w"]) - np.asarray(ref.params["w"])).max()
 print(f"parameter server vs single-device scarjax.run: max |Δw| = {gap:.2e}")
 
@@ -67,10 +66,10 @@ for recovery in ("partial", "full"):
 # %%
 # The single-device SCAR hook draws the failed server from its key; failing the same
 # server on the parameter server gives the same numbers.
-k_lost = jax.random.split(jax.random.split(jax.random.split(key, 3)[1], 2)[1])[1]
+k_lost = jax.random.split(jax.random.split(jax.random.split(key, 3)[1], 1)[0])[1]
 drawn = np.flatnonzero(np.asarray(pt.random_servers(k_lost, 4, 1))).tolist()
 hook = faults.scar(part, checkpoint=ps.checkpoint, failure=faults.Failure(servers=1, when=T), recovery="partial")
-_, hook_tr = scarjax.run(alg, [wk.data_parallel(8), hook], STEPS, key)
+_, hook_tr = scarjax.run(alg, hook, STEPS, key, workers=8)
 _, ps_loss, _ = failures.run_with_failure(ps, STEPS, key, fail_at=T, servers=drawn, recovery="partial")
 print(f"SCAR hook (server {drawn[0]} lost) vs parameter server: max |Δloss| = "
       f"{np.abs(np.asarray(hook_tr.loss) - np.asarray(ps_loss)).max():.2e}")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import scarjax
-from scarjax import bounds, hooks
+from scarjax import bounds, hooks, perturb
 from scarjax.models import quadratic
 
 STEPS = 1000
@@ -131,7 +131,7 @@ def test_thm_531_is_tight_for_worst_case_sequence(seed, d, c, size, t_frac):
 
 def _adversarial_at(args):
     size, T = args
-    return hooks.adversarial(size, when=lambda step, key: step == T)
+    return hooks.scheduled(perturb.adversarial(size), T)
 
 
 def test_infinite_perturbations_reach_the_floor_exactly():
@@ -140,7 +140,7 @@ def test_infinite_perturbations_reach_the_floor_exactly():
     qp = _problem(1, 3, 0.9, slowest=True)
     c = quadratic.contraction(qp)
     Delta = 0.01
-    _, tr = scarjax.run(qp, hooks.adversarial(Delta), 400, 0)
+    _, tr = scarjax.run(qp, perturb.adversarial(Delta), 400, 0)
     floor = bounds.error_floor(Delta, c)
     # distance recorded before the step-k perturbation: limit is c(F/c... ) = F
     assert float(tr.distance[-1]) == pytest.approx(float(floor), rel=1e-3)

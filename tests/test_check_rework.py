@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import scarjax
-from scarjax import bounds, hooks, rework
+from scarjax import bounds, hooks, perturb, rework
 
 STEPS = 400
 CONVERGE_AT = 150  # ε: the baseline converges at this iteration
@@ -63,8 +63,8 @@ def _perturb(args):
     """One compiled program for both kinds: an adversarial δ of norm ``size·adv`` and a
     Gaussian one of expected norm ≈ ``size·(1 − adv)``, at step ``at``."""
     size, at, adv = args
-    when = lambda step, key: step == at  # noqa: E731
-    return scarjax.chain(hooks.adversarial(size * adv, when=when), hooks.gaussian(size * (1 - adv) / math.sqrt(8), when=when))
+    return scarjax.chain(hooks.scheduled(perturb.adversarial(size * adv), at),
+                         hooks.scheduled(perturb.gaussian(size * (1 - adv) / math.sqrt(8)), at))
 
 
 def _trials(kind, seed, lo, hi):
@@ -230,7 +230,7 @@ def _no_optimum():
     loss = lambda w, b: jnp.mean((b["x"] @ w - b["y"]) ** 2)  # noqa: E731
     alg = scarjax.from_optax(loss, optax.sgd(0.3), jnp.zeros(1), data)
     _, base = scarjax.run(alg, None, 200, 0)
-    _, pert = scarjax.run(alg, hooks.gaussian(0.5, when=10), 200, 0)
+    _, pert = scarjax.run(alg, hooks.scheduled(perturb.gaussian(0.5), 10), 200, 0)
     return base, pert
 
 

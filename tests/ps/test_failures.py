@@ -8,7 +8,6 @@ import pytest
 import scarjax
 from scarjax.scar import faults
 from scarjax.scar import partition as pt
-from scarjax.perturb import workers as wk
 from scarjax.ps import failures
 
 from . import _problems as pb
@@ -17,9 +16,9 @@ FAIL_AT = 6
 
 
 def _failed_like_scar(key, S):
-    """The servers faults.scar (hook 1 of 2) draws for Failure(servers=1)."""
+    """The servers faults.scar (hook 0 of 1) draws for Failure(servers=1)."""
     k_hooks = jax.random.split(key, 3)[1]
-    hk = jax.random.split(k_hooks, 2)[1]
+    hk = jax.random.split(k_hooks, 1)[0]
     k_lost = jax.random.split(hk)[1]
     return np.flatnonzero(np.asarray(pt.random_servers(k_lost, S, 1))).tolist()
 
@@ -32,7 +31,7 @@ def test_failure_matches_scar_hook(mlr_ps, mlr_alg, mlr_part, ckpt_spec, recover
                                                recovery=recovery)
     hook = faults.scar(mlr_part, checkpoint=ckpt_spec,
                        failure=faults.Failure(servers=1, when=FAIL_AT), recovery=recovery)
-    ref, rtr = scarjax.run(mlr_alg, [wk.data_parallel(8), hook], pb.STEPS, key)
+    ref, rtr = scarjax.run(mlr_alg, hook, pb.STEPS, key, workers=8)
     lg = mlr_ps.logical(st)
     for a, b in zip(jax.tree.leaves(lg), jax.tree.leaves(ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=3e-5, atol=3e-5)
