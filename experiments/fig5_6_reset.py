@@ -100,7 +100,7 @@ def lda_panel(config: Config) -> dict:
         raise ValueError(f"need 0 < lda_perturb_at < lda_converge_at < lda_steps, got {T}, {N}, {config.lda_steps}")
     rng = np.random.default_rng(config.seed + 1)
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
-    failure = F.Failure(fraction=0.5, at=T)
+    failure = F.Failure(fraction=0.5, when=T)
 
     def factory(f):
         return F.failure(part, failure.replace(fraction=f), recovery="partial",

@@ -252,7 +252,8 @@ def precision(
     point: str = "write",
     name: str | None = None,
 ) -> Hook:
-    """A hook that quantises the parameters at ``point`` (thesis Example 5.2.1).
+    """A hook that quantises the parameters at ``point`` at every step (thesis Example
+    5.2.1); wrap it in :func:`scarjax.hooks.scheduled` to quantise at chosen steps only.
 
     Args:
       quantizer: a :data:`Quantizer` (:func:`mantissa`, :func:`float_format`,

@@ -10,8 +10,8 @@ flushed, Eq 5:
 :func:`revocations` is a ``'progress'``-point hook for ``M`` data-parallel workers (worker
 mode of the loop, ``scarjax.run(..., workers=M)``, see :mod:`scarjax.perturb.workers`): at
 every step it multiplies each worker's *progress*, the fraction of its points it finished
-before the barrier, by a draw (``1`` when not revoked) or by a row of a given table. A revoked worker
-contributes the partial gradient over the points it finished (``partial=True``, flushing)
+before the barrier, by a draw (``1`` when not revoked) or by a row of a given table
+(``progress=``). A revoked worker contributes the partial gradient over the points it finished (``partial=True``, flushing)
 or nothing (``partial=False``); the merge weights each contribution by its point count,
 so the merged gradient is the mean over all processed points whichever worker processed
 them. The resulting perturbation of the update, ``Δ − Δ_sync``, is measured with
