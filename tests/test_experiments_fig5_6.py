@@ -66,7 +66,7 @@ def test_lda_bad_schedule():
 def test_resetting_no_documents_is_the_unperturbed_run():
     """The identity lda_panel relies on to get its baselines from the same program."""
     spec, alg, part = _scar.setup("lda_synthetic")
-    fail = F.Failure(fraction=0.5, at=3)
+    fail = F.Failure(fraction=0.5, when=3)
 
     def factory(f):
         return F.failure(part, fail.replace(fraction=f), recovery="partial",
