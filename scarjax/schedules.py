@@ -20,8 +20,9 @@ in an array, e.g. revocation or failure times read from a trace), :func:`always`
 int is accepted as shorthand for a schedule.
 
 ``Schedule.events`` lists the concrete steps a schedule needs to reach (every step of
-:func:`at`; the first step of the window of :func:`every`, :func:`with_probability`,
-:func:`geometric`, :func:`steps`): :func:`scarjax.run` refuses a run whose last iteration
+:func:`at`; the first step of the window of :func:`every`, :func:`geometric`,
+:func:`steps`, and of :func:`with_probability` unless it has no window: ``start=0``,
+no ``stop``, the one step-independent random schedule): :func:`scarjax.run` refuses a run whose last iteration
 comes before them (the event would silently never happen).
 
 Example:
@@ -206,7 +207,8 @@ def with_probability(p: Any, start: Any = 0, stop: Any = None) -> Schedule:
     return Schedule(
         _no_state,
         lambda step, key, state: _window(step, start, stop) & jax.random.bernoulli(key, p),
-        events=_start_event(start),
+        # Step-independent when it has no window (no event to reach).
+        events=() if (_concrete(start) and int(start) == 0 and stop is None) else _start_event(start),
         name=f"with_probability({'<traced>' if va.is_traced(p) else p})",
     )
 

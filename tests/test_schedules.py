@@ -48,6 +48,8 @@ def test_at_and_constants():
     assert S.at(3, 7).events == (3, 7)
     assert S.every(4, start=2).events == (2,)
     assert S.steps([9, -1, 4]).events == (4,)
+    assert S.with_probability(0.1).events == () and S.with_probability(0.1, start=3).events == (3,)
+    assert S.with_probability(0.1, stop=9).events == (0,) and S.always().events == ()
     # a traced step (hook_args): fires at that step only, no concrete event
     f = jax.jit(lambda T, k: S.at(T)(k, jax.random.key(0)))
     assert [k for k in range(10) if f(jnp.int32(6), k)] == [6]
