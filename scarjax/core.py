@@ -55,7 +55,7 @@ from scarjax.hooks import PARAM_POINTS, POINTS, Context, Hook, flatten_hooks
 PyTree = Any
 Params = PyTree
 
-__all__ = ["State", "Algorithm", "Trace", "Prepared", "prepare", "run_one", "run", "run_trials", "split_trials"]
+__all__ = ["State", "Algorithm", "Trace", "Prepared", "prepare", "run_one", "run"]
 
 
 class State(NamedTuple):
@@ -717,84 +717,3 @@ def run(
                 measure_read_effect=measure_read_effect, workers=workers)
     key = _as_key(key)
     return _run_jit(p.algorithm, key, p.hook_args, p.init_state, p.spec, p.static)
-
-
-def run_trials(
-    algorithm: Algorithm,
-    hooks: Hook | Sequence[Hook] | Callable[[Any], Any] | None,
-    steps: int,
-    keys: jax.Array | int,
-    *,
-    hook_args: PyTree | None = None,
-    init_state: State | None = None,
-    measure_read_effect: bool = False,
-    workers: int | None = None,
-) -> tuple[State, Trace]:
-    """Monte-Carlo trials of :func:`run` as one ``vmap``-ped, jit-compiled program.
-
-    What trial ``i`` equals: ``run(algorithm, hooks, steps, keys[i])`` (or, with a
-    factory, ``run(algorithm, hooks, steps, keys[i], hook_args=<slice i of hook_args>)``)
-    runs the same iteration on the same random numbers: initialisation, minibatches,
-    failure times, lost and saved blocks and every other random draw are bit-identical,
-    so every discrete outcome (the steps a hook fires at, the blocks a failure loses) is
-    the same. The floating-point results are not bit-identical in general: under
-    ``vmap`` XLA batches each trial's matrix products and reductions (norms, losses),
-    which may sum in another order, so a step may differ by float32 rounding, and that
-    difference is carried forward like any perturbation of the iterate (Eq 5.2): it stays
-    at rounding level where the iteration contracts and drifts along flat directions
-    (MF's rotations ``L Q``, ``Qᵀ R``, ``Q`` orthogonal, leave its ridge loss unchanged). They are bit-identical when no batched reduction
-    enters the iteration: the unperturbed QP, element-wise fixed-point maps under
-    element-wise hooks (tested). Measured over 3 keys × 30 steps
-    (``benchmarks/trials_vs_run.py``), as ``max |trial − run| / max |run|`` per leaf: QP
-    (4-d and 50-d) and MLR under Gaussian, adversarial, reset, SCAR-failure and SSP hooks
-    ≤ 2e-7 for the parameters and ≤ 2e-6 for the trace (up to ~750 ulp on entries near
-    0); MF (ALS) ≤ 3e-4 for the factors, ≤ 3e-6 for the loss. ``tests/test_core.py``
-    asserts identical discrete outcomes and ≤ 1e-5 for the QP and MLR.
-
-    Args:
-      keys: ``[n]`` PRNG keys (e.g. ``jax.random.split(key, n)``, ``n >= 1``), or an int
-        ``n`` for ``split(key(0), n)``.
-      hooks: as for :func:`run`; or, when ``hook_args`` is given, a function mapping one
-        trial's slice of ``hook_args`` to hooks, so hook parameters (perturbation sizes,
-        failure fractions, recoveries) vary across trials inside the same program, e.g.
-        ``run_trials(alg, lambda s: scheduled(gaussian(s), 500), 1000, keys, hook_args=sizes)``.
-      hook_args: pytree whose leaves have a leading axis of length ``n``. Strings are
-        names, mapped to int32 indices before tracing (see :func:`run`): e.g.
-        ``hook_args={'recovery': ['partial', 'full', ...]}`` with a factory
-        ``lambda a: faults.scar(part, failure=f, recovery=a['recovery'])``.
-      workers: as for :func:`run` (worker mode with ``M`` workers).
-
-    Returns:
-      ``(final_states, trace)`` with a leading trial axis on every leaf.
-    """
-    steps = _validate(algorithm, steps)
-    if isinstance(keys, bool) or (isinstance(keys, (int, np.integer))):
-        n = va.check_int("keys (a trial count)", keys, lo=1)
-        keys = jax.random.split(jax.random.key(0), n)
-    keys = va.check_key("keys", keys, batched=True)
-    n = keys.shape[0]
-    if n == 0:
-        raise ValueError("keys is empty: run_trials needs at least one key (one per trial)")
-    p = prepare(algorithm, hooks, steps, hook_args, n, init_state,
-                measure_read_effect=measure_read_effect, workers=workers)
-    return _trials_jit(p.algorithm, keys, p.hook_args, p.init_state, p.spec, p.static)
-
-
-def _trials_core(algorithm, keys, hook_args, init_state, spec, static):
-    # ``spec`` is either a tuple of hooks or a factory ``hook_args[i] -> hooks``.
-    one = lambda key, args: run_one(algorithm, key, args, init_state, spec, static)  # noqa: E731
-    return jax.vmap(one)(keys, hook_args)
-
-
-_trials_jit = jax.jit(_trials_core, static_argnums=(4, 5))
-
-
-def split_trials(tree: PyTree, i: int) -> PyTree:
-    """Trial ``i`` of a vmapped result (``jax.tree.map(lambda x: x[i], tree)``); ``i`` must
-    index the trial axis (JAX would silently clamp an out-of-range index)."""
-    leaves = [x for x in jax.tree.leaves(tree) if np.ndim(x) >= 1]
-    if not leaves:
-        raise ValueError("tree has no array leaves with a trial axis")
-    n = np.shape(leaves[0])[0]
-    i = va.check_int("i", i, lo=-n, hi=n - 1)
-    return jax.tree.map(lambda x: x[i], tree)

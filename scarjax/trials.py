@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from scarjax import _validate as va
 from scarjax import core
 from scarjax.core import Algorithm, State, Trace
-from scarjax.hooks import Hook, HookChain, flatten_hooks
+from scarjax.hooks import Hook, flatten_hooks
 
 PyTree = Any
 
@@ -78,6 +78,7 @@ def trial_bytes(
     hook_args: PyTree | None = None,
     init_state: State | None = None,
     measure_read_effect: bool = False,
+    workers: int | None = None,
 ) -> int:
     """Estimated device memory of one trial of :func:`run_trials`, in bytes.
 
@@ -87,28 +88,23 @@ def trial_bytes(
     the carry leaving it, and the update's temporaries of the same size). The algorithm's
     own per-step temporaries (a minibatch's activations) are not visible to ``eval_shape``;
     the budget of :func:`run_trials` leaves room for them (see ``memory_budget``).
-    ``hook_args`` is one trial's slice (or the full array: only shapes past the trial
-    axis matter).
+    ``hook_args`` is one trial's arguments (as for :func:`~scarjax.run`).
     """
-    steps = va.check_int("steps", steps, lo=1)
-    spec, args = core._hook_spec(hooks, hook_args, None)
-    if args is not None:
-        args = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), args)
-    return _trial_bytes(algorithm, spec, args, init_state, steps, bool(measure_read_effect), None)
+    p = core.prepare(algorithm, hooks, steps, hook_args, None, init_state,
+                     measure_read_effect=measure_read_effect, workers=workers)
+    return _trial_bytes(p, p.hook_args)
 
 
-def _trial_bytes(algorithm, spec, args_one, init_state, steps, measure, workers) -> int:
+def _trial_bytes(p: core.Prepared, args_one: PyTree) -> int:
     key = jax.random.key(0)
+    algorithm, spec, init_state = p.algorithm, p.spec, p.init_state
 
     def carry(k, a):
         hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(a))
         state = State(*algorithm.init(k, algorithm.data)) if init_state is None else State(*init_state)
         return state, tuple(h.init(state, k) for h in hooks)
 
-    def one(k, a):
-        return _one(algorithm, k, a, init_state, spec, steps, measure, workers)
-
-    _, trace = jax.eval_shape(one, key, args_one)
+    _, trace = jax.eval_shape(lambda k, a: core.run_one(algorithm, k, a, init_state, spec, p.static), key, args_one)
     return _nbytes(trace) + 3 * _nbytes(jax.eval_shape(carry, key, args_one))
 
 
@@ -136,36 +132,42 @@ def _default_budget(mesh: Mesh) -> int:
     return max(1, min(budget, DEFAULT_BUDGET_CAP))
 
 
+def _plan(n: int, devices: int, per_device: int, width: int = 1) -> tuple[int, int]:
+    """``(size, chunks)``: ``chunks`` programs of ``size`` trials (``size = devices ·
+    per-device block``, the block a multiple of ``width`` and at most ``per_device``
+    rounded up to ``width``) covering ``n`` trials with the fewest chunks, then the least
+    padding (``size · chunks − n``)."""
+    cap = -(-max(1, per_device) // width) * width
+    chunks = -(-n // (devices * cap))
+    block = -(-n // (devices * chunks * width)) * width
+    return devices * block, chunks
+
+
 # --------------------------------------------------------------------------------------
 # The compiled programs.
 
 
-def _one(algorithm, key, args, init_state, spec, steps, measure, workers):
-    """One trial (un-jitted): what ``run`` computes for ``key`` (and ``hook_args=args``)."""
-    hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(args))
-    return core._run_impl(algorithm, key, init_state, hooks, steps, measure)
-
-
-def _vmapped(algorithm, keys, hook_args, init_state, spec, steps, measure, workers, vmap_size=None):
-    """The trials of ``keys``: one ``vmap``, or with ``vmap_size`` a ``lax.map`` over groups of
-    ``vmap_size`` trials ``vmap``-ped together (``len(keys)`` is a multiple of it)."""
-    one = lambda k, a: _one(algorithm, k, a, init_state, spec, steps, measure, workers)  # noqa: E731
+def _vmapped(algorithm, keys, hook_args, init_state, spec, static, vmap_size=None):
+    """The trials of ``keys`` (each :func:`scarjax.core.run_one`): one ``vmap``, or with
+    ``vmap_size`` a ``lax.map`` over groups of ``vmap_size`` trials ``vmap``-ped together
+    (``len(keys)`` is a multiple of it)."""
+    one = lambda k, a: core.run_one(algorithm, k, a, init_state, spec, static)  # noqa: E731
     if vmap_size is None:
         return jax.vmap(one)(keys, hook_args)
     return jax.lax.map(lambda ka: one(*ka), (keys, hook_args), batch_size=vmap_size)
 
 
-_trials_jit = jax.jit(_vmapped, static_argnums=(4, 5, 6, 7))
+_trials_jit = jax.jit(_vmapped, static_argnums=(4, 5))
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "steps", "measure", "workers", "mesh", "impl", "vmap_size"))
-def _sharded(algorithm, key_data, hook_args, init_state, *, spec, steps, measure, workers, mesh, impl, vmap_size):
+@functools.partial(jax.jit, static_argnames=("spec", "static", "mesh", "impl", "vmap_size"))
+def _sharded(algorithm, key_data, hook_args, init_state, *, spec, static, mesh, impl, vmap_size):
     """Every device of ``mesh`` runs its block of the trial axis (``_vmapped``)."""
     split = P(tuple(mesh.axis_names))
 
     def block(alg, kd, args, init):
         keys = jax.random.wrap_key_data(kd, impl=impl)
-        return _vmapped(alg, keys, args, init, spec, steps, measure, workers, vmap_size)
+        return _vmapped(alg, keys, args, init, spec, static, vmap_size)
 
     return jax.shard_map(block, mesh=mesh, in_specs=(P(), split, split, P()), out_specs=split,
                          check_vma=False)(algorithm, key_data, hook_args, init_state)
@@ -220,13 +222,14 @@ def _show_progress(progress: bool | None, chunks: int) -> bool:
 
 def run_trials(
     algorithm: Algorithm,
-    hooks: Hook | HookChain | Sequence[Hook] | Callable[[Any], Any] | None,
+    hooks: Hook | Sequence[Hook] | Callable[[Any], Any] | None,
     steps: int,
     keys: jax.Array | int,
     *,
     hook_args: PyTree | None = None,
     init_state: State | None = None,
     measure_read_effect: bool = False,
+    workers: int | None = None,
     mesh: Mesh | None = None,
     chunk_size: int | None = None,
     memory_budget: int | None = None,
@@ -268,12 +271,13 @@ def run_trials(
     unperturbed QP, element-wise maps) every configuration is bit-identical anyway.
 
     Args:
-      algorithm, steps, init_state, measure_read_effect: as for :func:`~scarjax.run`.
+      algorithm, steps, init_state, measure_read_effect, workers: as for
+        :func:`~scarjax.run` (``workers=M``: worker mode with ``M`` simulated workers).
       hooks: as for :func:`~scarjax.run`; or, when ``hook_args`` is given, a function
         mapping one trial's slice of ``hook_args`` to hooks, so hook parameters
         (perturbation sizes, failure fractions, recoveries) vary across trials inside the
-        same program, e.g. ``run_trials(alg, lambda s: gaussian(s, when=500), 1000, keys,
-        hook_args=sizes)``.
+        same program, e.g. ``run_trials(alg, lambda s: scheduled(gaussian(s), 500), 1000,
+        keys, hook_args=sizes)``.
       keys: ``[n]`` PRNG keys (e.g. ``jax.random.split(key, n)``, ``n >= 1``), or an int
         ``n`` for ``split(key(0), n)``.
       hook_args: pytree whose leaves have a leading axis of length ``n``. Strings are
@@ -315,7 +319,7 @@ def run_trials(
       ``keys``, ``hook_args`` without a leading axis of length ``n``, a ``mesh`` that is not
       a ``Mesh``, both ``chunk_size`` and ``memory_budget``, non-positive sizes.
     """
-    steps = core._validate(algorithm, steps)
+    core._validate(algorithm, steps)
     if isinstance(keys, bool) or (isinstance(keys, (int, np.integer))):
         n = va.check_int("keys (a trial count)", keys, lo=1)
         keys = jax.random.split(jax.random.key(0), n)
@@ -323,15 +327,14 @@ def run_trials(
     n = keys.shape[0]
     if n == 0:
         raise ValueError("keys is empty: run_trials needs at least one key (one per trial)")
-    spec, hook_args = core._hook_spec(hooks, hook_args, n)
-    measure = core._check_flag("measure_read_effect", measure_read_effect)
+    p = core.prepare(algorithm, hooks, steps, hook_args, n, init_state,
+                     measure_read_effect=measure_read_effect, workers=workers)
+    algorithm, spec, hook_args, init_state = p.algorithm, p.spec, p.hook_args, p.init_state
     chunk_size, memory_budget, progress = _check_options(mesh, chunk_size, memory_budget, progress)
     if vmap_size is not None:
         vmap_size = va.check_int("vmap_size", vmap_size, lo=1)
-    core._check_initial(algorithm, init_state)
-    workers = None
     if va.is_traced((keys, hook_args, init_state, algorithm)):
-        return _trials_jit(algorithm, keys, hook_args, init_state, spec, steps, measure, workers)
+        return _trials_jit(algorithm, keys, hook_args, init_state, spec, p.static)
 
     mesh = trials_mesh() if mesh is None else mesh
     devices = int(mesh.devices.size)
@@ -341,13 +344,11 @@ def run_trials(
     else:
         budget = _default_budget(mesh) if memory_budget is None else memory_budget
         args_one = None if hook_args is None else jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], np.result_type(x)), hook_args)
-        one_trial = _trial_bytes(algorithm, spec, args_one, init_state, steps, measure, workers)
+            lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], jax.dtypes.canonicalize_dtype(
+                x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)), hook_args)
+        one_trial = _trial_bytes(p, args_one)
         per_device = max(1, budget // max(1, one_trial))
-    per_device = -(-per_device // width) * width
-    chunks = -(-n // (devices * per_device))
-    per_device = -(-n // (devices * chunks * width)) * width  # as many chunks, least padding
-    size = devices * per_device
+    size, chunks = _plan(n, devices, per_device, width)
     padded = size * chunks
 
     # Host copies, padded with copies of trial 0 (computed and dropped).
@@ -361,8 +362,8 @@ def run_trials(
     whole = NamedSharding(mesh, P())
     alg_g = jax.tree.map(lambda x: _put(x, whole), algorithm)
     init_g = None if init_state is None else jax.tree.map(lambda x: _put(x, whole), State(*init_state))
-    program = functools.partial(_sharded, spec=spec, steps=steps, measure=measure, workers=workers,
-                                mesh=mesh, impl=impl, vmap_size=vmap_size)
+    program = functools.partial(_sharded, spec=spec, static=p.static, mesh=mesh, impl=impl,
+                                vmap_size=vmap_size)
 
     def run_chunk(c):
         s = slice(c * size, (c + 1) * size)
