@@ -56,10 +56,6 @@ __all__ = [
 RECOVERIES = ("partial", "full")
 
 
-def _concrete(x: Any) -> bool:
-    return x is not None and not tu.is_traced(x) and np.ndim(x) == 0
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Failure:
     """When failures happen and what each loses (Sec 5.4).
@@ -113,7 +109,7 @@ class Failure:
     def check(self, partition: pt.Partition) -> None:
         if not isinstance(partition, pt.Partition):
             raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
-        if _concrete(self.servers) and int(self.servers) > partition.num_servers:
+        if va.is_concrete(self.servers, scalar=True) and int(self.servers) > partition.num_servers:
             raise ValueError(
                 f"servers must be <= num_servers={partition.num_servers}, got {self.servers!r}"
             )

@@ -862,8 +862,9 @@ def run(
     save is found damaged at recovery, the previous one is used (with a
     :class:`CheckpointWarning`) and the in-memory cache is reset to what is on disk.
 
-    Hooks scheduled for given steps (``when=k``, ``at``, ``every`` / ``with_probability``
-    with a start: any :attr:`scarjax.hooks.Hook.events`) are refused, naming ``hooks``:
+    Hooks scheduled for given steps (``scheduled(hook, k)``, :func:`~scarjax.schedules.at`,
+    :func:`~scarjax.schedules.every`, ``with_probability`` with a start: any
+    :attr:`scarjax.hooks.Hook.events`) are refused, naming ``hooks``:
     the segments restart their hooks, so such a hook would fire once per segment at a
     segment-relative step instead of once at ``k``. Step-independent hooks (``always``,
     an unstarted ``with_probability``) are accepted.
