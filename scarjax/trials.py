@@ -23,7 +23,6 @@ The per-trial guarantee does not depend on the mesh, the padding or the chunking
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -180,6 +179,7 @@ def _put(x: Any, sharding: NamedSharding) -> jax.Array:
     if jax.process_count() == 1:
         return jax.device_put(x, sharding)
     host = np.asarray(x)
+    host = host.astype(jax.dtypes.canonicalize_dtype(host.dtype), copy=False)  # float64 -> float32 without x64
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
