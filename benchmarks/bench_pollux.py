@@ -348,16 +348,6 @@ def bench_overhead_one_core(rounds: int = 15, target_s: float = 0.1, problems=("
 
 # ------------------------------------------------------------------ 2. AdaptDL comparison
 
-TRUE = dict(
-    alpha_grad=2e-3,
-    beta_grad=6e-5,
-    alpha_sync_local=4e-3,
-    beta_sync_local=1e-3,
-    alpha_sync_node=1.5e-2,
-    beta_sync_node=3e-3,
-    gamma=1.5,
-)
-
 
 def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
     """Per-(N, K, m) measurements of the accumulation step and the sync step, as AdaptDL
@@ -365,9 +355,10 @@ def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
     import jax.numpy as jnp
 
     from scarjax import pollux as px
+    from scarjax.pollux import examples
     from scarjax.pollux._throughput import _overlap, _t_grad, _t_sync
 
-    p = px.ThroughputParams(**TRUE)
+    p = examples.CPU_THROUGHPUT  # the simulated ground truth
     rng = np.random.default_rng(seed)
     base = [
         (n, k, m) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (4, 16)] for m in (8, 32, 128, 512)

@@ -24,21 +24,13 @@ import optax
 from experiments import _plot
 from experiments._common import recorded
 from scarjax import pollux as px
-from scarjax.pollux import _problems
+from scarjax.pollux import examples
 
 NAME = "pollux_adaptive"
 DESCRIPTION = "Pollux Sec 3.4.1: adaptive (goodput-tuned) vs fixed batch size, progress per second"
 
 # CPU-like defaults (seconds): compute-bound gradients, a sync cost of a few ms.
-DEFAULT_SIM = dict(
-    alpha_grad=2e-3,
-    beta_grad=6e-5,
-    alpha_sync_local=4e-3,
-    beta_sync_local=1e-3,
-    alpha_sync_node=1.5e-2,
-    beta_sync_node=3e-3,
-    gamma=1.5,
-)
+DEFAULT_SIM = examples.CPU_THROUGHPUT._asdict()
 
 
 @dataclasses.dataclass
@@ -93,7 +85,7 @@ def run(config: Config, out_dir) -> dict:
         "problems": {},
     }
     for name in config.problems:
-        prob = _problems.mlr() if name == "mlr" else _problems.cnn()
+        prob = examples.mlr() if name == "mlr" else examples.cnn()
         lr = config.lr_mlr if name == "mlr" else config.lr_cnn
         runs = {}
         for label, retune in (("fixed", 0), ("adaptive", config.retune_every)):

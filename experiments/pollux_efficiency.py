@@ -26,7 +26,7 @@ import optax
 from experiments import _plot
 from experiments._common import progress, recorded
 from scarjax import pollux as px
-from scarjax.pollux import _problems
+from scarjax.pollux import examples
 
 NAME = "pollux_efficiency"
 DESCRIPTION = "Pollux Figs 3.3/3.4: PGNS estimate vs exact, measured vs predicted efficiency"
@@ -74,7 +74,7 @@ class Config:
 
 
 def _problem(name):
-    return _problems.mlr() if name == "mlr" else _problems.cnn()
+    return examples.mlr() if name == "mlr" else examples.cnn()
 
 
 def _lr(prob, cfg: Config) -> float:
@@ -91,9 +91,9 @@ def _train_track(prob, cfg: Config, key):
     def run_chunk(params, state, key):
         def body(carry, key):
             params, state = carry
-            xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
-            g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-            u, state = opt.update(g, state, params)
+            xb, yb = examples.sample_microbatches(key, prob.x, prob.y, k, b)
+            g, moments = px.reduce_microbatches(jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb))
+            u, state = opt.update(g, state, params, microbatch_moments=moments)
             return (optax.apply_updates(params, u), state), None
 
         (params, state), _ = jax.lax.scan(body, (params, state), jax.random.split(key, every))
@@ -107,7 +107,7 @@ def _train_track(prob, cfg: Config, key):
     @jax.jit
     def frozen(params, key):  # estimator averaged over draws at fixed params (no lag)
         def one(key):
-            xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, FROZEN_K, FROZEN_B)
+            xb, yb = examples.sample_microbatches(key, prob.x, prob.y, FROZEN_K, FROZEN_B)
             g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
             return px.microbatch_stats(g, FROZEN_B)
 
@@ -209,7 +209,7 @@ def _measure_efficiency(prob, params, cfg: Config, key):
 
     @jax.jit
     def est(key):
-        xb, yb = _problems.sample_microbatches(key, prob.x, prob.y, k, b)
+        xb, yb = examples.sample_microbatches(key, prob.x, prob.y, k, b)
         g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
         return px.microbatch_stats(g, b)
 

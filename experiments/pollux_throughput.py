@@ -120,9 +120,9 @@ def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from scarjax.pollux import _problems
+    from scarjax.pollux import examples
 
-    x, y = (np.asarray(a) for a in _problems.digits(False))
+    x, y = (np.asarray(a) for a in examples.digits(False))
     params, loss = _mlp(cfg["hidden"])
     pg = {n: place(v, P()) for n, v in params.items()}
     jobs = []

@@ -146,15 +146,7 @@ print(np.round(np.asarray(px.efficiency(Ms, phi, M0)), 3))
 # RMSLE with `jax.grad`, bounds alpha, beta >= 0, gamma in [1, 10]).
 
 # %%
-true = px.ThroughputParams(
-    alpha_grad=2e-3,
-    beta_grad=6e-5,
-    alpha_sync_local=4e-3,
-    beta_sync_local=1e-3,
-    alpha_sync_node=1.5e-2,
-    beta_sync_node=3e-3,
-    gamma=1.5,
-)
+true = examples.CPU_THROUGHPUT  # the example CPU-like device (scarjax.pollux.examples)
 cfg = [
     (n, k, m, s) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8)] for m in (16, 64, 256) for s in (0, 1)
 ]

@@ -28,6 +28,7 @@ from scipy.special import logsumexp
 
 __all__ = [
     "log_delta_T",
+    "plateau",
     "delta_T",
     "rework_bound",
     "trace_rework_bound",
@@ -47,6 +48,8 @@ __all__ = [
 #: :func:`estimate_c` (``'max_ratio'``) rejects a window whose local rate is still slowing
 #: below this ratio (last quarter / third quarter; a power law gives ≈ 0.71).
 _MIN_SETTLE = 0.85
+# Only a stall below this fraction of a run's largest value counts as a float32 floor (plateau).
+_MAX_FLOOR = 1e-3
 
 
 class NotLinearlyConvergentError(ValueError):
@@ -503,6 +506,36 @@ class CEstimate(NamedTuple):
     floor: float
 
 
+def plateau(values: Any) -> np.ndarray:
+    """The level at which a run stalls, per trial (0 where it is still converging): the
+    float32 noise floor that :func:`estimate_c` stays above and
+    :func:`scarjax.rework.noise_floor` builds on.
+
+    Take the tail from where the run first comes within 2× of its minimum ``m``. A run
+    still converging geometrically at any rate is at ≥ √2·m over the first half of that
+    tail; one that has stalled at a floor (float32 rounding: constant, or cycling among a
+    few values) is back at ≤ 1.1·m there. For a stalled run the plateau is the largest
+    value from its first return to ≤ 1.1·m on. Only a stall below 1e-3 × the run's
+    largest value counts: float32 floors lie orders of magnitude below the start (the
+    Fig 5.3 QP stalls at 1e-5 of it, ridge regression at 1e-7), while a loss levelling off
+    at its minimum ``L* > 0`` is not a rounding floor.
+    """
+    v = np.asarray(values, np.float64)
+    if v.ndim == 0 or v.shape[-1] < 4:
+        return np.zeros(v.shape[:-1]) if v.ndim else np.zeros(())
+    L = v.shape[-1]
+    m = v.min(axis=-1, keepdims=True)
+    idx = np.arange(L)
+    j = np.argmax(v <= 2 * m, axis=-1)[..., None]
+    tau = L - j
+    first_half = (idx >= j) & (idx < j + np.maximum(tau // 2, 1))
+    stalled = (tau[..., 0] >= 4) & (np.where(first_half, v, np.inf).min(axis=-1) <= 1.1 * m[..., 0])
+    j2 = np.argmax((idx >= j) & (v <= 1.1 * m), axis=-1)[..., None]
+    level = np.where(idx >= j2, v, -np.inf).max(axis=-1)
+    stalled &= level <= _MAX_FLOOR * v.max(axis=-1)
+    return np.where(stalled, level, 0.0)
+
+
 def estimate_c(
     distances: Any,
     *,
@@ -571,10 +604,8 @@ def estimate_c(
         raise TypeError(f"full_output must be a bool, got {full_output!r}")
     d = d[start:stop]
     if floor is None:
-        from scarjax.rework import _plateau  # noqa: PLC0415 (rework imports nothing from here)
-
         eps32 = float(np.finfo(np.float32).eps)
-        floor = max(1e3 * eps32 * float(d[0]) if d.size else 0.0, 10.0 * float(_plateau(d)) if d.size else 0.0)
+        floor = max(1e3 * eps32 * float(d[0]) if d.size else 0.0, 10.0 * float(plateau(d)) if d.size else 0.0)
     elif not (np.isscalar(floor) and np.isfinite(floor) and floor >= 0):
         raise ValueError(f"floor must be a finite number >= 0, got {floor!r}")
     usable = np.flatnonzero(d > floor)

@@ -34,7 +34,7 @@ workers=M)`` is synchronous data-parallel training, their reference run. With
 ``workers=None`` (the default) the loop is exactly as above.
 
 Layers: :func:`prepare` validates a call and :func:`run_one` is one un-jitted run;
-:func:`run` jits ``run_one`` and :func:`run_trials` vmaps it.
+:func:`run` jits ``run_one`` and :func:`scarjax.trials.run_trials` vmaps it over a device mesh.
 """
 
 from __future__ import annotations
@@ -397,8 +397,9 @@ def _check_worker_mode(algorithm: Algorithm, hooks: tuple[Hook, ...], workers: i
 
 def _check_events(hooks: tuple[Hook, ...], steps: int) -> None:
     """Refuse events a hook is scheduled for at or after the last iteration: the loop runs
-    iterations ``0 … steps − 1``, so they would silently never happen (``hooks.at(k)``,
-    ``when=k``, ``Failure(at=k)``; see :attr:`scarjax.hooks.Hook.events`)."""
+    iterations ``0 … steps − 1``, so they would silently never happen
+    (``hooks.scheduled(h, k)``, ``schedules.at(k)``, ``Failure(when=k)``; see
+    :attr:`scarjax.hooks.Hook.events`)."""
     for h in hooks:
         for arg, k in h.events:
             if k >= steps:

@@ -30,6 +30,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from scarjax import bounds
+
+
 __all__ = [
     "iterations_to",
     "rework_cost",
@@ -48,8 +51,6 @@ _log = logging.getLogger(__name__)
 #: ε below this multiple of the noise floor is refused, below ``_WARN_FACTOR`` warned.
 _REFUSE_FACTOR = 10.0
 _WARN_FACTOR = 100.0
-#: A stall counts as a rounding floor only below this fraction of the run's largest value.
-_MAX_FLOOR = 1e-3
 
 
 class NoiseFloorWarning(UserWarning):
@@ -175,34 +176,6 @@ def rework_cost(trace: Any, baseline_trace: Any, eps: Any, *, metric: str | None
 # The float32 noise floor.
 
 
-def _plateau(values: Any) -> np.ndarray:
-    """The level at which a run stalls, per trial (0 where it is still converging).
-
-    Take the tail from where the run first comes within 2× of its minimum ``m``. A run
-    still converging geometrically at any rate is at ≥ √2·m over the first half of that
-    tail; one that has stalled at a floor (float32 rounding: constant, or cycling among a
-    few values) is back at ≤ 1.1·m there. For a stalled run the plateau is the largest
-    value from its first return to ≤ 1.1·m on. Only a stall below 1e-3 × the run's
-    largest value counts: float32 floors lie orders of magnitude below the start (the
-    Fig 5.3 QP stalls at 1e-5 of it, ridge regression at 1e-7), while a loss levelling off
-    at its minimum ``L* > 0`` is not a rounding floor.
-    """
-    v = np.asarray(values, np.float64)
-    if v.ndim == 0 or v.shape[-1] < 4:
-        return np.zeros(v.shape[:-1]) if v.ndim else np.zeros(())
-    L = v.shape[-1]
-    m = v.min(axis=-1, keepdims=True)
-    idx = np.arange(L)
-    j = np.argmax(v <= 2 * m, axis=-1)[..., None]
-    tau = L - j
-    first_half = (idx >= j) & (idx < j + np.maximum(tau // 2, 1))
-    stalled = (tau[..., 0] >= 4) & (np.where(first_half, v, np.inf).min(axis=-1) <= 1.1 * m[..., 0])
-    j2 = np.argmax((idx >= j) & (v <= 1.1 * m), axis=-1)[..., None]
-    level = np.where(idx >= j2, v, -np.inf).max(axis=-1)
-    stalled &= level <= _MAX_FLOOR * v.max(axis=-1)
-    return np.where(stalled, level, 0.0)
-
-
 def noise_floor(baseline_trace: Any, metric: str | None = None, *, scale: Any = None) -> np.ndarray:
     """The float32 noise floor of a run's criterion, per trial.
 
@@ -225,7 +198,7 @@ def noise_floor(baseline_trace: Any, metric: str | None = None, *, scale: Any = 
         raise ValueError("baseline_trace must have an iteration axis")
     if m == "loss":
         return res * np.abs(np.nanmin(v, axis=-1))
-    floor = _plateau(v)
+    floor = bounds.plateau(v)
     if scale is not None:
         s = np.asarray(scale, np.float64)
         if np.any(~np.isfinite(s)) or np.any(s < 0):
@@ -237,7 +210,7 @@ def noise_floor(baseline_trace: Any, metric: str | None = None, *, scale: Any = 
 def _guard_noise(eps: np.ndarray, v: np.ndarray, res: float, metric: str, floor: Any, caller: str) -> None:
     """Refuse ε within 10× of the noise floor, warn within 100× (see the module doc)."""
     if floor is None:
-        floor = res * np.abs(v.min(axis=-1)) if metric == "loss" else _plateau(v)
+        floor = res * np.abs(v.min(axis=-1)) if metric == "loss" else bounds.plateau(v)
     else:
         floor = np.asarray(floor, np.float64)
         if np.any(~np.isfinite(floor)) or np.any(floor < 0):
@@ -465,8 +438,6 @@ def check_rework(
     Returns:
       a :class:`ReworkCheck`.
     """
-    from scarjax import bounds  # noqa: PLC0415 (bounds imports this module lazily)
-
     if not _is_trace(trace) or not hasattr(trace, "perturbation_norms"):
         raise TypeError(f"trace must be a scarjax Trace (it carries the perturbation norms), got {type(trace).__name__}")
     if metric not in (None, "distance"):

@@ -50,7 +50,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax.pollux._throughput import ThroughputParams
+
 __all__ = [
+    "CPU_THROUGHPUT",
     "Problem",
     "digits",
     "mlr",
@@ -61,6 +64,21 @@ __all__ = [
     "mixed_mnist",
     "sample_microbatches",
 ]
+
+#: Throughput-model parameters (Eq 3.4–3.9, seconds) of a CPU-like device: compute-bound
+#: gradients and a synchronisation cost of a few ms. The simulated clock of
+#: ``experiments/pollux_adaptive.py`` (when no fitted ``pollux_throughput`` result exists),
+#: the ground truth of ``benchmarks/bench_pollux.py``'s AdaptDL comparison and of
+#: ``notebooks/02_goodput.py``.
+CPU_THROUGHPUT = ThroughputParams(
+    alpha_grad=2e-3,
+    beta_grad=6e-5,
+    alpha_sync_local=4e-3,
+    beta_sync_local=1e-3,
+    alpha_sync_node=1.5e-2,
+    beta_sync_node=3e-3,
+    gamma=1.5,
+)
 
 class Problem(NamedTuple):
     """An example problem: initial parameters, pure loss/accuracy functions and its data."""

@@ -29,7 +29,8 @@ Constructors: :func:`by_row` (alias of :func:`by_axis` with axis 0; MF uses
 
 Example:
   >>> import jax, jax.numpy as jnp
-  >>> from scarjax import State, partition
+  >>> from scarjax import State
+  >>> from scarjax.scar import partition
   >>> s = State({"w": jnp.zeros((5, 3)), "b": jnp.zeros(3)})
   >>> part = partition.by_row(s, num_servers=2, key=jax.random.key(0))
   >>> part.num_blocks   # leaves flatten as b (3 entries), then w (5 rows)
