@@ -46,3 +46,17 @@ def mnist_test(shared_data):
     from scarjax.data import load_mnist
 
     return load_mnist(shared_data("mnist"), split="test")
+
+
+@pytest.fixture(scope="module")
+def sgd():
+    """A small minibatch-SGD MLR (64 random points, 4 features, 3 classes, batch 16): the
+    stochastic algorithm of the hook and staleness tests."""
+    import numpy as np
+
+    from scarjax.models import mlr
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=64)
+    return mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=16)

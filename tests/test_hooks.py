@@ -8,21 +8,13 @@ from hypothesis import given, strategies as st
 
 import scarjax
 from scarjax import hooks, schedules
-from scarjax.models import mlr, quadratic
+from scarjax.models import quadratic
 from scarjax.perturb import generic, precision as P, revocation, staleness
 
 
 @pytest.fixture(scope="module")
 def qp():
     return quadratic.random_problem(0, 50, 4.0, c=0.9)
-
-
-@pytest.fixture(scope="module")
-def sgd():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(64, 4)).astype(np.float32)
-    y = rng.integers(0, 3, size=64)
-    return mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=16)
 
 
 @pytest.mark.parametrize(

@@ -7,20 +7,12 @@ import pytest
 
 import scarjax
 from scarjax.perturb import staleness, workers
-from scarjax.models import mlr, quadratic
+from scarjax.models import quadratic
 
 
 @pytest.fixture(scope="module")
 def qp():
     return quadratic.fig53_problem()
-
-
-@pytest.fixture(scope="module")
-def sgd():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(64, 4)).astype(np.float32)
-    y = rng.integers(0, 3, size=64)
-    return mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=16)
 
 
 def test_zero_staleness_equals_synchronous_bit_for_bit(qp, sgd):
