@@ -137,7 +137,7 @@ def check_real(
     hi_open: bool = False,
     allow_inf: bool = False,
     scalar: bool = False,
-) -> None:
+) -> Any:
     """A concrete real number or array (0-d if ``scalar``), not NaN, finite unless
     ``allow_inf``, every entry in the range (``(``/``)`` ends when ``lo_open``/``hi_open``);
     traced values pass. Returns ``value`` unchanged.
