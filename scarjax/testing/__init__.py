@@ -1,0 +1,35 @@
+"""Property-test your own training algorithm against the theory (thesis Ch. 5, Ch. 3).
+
+Import it in your own pytest files::
+
+    from scarjax import testing as sxt
+    from scarjax.testing import strategies as sst
+
+Each ``check_*`` runs your :class:`~scarjax.Algorithm` (through :func:`scarjax.run` /
+:func:`scarjax.run_trials`, one batch of trials per hypothesis example) and raises an
+``AssertionError`` (:class:`CheckFailure`) whose message is a readable counterexample: the
+drawn perturbation, the step, measured vs bound, and the seed to replay. Each has a cheap
+default budget (:data:`DEFAULT_SETTINGS`) and a ``settings=`` knob for deeper runs. The
+matching ``assert_*`` functions check one drawn case inside your own ``@given`` tests.
+See ``docs/testing.md``.
+
+Requires hypothesis (a dependency of scarjax; ``import scarjax`` does not import it).
+"""
+
+from scarjax.testing import strategies
+from scarjax.testing._harness import DEFAULT_SETTINGS, CheckFailure, replay_keys
+
+# [checks: linear convergence — _convergence]
+# [checks: Thm 5.3.1 and variants — _rework_bound]
+# [checks: Thm 5.4.1 / 5.4.2 — _recovery]
+# [checks: B.1 precision floor, staleness — _floors]
+# [checks: PGNS — _pgns]
+# [checks: determinism — _determinism]
+
+__all__ = [
+    "strategies",
+    "DEFAULT_SETTINGS",
+    "CheckFailure",
+    "replay_keys",
+    # [__all__: each check module adds its names on its own line below]
+]

@@ -1,0 +1,121 @@
+"""The machinery every check shares: the default budget, running a property under
+hypothesis, and failing with a readable counterexample.
+
+A check (``check_*``) draws examples from a strategy and, for each, runs a batch of trials
+of the user's algorithm (one :func:`scarjax.run_trials` call) and calls the matching
+single-case assertion (``assert_*``). When an example fails, hypothesis shrinks it to a
+minimal one and re-raises the assertion's :class:`CheckFailure`, whose message is the
+counterexample: what was drawn, the step, measured vs bound and how to replay it.
+
+The ``assert_*`` functions are the same checks for one drawn case, for use inside a
+user's own ``@given`` test (hypothesis does not nest ``@given``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import hypothesis
+import numpy as np
+from hypothesis import HealthCheck
+
+__all__ = ["DEFAULT_SETTINGS", "CheckFailure", "fail", "run_property", "resolve_settings", "replay_keys"]
+
+#: The cheap default budget of every check: 10 examples, no deadline (a JAX compile can
+#: take seconds), derandomized (the same examples on every run, so a passing suite stays
+#: passing) and no example database. Pass ``settings=hypothesis.settings(max_examples=…)``
+#: to a check for a deeper run (a fresh ``settings`` object is random unless it says
+#: ``derandomize=True``).
+DEFAULT_SETTINGS = hypothesis.settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.settings:
+    """``None`` → :data:`DEFAULT_SETTINGS`; an int ``n`` → the defaults with
+    ``max_examples=n``; a :class:`hypothesis.settings` is used as given, with its
+    deadline removed (JAX compiles inside an example) and the slow-data health checks
+    suppressed."""
+    if settings is None:
+        return DEFAULT_SETTINGS
+    if isinstance(settings, (int, np.integer)) and not isinstance(settings, bool):
+        if settings < 1:
+            raise ValueError(f"settings: max_examples must be >= 1, got {settings}")
+        return hypothesis.settings(DEFAULT_SETTINGS, max_examples=int(settings))
+    if not isinstance(settings, hypothesis.settings):
+        raise TypeError(f"settings must be None, an int (max_examples) or a hypothesis.settings, got {settings!r}")
+    suppressed = set(settings.suppress_health_check) | set(DEFAULT_SETTINGS.suppress_health_check)
+    return hypothesis.settings(settings, deadline=None, suppress_health_check=list(suppressed))
+
+
+class CheckFailure(AssertionError):
+    """A property of the theory failed for the user's algorithm.
+
+    Attributes:
+      title: what failed, e.g. ``"Thm 5.3.1: rework exceeds the bound"``.
+      details: ``{label: value}``: the counterexample (drawn perturbation, step,
+        measured, bound, …), printed one per line.
+      replay: code that reproduces the failing run (the seed is in it), or ``None``.
+    """
+
+    def __init__(self, title: str, details: dict[str, Any] | None = None, replay: str | None = None):
+        self.title = title
+        self.details = dict(details or {})
+        self.replay = replay
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        lines = [self.title]
+        width = max((len(k) for k in self.details), default=0)
+        for k, v in self.details.items():
+            lines.append(f"  {k.ljust(width)} : {_show(v)}")
+        if self.replay:
+            lines.append("  replay with:")
+            lines.extend("    " + r for r in self.replay.splitlines())
+        return "\n".join(lines)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        return "inf" if math.isinf(v) else f"{v:.6g}"
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return _show(v.item())
+    return str(v)
+
+
+def fail(title: str, details: dict[str, Any] | None = None, replay: str | None = None) -> None:
+    """Raise :class:`CheckFailure` (an ``AssertionError``) with a readable counterexample."""
+    raise CheckFailure(title, details, replay)
+
+
+def run_property(strategy: Any, body: Callable[[Any], None], settings: Any = None) -> None:
+    """Run ``body(example)`` on examples drawn from ``strategy`` under hypothesis.
+
+    ``body`` raises :class:`CheckFailure` for a counterexample; hypothesis then shrinks it
+    (to a single perturbation at one step, the smallest failing fraction, …) and this
+    re-raises the failure of the minimal example. Must not be called inside another
+    ``@given`` test: use the ``assert_*`` functions there.
+    """
+
+    @resolve_settings(settings)
+    @hypothesis.given(strategy)
+    def _property(example):
+        body(example)
+
+    _property()
+
+
+def replay_keys(seed: int, n: int):
+    """The keys of a batch of ``n`` trials for a drawn ``seed``: trial ``i`` runs on
+    ``jax.random.fold_in(jax.random.key(seed), i)`` (what a counterexample's replay line
+    says)."""
+    import jax
+
+    base = jax.random.key(int(seed))
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(np.arange(n, dtype=np.uint32))

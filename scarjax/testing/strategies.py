@@ -1,0 +1,37 @@
+"""Hypothesis strategies for scarjax's objects (``from scarjax.testing import strategies as sst``).
+
+Every strategy shrinks towards the simplest counterexample: one perturbation at one step,
+the smallest failing fraction, one worker, the lowest dimension.
+
+* perturbations: :func:`perturbation_sequences` (:class:`PerturbationSequence` of
+  :class:`Perturbation`; replay with ``.hook()``), hook chains and schedules;
+* problems: :func:`quadratics` (:class:`TestBed`: an algorithm with its exact rate);
+* SCAR: failure specs, partitions of a given state, checkpoint strategies;
+* systems: staleness bounds and delay patterns, precision formats, worker counts and
+  revocation schedules.
+"""
+
+from scarjax.testing._st_perturbations import (
+    DIRECTIONS,
+    Perturbation,
+    PerturbationSequence,
+    perturbation_sequences,
+    sequence_hook,
+    stack,
+)
+from scarjax.testing._st_problems import TestBed, quadratics
+
+# [strategies: hook chains and schedules — _st_perturbations]
+# [strategies: SCAR — _st_scar]
+# [strategies: systems — _st_systems]
+
+__all__ = [
+    "DIRECTIONS",
+    "Perturbation",
+    "PerturbationSequence",
+    "perturbation_sequences",
+    "sequence_hook",
+    "stack",
+    "TestBed",
+    "quadratics",
+]
