@@ -161,6 +161,7 @@ _FRESH = """
 import importlib, json, pkgutil, sys
 import scarjax
 flax_on_import = sorted(m for m in sys.modules if m == "flax" or m.startswith("flax."))[:3]
+hypothesis_on_import = sorted(m for m in sys.modules if m == "hypothesis" or m.startswith("hypothesis."))[:3]
 failed = {}
 for info in pkgutil.walk_packages(scarjax.__path__, "scarjax."):
     try:
@@ -168,7 +169,7 @@ for info in pkgutil.walk_packages(scarjax.__path__, "scarjax."):
     except Exception as e:  # noqa: BLE001 - reported by the test
         failed[info.name] = f"{type(e).__name__}: {e}"
 from scarjax.models import cnn
-print(json.dumps({"flax": flax_on_import, "failed": failed,
+print(json.dumps({"flax": flax_on_import, "hypothesis": hypothesis_on_import, "failed": failed,
                   "flax_after_cnn": "flax" in sys.modules}))
 """
 
@@ -190,6 +191,11 @@ def test_import_scarjax_does_not_import_flax(fresh):
     """flax is imported when a flax model is used (``scarjax.models.cnn``), not before."""
     assert fresh["flax"] == []
     assert fresh["flax_after_cnn"]
+
+
+def test_import_scarjax_does_not_import_hypothesis(fresh):
+    """hypothesis is imported by the property-testing kit (``scarjax.testing``) only."""
+    assert fresh["hypothesis"] == []
 
 
 def _public_packages() -> list[types.ModuleType]:
