@@ -25,6 +25,8 @@ from scarjax.testing._harness import DEFAULT_SETTINGS, CheckFailure, replay_keys
 # [checks: B.1 precision floor, staleness — _floors]
 # [checks: PGNS — _pgns]
 # [checks: determinism — _determinism]
+from scarjax.testing._determinism import (TRIAL_RTOL, DeterminismResult, Difference,  # noqa: I001
+                                          assert_determinism, check_determinism, compare_runs)
 
 __all__ = [
     "strategies",
@@ -32,4 +34,6 @@ __all__ = [
     "CheckFailure",
     "replay_keys",
     # [__all__: each check module adds its names on its own line below]
+    "check_determinism", "assert_determinism", "DeterminismResult",  # _determinism
+    "compare_runs", "Difference", "TRIAL_RTOL",  # _determinism
 ]
