@@ -22,6 +22,9 @@ from scarjax.testing._st_perturbations import (
 from scarjax.testing._st_problems import TestBed, quadratics
 
 # [strategies: hook chains and schedules — _st_perturbations]
+from scarjax.testing._st_perturbations import (  # noqa: I001
+    HOOK_KINDS, SCHEDULE_KINDS, DrawnChain, DrawnHook, DrawnSchedule, hook_chains, schedules,
+)
 # [strategies: SCAR — _st_scar]
 # [strategies: systems — _st_systems]
 
@@ -34,4 +37,5 @@ __all__ = [
     "stack",
     "TestBed",
     "quadratics",
+    "schedules", "hook_chains", "DrawnSchedule", "DrawnHook", "DrawnChain", "SCHEDULE_KINDS", "HOOK_KINDS",  # hook chains, schedules
 ]
