@@ -23,6 +23,7 @@ from scarjax.testing._harness import DEFAULT_SETTINGS, CheckFailure, replay_keys
 from scarjax.testing._convergence import (LinearConvergence, assert_linear_convergence,  # noqa: I001
                                          check_linear_convergence, near_start)
 # [checks: Thm 5.3.1 and variants — _rework_bound]
+from scarjax.testing._rework_bound import ReworkBoundResult, assert_rework_bound, check_rework_bound  # noqa: I001
 # [checks: Thm 5.4.1 / 5.4.2 — _recovery]
 # [checks: B.1 precision floor, staleness — _floors]
 # [checks: PGNS — _pgns]
@@ -36,6 +37,7 @@ __all__ = [
     "CheckFailure",
     "replay_keys",
     # [__all__: each check module adds its names on its own line below]
+    "check_rework_bound", "assert_rework_bound", "ReworkBoundResult",  # _rework_bound
     "check_linear_convergence", "assert_linear_convergence", "LinearConvergence", "near_start",  # _convergence
     "check_determinism", "assert_determinism", "DeterminismResult",  # _determinism
     "compare_runs", "Difference", "TRIAL_RTOL",  # _determinism
