@@ -232,7 +232,9 @@ class Geometric(Schedule):
 def _sample_geometric(rate: Any, start: int, stop: int | None, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """``T = start + j`` with ``P(j ≤ i) = (1 − (1−q)^{i+1}) / (1 − (1−q)^n)``, ``n = stop −
     start`` (untruncated: denominator 1), by inverting the CDF at ``u ~ U(0, 1)``."""
-    q = jnp.asarray(rate, jnp.float32)
+    # A rate below float32's smallest normal number would round to 0 (0/0 below): use
+    # that smallest number instead, which draws uniformly over a truncated window.
+    q = jnp.maximum(jnp.asarray(rate, jnp.float32), jnp.finfo(jnp.float32).tiny)
     u = jax.random.uniform(key, shape, minval=0.0, maxval=1.0)
     log1mq = jnp.log1p(-jnp.minimum(q, 1.0 - 1e-7))
     if stop is not None:
@@ -243,7 +245,8 @@ def _sample_geometric(rate: Any, start: int, stop: int | None, key: jax.Array, s
     else:
         j = jnp.floor(jnp.log1p(-u) / log1mq)
     j = jnp.where(q >= 1.0, 0.0, j)
-    return (start + j).astype(jnp.int32)
+    # Untruncated, a tiny rate draws T far past any run: keep it an int32 (no event).
+    return (start + jnp.minimum(j, 2.0**30)).astype(jnp.int32)
 
 
 def geometric(rate: Any, start: int = 1, stop: int | None = None) -> Geometric:

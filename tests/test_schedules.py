@@ -159,3 +159,13 @@ def test_as_schedule():
 def test_bad_arguments_name_the_argument(make, arg):
     with pytest.raises((ValueError, TypeError), match=arg):
         make()
+
+
+def test_geometric_rate_below_float32_resolution_stays_in_its_window():
+    """A rate that rounds to 0 in float32 draws uniformly in a truncated window (never
+    outside it) and, untruncated, far after the run (an int32 step, no event)."""
+    keys = jax.random.split(jax.random.key(0), 200)
+    T = jax.vmap(lambda k: S.geometric(1e-300, start=1, stop=5).init(k))(keys)
+    assert set(np.unique(np.asarray(T)).tolist()) <= {1, 2, 3, 4}
+    T = S.geometric(1e-300, start=3).init(jax.random.key(1))
+    assert int(T) >= 2**29

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import hypothesis
 import numpy as np
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, Phase
 
 __all__ = ["DEFAULT_SETTINGS", "CheckFailure", "fail", "run_property", "resolve_settings", "replay_keys"]
 
@@ -26,9 +26,12 @@ __all__ = ["DEFAULT_SETTINGS", "CheckFailure", "fail", "run_property", "resolve_
 #: take seconds), derandomized (the same examples on every run, so a passing suite stays
 #: passing) and no example database. Pass ``settings=hypothesis.settings(max_examples=…)``
 #: to a check for a deeper run (a fresh ``settings`` object is random unless it says
-#: ``derandomize=True``).
+#: ``derandomize=True``). Hypothesis's *explain* phase is off: after a failure it would
+#: re-run ~100 examples under a tracer, and the counterexample message already says
+#: what failed.
 DEFAULT_SETTINGS = hypothesis.settings(
     max_examples=10,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     deadline=None,
     derandomize=True,
     database=None,
