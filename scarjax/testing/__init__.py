@@ -27,6 +27,7 @@ from scarjax.testing._rework_bound import ReworkBoundResult, assert_rework_bound
 # [checks: Thm 5.4.1 / 5.4.2 — _recovery]
 # [checks: B.1 precision floor, staleness — _floors]
 # [checks: PGNS — _pgns]
+from scarjax.testing._pgns import PGNSResult, assert_pgns_unbiased, check_pgns_unbiased  # noqa: I001
 # [checks: determinism — _determinism]
 from scarjax.testing._determinism import (TRIAL_RTOL, DeterminismResult, Difference,  # noqa: I001
                                           assert_determinism, check_determinism, compare_runs)
@@ -37,6 +38,7 @@ __all__ = [
     "CheckFailure",
     "replay_keys",
     # [__all__: each check module adds its names on its own line below]
+    "check_pgns_unbiased", "assert_pgns_unbiased", "PGNSResult",  # _pgns
     "check_rework_bound", "assert_rework_bound", "ReworkBoundResult",  # _rework_bound
     "check_linear_convergence", "assert_linear_convergence", "LinearConvergence", "near_start",  # _convergence
     "check_determinism", "assert_determinism", "DeterminismResult",  # _determinism
