@@ -1,4 +1,5 @@
-"""Stale reads (SSP / asynchronous) as read-point perturbations (thesis Example 5.2.2)."""
+"""Stale reads (SSP / asynchronous) as read-point perturbations (thesis Example 5.2.2); the
+bound checks are the property-testing kit's (scarjax.testing)."""
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 import scarjax
+from scarjax import testing as sxt
 from scarjax.perturb import staleness, workers
 from scarjax.models import quadratic
 
@@ -52,12 +54,19 @@ def test_fixed_delay_is_delayed_gradient_descent(qp):
 
 
 def test_per_step_delays_bounded_and_traced_staleness_under_run_trials(qp):
-    # Staleness varies across trials inside one program; trial with s = 0 equals sync;
-    # trial i equals run with key i and the same s.
+    # Staleness varies across trials inside one program. Every trial stays within
+    # Example 5.2.2's bound for its s (views at most s updates old, the read perturbation
+    # ≤ ηλ_max(A)·Σ of the last s updates) and under Lemma B.2.1's envelope
+    # (sxt.assert_staleness, with the kit's norm probes recording ‖Δ_k‖; check_staleness
+    # draws patterns itself: tests/testing/test_floors.py). The trial with s = 0 equals
+    # sync; trial i equals run with key i and the same s (the probes change nothing).
     s_values = jnp.array([0, 3, 8])
     keys = jax.random.split(jax.random.key(5), 3)
-    factory = lambda s: staleness.ssp(3, s, max_staleness=8)  # noqa: E731
+    factory = lambda s: [staleness.ssp(3, s, max_staleness=8), *sxt.norm_probes()]  # noqa: E731
     _, trials = scarjax.run_trials(qp, factory, 60, keys, hook_args=s_values, measure_read_effect=True, workers=3)
+    lam = float(qp.data["lr"]) * float(np.linalg.eigvalsh(np.asarray(qp.data["A"])).max())
+    res = sxt.assert_staleness(trials, quadratic.contraction(qp), np.asarray(s_values), lipschitz=lam, name=qp.name)
+    assert res.worst_view <= 1 and 0 < res.worst_effect <= 1 and res.worst_envelope <= 1
     _, sync = scarjax.run(qp, None, 60, keys[0], workers=3)
     # Same values up to the compiler's float contraction in the vmapped program.
     np.testing.assert_allclose(trials.distance[0], sync.distance, rtol=1e-6)

@@ -26,6 +26,8 @@ from scarjax.testing._convergence import (LinearConvergence, assert_linear_conve
 from scarjax.testing._rework_bound import ReworkBoundResult, assert_rework_bound, check_rework_bound  # noqa: I001
 # [checks: Thm 5.4.1 / 5.4.2 — _recovery]
 # [checks: B.1 precision floor, staleness — _floors]
+from scarjax.testing._floors import (PrecisionFloorResult, StalenessResult, assert_precision_floor,  # noqa: I001
+                                     assert_staleness, check_precision_floor, check_staleness, norm_probes)
 # [checks: PGNS — _pgns]
 from scarjax.testing._pgns import PGNSResult, assert_pgns_unbiased, check_pgns_unbiased  # noqa: I001
 # [checks: determinism — _determinism]
@@ -38,6 +40,8 @@ __all__ = [
     "CheckFailure",
     "replay_keys",
     # [__all__: each check module adds its names on its own line below]
+    "check_precision_floor", "assert_precision_floor", "PrecisionFloorResult",  # _floors
+    "check_staleness", "assert_staleness", "StalenessResult", "norm_probes",  # _floors
     "check_pgns_unbiased", "assert_pgns_unbiased", "PGNSResult",  # _pgns
     "check_rework_bound", "assert_rework_bound", "ReworkBoundResult",  # _rework_bound
     "check_linear_convergence", "assert_linear_convergence", "LinearConvergence", "near_start",  # _convergence

@@ -27,6 +27,12 @@ from scarjax.testing._st_perturbations import (  # noqa: I001
 )
 # [strategies: SCAR — _st_scar]
 # [strategies: systems — _st_systems]
+from scarjax.testing import _st_systems
+from scarjax.testing._st_systems import (  # noqa: I001
+    DELAY_KINDS, NAMED_FORMATS, PRECISION_KINDS, DelayPattern, PrecisionFormat, Revocation, RevocationSchedule,
+    delay_patterns, precision_formats, precision_hook, revocation_schedules, stale_read_hook, staleness_bounds,
+    worker_counts,
+)
 
 __all__ = [
     "DIRECTIONS",
@@ -37,5 +43,6 @@ __all__ = [
     "stack",
     "TestBed",
     "quadratics",
+    *_st_systems.__all__,  # systems
     "schedules", "hook_chains", "DrawnSchedule", "DrawnHook", "DrawnChain", "SCHEDULE_KINDS", "HOOK_KINDS",  # hook chains, schedules
 ]
