@@ -25,6 +25,11 @@ from scarjax.testing._convergence import (LinearConvergence, assert_linear_conve
 # [checks: Thm 5.3.1 and variants — _rework_bound]
 from scarjax.testing._rework_bound import ReworkBoundResult, assert_rework_bound, check_rework_bound  # noqa: I001
 # [checks: Thm 5.4.1 / 5.4.2 — _recovery]
+from scarjax.testing._recovery import (  # noqa: I001
+    ExpectedPerturbationCase, ExpectedPerturbationResult, PartialRecoveryCase, PartialRecoveryResult, RecoveryCase,
+    assert_expected_perturbation, assert_partial_recovery, check_expected_perturbation, check_partial_recovery,
+    recovery_case,
+)
 # [checks: B.1 precision floor, staleness — _floors]
 from scarjax.testing._floors import (PrecisionFloorResult, StalenessResult, assert_precision_floor,  # noqa: I001
                                      assert_staleness, check_precision_floor, check_staleness, norm_probes)
@@ -40,6 +45,7 @@ __all__ = [
     "CheckFailure",
     "replay_keys",
     # [__all__: each check module adds its names on its own line below]
+    "check_partial_recovery", "assert_partial_recovery", "check_expected_perturbation", "assert_expected_perturbation", "recovery_case", "RecoveryCase", "PartialRecoveryCase", "PartialRecoveryResult", "ExpectedPerturbationCase", "ExpectedPerturbationResult",  # _recovery
     "check_precision_floor", "assert_precision_floor", "PrecisionFloorResult",  # _floors
     "check_staleness", "assert_staleness", "StalenessResult", "norm_probes",  # _floors
     "check_pgns_unbiased", "assert_pgns_unbiased", "PGNSResult",  # _pgns

@@ -26,6 +26,10 @@ from scarjax.testing._st_perturbations import (  # noqa: I001
     HOOK_KINDS, SCHEDULE_KINDS, DrawnChain, DrawnHook, DrawnSchedule, hook_chains, schedules,
 )
 # [strategies: SCAR — _st_scar]
+from scarjax.testing._st_scar import (  # noqa: I001
+    FAILURE_SCHEDULES, PARTITION_LAYOUTS, DrawnCheckpoint, DrawnFailure, LostBlocks, PartitionSpec, checkpoints,
+    failures, lost_blocks, partitions,
+)
 # [strategies: systems — _st_systems]
 from scarjax.testing import _st_systems
 from scarjax.testing._st_systems import (  # noqa: I001
@@ -43,6 +47,7 @@ __all__ = [
     "stack",
     "TestBed",
     "quadratics",
+    "failures", "partitions", "lost_blocks", "checkpoints", "DrawnFailure", "DrawnCheckpoint", "PartitionSpec", "LostBlocks", "FAILURE_SCHEDULES", "PARTITION_LAYOUTS",  # SCAR
     *_st_systems.__all__,  # systems
     "schedules", "hook_chains", "DrawnSchedule", "DrawnHook", "DrawnChain", "SCHEDULE_KINDS", "HOOK_KINDS",  # hook chains, schedules
 ]
