@@ -375,6 +375,12 @@ def save_steps(spec: ck.Checkpoint, before: int) -> tuple[int, ...]:
     before = va.check_int("before", before, lo=0)
     if spec.period is None and spec.when is None:
         return ()
+    if spec.period is not None and not va.is_traced((spec.fraction, spec.period)):
+        # ck.interval on the host: max(1, round(r·C)) in float32.
+        n = max(1, int(np.round(np.float32(spec.fraction) * np.float32(spec.period))))
+        return tuple(range(n, before, n))
+    if spec.when is not None and spec.when.name.startswith("at("):
+        return tuple(k for k in sorted(set(spec.when.events)) if 1 <= k < before)
     key = jax.random.key(0)
     state = spec.when.init(key) if spec.when is not None else ()
     ks = np.arange(before, dtype=np.int32)
