@@ -25,4 +25,5 @@ EXPECTED = {
     "01_rework_cost": "predicted floor",
     "02_goodput": "PGNS: running estimate",
     "03_parameter_server": "recovered",
+    "07_property_testing": "1 failed, 1 passed",
 }

@@ -25,7 +25,7 @@ def test_user_example_one_property_holds_one_fails():
     # From the repository root, as `python -m pytest docs/examples/test_my_algorithm.py`:
     # pyproject's addopts apply (-n 2 …), so ask for no xdist workers (one file, two tests).
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", str(EXAMPLE.relative_to(ROOT))],
+        [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-n", "0", str(EXAMPLE.relative_to(ROOT))],
         cwd=ROOT,
         env=_env(),
         capture_output=True,
