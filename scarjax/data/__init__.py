@@ -16,6 +16,9 @@ raise ``ValueError``/``TypeError`` naming the argument.
 | MLR   | MNIST, CoverType         | :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype` |
 | MF/ALS| MovieLens, Jester        | :func:`load_movielens`, :func:`load_movielens_small`, :func:`load_jester`, :func:`ratings_from_triples`, :func:`synthetic_ratings` |
 | LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`load_text`, :func:`synthetic_lda_corpus` |
+
+Pollux cluster-simulator inputs (Sec 3.5.3; embedded, Apache-2.0): :func:`load_workload`,
+:func:`load_philly`, :func:`load_app_traces` (:mod:`scarjax.data.pollux_sim`).
 """
 
 from scarjax._validate import DataFormatError
@@ -24,6 +27,7 @@ from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
 from .covertype import load_covertype
 from .digits import load_digits
 from .mnist import load_mnist, load_mnist_5k, read_idx
+from .pollux_sim import load_app_traces, load_philly, load_workload  # Pollux simulator inputs (Sec 3.5.3)
 from .ratings import (
     Ratings,
     load_jester,
@@ -55,6 +59,7 @@ __all__ = [
     "corpus_from_texts",
     "fetch",
     "load_20newsgroups",
+    "load_app_traces",
     "load_covertype",
     "load_digits",
     "load_jester",
@@ -63,8 +68,10 @@ __all__ = [
     "load_mnist_5k",
     "load_movielens",
     "load_movielens_small",
+    "load_philly",
     "load_reuters",
     "load_text",
+    "load_workload",
     "ratings_from_triples",
     "read_idx",
     "sha256sum",
