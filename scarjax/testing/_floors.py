@@ -243,6 +243,13 @@ class PrecisionFloorResult(NamedTuple):
         )
 
 
+def _range_note(fmt: PrecisionFormat) -> dict:
+    if fmt.kind != "float":
+        return {}
+    vmax = float(np.asarray(jnp.finfo(getattr(jnp, fmt.name)).max))
+    return {"note": f"{fmt.name} saturates at ±{vmax:.6g}: Example 5.2.1 assumes every |y| within range"}
+
+
 def _as_formats(formats: Any, n: int) -> list[PrecisionFormat] | None:
     if formats is None:
         return None
@@ -348,6 +355,7 @@ def assert_precision_floor(
                         "‖y⁽ᵏ⁾‖": ys[i, k],
                         "ratio": measured[k] / allowed[k],
                         "steps over the bound": f"{bad.size} of {L}",
+                        **_range_note(fmt),
                     },
                     replay(i),
                 )
@@ -425,6 +433,8 @@ def check_precision_floor(
         quantizer: ``st.just(sst.PrecisionFormat.custom(q, bits=m))``.
       trials: formats per example.
       seed: the keys' seed (default: drawn per example).
+      (Inside the check ``trace.loss`` records ``‖y⁽ᵏ⁾‖``: the algorithm's ``loss`` is
+      replaced by its norm of the parameters, which changes nothing else in the run.)
       settings: ``None`` (:data:`~scarjax.testing.DEFAULT_SETTINGS`), an int
         (max_examples) or a ``hypothesis.settings``.
       tail, window: as in :func:`assert_precision_floor`.
@@ -450,6 +460,9 @@ def check_precision_floor(
 
     def body(example: tuple[list[PrecisionFormat], int]) -> None:
         fmts, ex_seed = example
+        for f in fmts:
+            if not isinstance(f, PrecisionFormat):
+                raise TypeError(f"formats must draw sst.PrecisionFormat values, got {type(f).__name__} {f!r}")
         customs = tuple(dict.fromkeys(f.quantizer for f in fmts if f.kind == "custom"))
         args = [f.as_arrays(customs) for f in fmts]
         hook_args = {k: np.stack([a[k] for a in args]) for k in args[0]}
@@ -708,7 +721,7 @@ def check_staleness(
       lipschitz: ``λ`` for the read-perturbation bound (``None``: not checked).
       hook: your own stale-read implementation instead, ``hook(M, s, max_bound) -> Hook``
         with ``s`` a traced int32 (the bound it declares; e.g.
-        ``lambda M, s, S: my_ssp(M, s, max_staleness=S)``).
+        ``lambda M, s, S: my_ssp(M, s, max_staleness=S)``); ``kinds`` is then unused.
       trials, seed, settings: as in :func:`check_precision_floor`.
     """
     algorithm = _check_algorithm(algorithm, workers=True)

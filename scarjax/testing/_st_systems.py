@@ -283,12 +283,18 @@ def _fixed_any(x: jax.Array, key: jax.Array, a: dict[str, jax.Array]) -> jax.Arr
     return jnp.where(a["stochastic"], sto, near)
 
 
-@functools.lru_cache(maxsize=64)
 def _precision_factory(customs: tuple) -> Callable[[dict], hk.Hook]:
-    def factory(args: dict) -> hk.Hook:
-        return precision_hook(args, customs=customs)
+    """The hook factory of a batch (one object per set of custom quantizers, so the
+    compiled program is reused; an unhashable quantizer gets a new one each time)."""
+    try:
+        return _cached_precision_factory(customs)
+    except TypeError:
+        return functools.partial(precision_hook, customs=customs)
 
-    return factory
+
+@functools.lru_cache(maxsize=64)
+def _cached_precision_factory(customs: tuple) -> Callable[[dict], hk.Hook]:
+    return functools.partial(precision_hook, customs=customs)
 
 
 def precision_hook(args: dict[str, Any], *, customs: tuple = (), point: str = "write") -> hk.Hook:

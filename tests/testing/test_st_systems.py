@@ -42,12 +42,15 @@ def test_traced_precision_hook_quantises_as_each_format():
     rng = np.random.default_rng(0)
     x = jnp.asarray(np.r_[rng.normal(size=60) * 10.0 ** rng.uniform(-9, 5, 60), 1e-3, 470.0, -7e4], jnp.float32)
     key = jax.random.key(4)
-    for fmt in FORMATS:
-        args = jax.tree.map(jnp.asarray, fmt.as_arrays(CUSTOMS))
+
+    @jax.jit
+    def traced(args):
         hook = sst.precision_hook(args, customs=CUSTOMS)
-        traced = hook.apply(scarjax.State(x), (), _ctx(key))[0].params
+        return hook.apply(scarjax.State(x), (), _ctx(key))[0].params
+
+    for fmt in FORMATS:
         own = P.quantize_tree(fmt.make_quantizer(), x, key)
-        np.testing.assert_allclose(traced, own, rtol=2e-7, atol=0, err_msg=fmt.describe())
+        np.testing.assert_allclose(traced(fmt.as_arrays(CUSTOMS)), own, rtol=2e-7, atol=0, err_msg=fmt.describe())
 
 
 def _ctx(key, step=0, state=None, alg=None):
@@ -61,10 +64,10 @@ def test_traced_precision_hook_replays_a_batch(qp):
     hook_args = {k: np.stack([a[k] for a in args]) for k in args[0]}
     keys = sxt.replay_keys(7, len(FORMATS))
     _, trials = scarjax.run_trials(qp, lambda a: sst.precision_hook(a, customs=CUSTOMS), 30, keys, hook_args=hook_args)
-    for i in (1, len(FORMATS) - 1):
-        _, one = scarjax.run(qp, FORMATS[i].hook(), 30, keys[i])
-        np.testing.assert_allclose(trials.delta["precision_write"][i], one.delta["precision_write"], rtol=1e-4)
-        np.testing.assert_allclose(trials.distance[i], one.distance, rtol=1e-5)
+    i = 1  # stochastic rounding: the same random draws
+    _, one = scarjax.run(qp, FORMATS[i].hook(), 30, keys[i])
+    np.testing.assert_allclose(trials.delta["precision_write"][i], one.delta["precision_write"], rtol=1e-4)
+    np.testing.assert_allclose(trials.distance[i], one.distance, rtol=1e-5)
     assert np.all(np.asarray(trials.delta["precision_write"][:, 0]) > 0)
 
 
@@ -174,17 +177,12 @@ def test_systems_strategies_shrink_to_the_simplest():
     assert late.events == (sst.Revocation(0, 3, 0.0),)
 
 
-def test_revocation_schedule_replays_as_a_progress_table():
-    x = np.random.default_rng(0).normal(size=(24, 3)).astype(np.float32)
-    y = np.arange(24) % 3
-    from scarjax.models import mlr
-
-    alg = mlr.mlr(x, y, num_classes=3, lr=0.5)
+def test_revocation_schedule_replays_as_a_progress_table(qp):
     sched = sst.RevocationSchedule(4, (sst.Revocation(1, 2, 0.5), sst.Revocation(3, 0, 0.0)), partial=True)
     table = sched.progress_table(5)
     assert table.shape == (5, 4) and table[1, 2] == 0.5 and table[3, 0] == 0.0 and table.sum() == 18.5
-    _, tr = scarjax.run(alg, sched.hook(5), 5, 0, workers=4)
-    np.testing.assert_array_equal(tr.points, [24.0, 21.0, 24.0, 18.0, 24.0])  # 6 points per worker
+    _, tr = scarjax.run(qp, sched.hook(5), 5, 0, workers=4)  # the QP's workers weigh by progress
+    np.testing.assert_array_equal(tr.points, [4.0, 3.5, 4.0, 3.0, 4.0])
     assert "worker 2 revoked after 0.5 of its points" in sched.describe()
     with pytest.raises(ValueError, match="steps"):
         sched.progress_table(3)
