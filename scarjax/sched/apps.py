@@ -715,6 +715,19 @@ class AppSet:
         m = _int("batch_size", batch_size, lo=1).astype(np.int64)
         return _split(k, m, self.init_batch_size[ids], self.max_local_bsz[ids], self.max_batch_size[ids])
 
+    def measured_step_time(self, app_ids, placements, atomic_bsz, accum_steps=0) -> np.ndarray:
+        """:meth:`AppModel.measured_step_time` per job (``placements``: one per job)."""
+        ids = self._ids(app_ids).reshape(-1)
+        if len(placements) != ids.size:
+            raise ValueError(f"placements must give one placement per job ({ids.size}), got {len(placements)}")
+        m = np.broadcast_to(_real("atomic_bsz", atomic_bsz, lo=0.0, lo_open=True), ids.shape)
+        s = np.broadcast_to(_int("accum_steps", accum_steps, lo=0), ids.shape)
+        out = np.empty(ids.shape, np.float64)
+        for a in np.unique(ids).tolist():
+            j = np.flatnonzero(ids == a)
+            out[j] = self.models[a].measured_step_time([placements[i] for i in j.tolist()], m[j], s[j])
+        return out
+
     def model_step_time(self, app_ids, nodes, replicas, atomic_bsz, accum_steps=0) -> np.ndarray:
         """:meth:`AppModel.model_step_time` per job."""
         ids = self._ids(app_ids)

@@ -159,12 +159,19 @@ def test_app_set_agrees_with_each_model(apps):
         assert (sqr[i], var[i]) == pytest.approx(m.grad_stats(bsz[i], m.epoch(prog[i])), rel=1e-12)
         assert eff[i] == pytest.approx(m.efficiency(bsz[i], prog[i]), rel=1e-12)
     k = rng.integers(1, 9, ids.size)
-    n = np.minimum(k, rng.integers(1, 3, ids.size))
+    n = np.maximum(np.minimum(k, rng.integers(1, 3, ids.size)), -(-k // 4))  # <= 4 GPUs per node
     atomic = apps.min_local_bsz[ids]
     rate = apps.progress_rate(ids, n, k, atomic, 1, prog)
     for i in range(0, ids.size, 17):
         m = apps[int(ids[i])]
         assert rate[i] == pytest.approx(m.progress_rate(n[i], k[i], atomic[i], 1, prog[i]), rel=1e-12)
+    pl = [tuple(np.diff(np.linspace(0, k[i], n[i] + 1).round()).astype(int)) for i in range(ids.size)]
+    assert all(len(p) == n[i] and sum(p) == k[i] and max(p) <= 4 for i, p in enumerate(pl))
+    t = apps.measured_step_time(ids, pl, atomic, 1)
+    for i in range(0, ids.size, 17):
+        assert t[i] == apps[int(ids[i])].measured_step_time(pl[i], atomic[i], 1)
+    with pytest.raises(ValueError, match="one placement per job"):
+        apps.measured_step_time(ids, pl[:-1], atomic)
 
 
 # -- efficiency and goodput ---------------------------------------------------------------------
