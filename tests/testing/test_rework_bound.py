@@ -37,39 +37,33 @@ def _one_event(err):
 W_STAR = jnp.array([1.0, -2.0])
 
 
-def _huber_gd(w, data):
-    """Gradient descent on the isotropic Huber loss h(‖w − w*‖) (h(r) = r²/2 for r ≤ 1,
-    r − 1/2 beyond): w ← w − η(w − w*) inside the unit ball (rate exactly 1 − η), a
-    constant step η towards w* outside it (sublinear)."""
+def _basin_map(w, data):
+    """A fixed-point map with three regimes of ``r = ‖w − w*‖``: within the unit ball the
+    gradient step of ½r² (``e ← (1 − η)e``: rate exactly c = 1 − η = 0.8); up to r = 4 a
+    constant step η towards w* (the Huber loss's gradient step: sublinear); beyond, w* is
+    out of reach and the iterate is thrown away (``e ← r·e``: overflow within steps)."""
     e = w - data["w_star"]
     r = jnp.linalg.norm(e)
-    return w - data["lr"] * e * jnp.minimum(1.0, 1.0 / jnp.maximum(r, 1e-30))
+    inner = (1.0 - data["lr"]) * e
+    middle = e - data["lr"] * e / jnp.maximum(r, 1.0)
+    return data["w_star"] + jnp.where(r <= 1.0, inner, jnp.where(r <= 4.0, middle, r * e))
 
 
-def _huber_loss(w, data):
+def _basin_loss(w, data):
     r = jnp.linalg.norm(w - data["w_star"])
     return jnp.where(r <= 1.0, 0.5 * r**2, r - 0.5)
 
 
 @functools.cache
-def huber():
-    """Contracts at c = 0.8 only within distance 1 of w*; starts at distance 0.9."""
+def basin():
+    """Starts at distance 0.9 from w*, where it contracts at c = 0.8."""
     data = {"w_star": W_STAR, "lr": jnp.float32(0.2)}
-    return scarjax.fixed_point(_huber_gd, W_STAR + jnp.array([0.9, 0.0]), _huber_loss, data, optimum=W_STAR,
-                               name="huber-gd"), 0.8
+    alg = scarjax.fixed_point(_basin_map, W_STAR + jnp.array([0.9, 0.0]), _basin_loss, data, optimum=W_STAR,
+                              name="basin")
+    return alg, 0.8
 
 
-def _cubic_gd(w, data):
-    """Gradient descent on ½‖w − w*‖² + ¼Σ(w − w*)⁴: rate 1 − η at w*, diverges far away."""
-    e = w - data["w_star"]
-    return w - 0.5 * (e + e**3)
-
-
-@functools.cache
-def cubic():
-    data = {"w_star": W_STAR}
-    loss = lambda w, d: 0.5 * jnp.sum((w - d["w_star"]) ** 2)  # noqa: E731
-    return scarjax.fixed_point(_cubic_gd, W_STAR + jnp.array([0.3, 0.0]), loss, data, optimum=W_STAR, name="cubic-gd")
+BASIN_STEPS = 200
 
 
 @functools.cache
@@ -166,17 +160,17 @@ def test_claimed_c_too_small_is_caught_and_replays():
 
 
 def test_perturbation_too_large_for_the_assumptions_is_caught():
-    """Huber gradient descent contracts at c = 0.8 within distance 1 of w* only: the
-    theorem holds for perturbations that stay there, and a perturbation that leaves the
-    ball (minimal: one event, ‖δ‖ just large enough) breaks it."""
-    alg, c = huber()
+    """The basin map contracts at c = 0.8 within distance 1 of w* only: the theorem holds
+    for perturbations that stay there, and a perturbation that leaves the ball (minimal:
+    one event, ‖δ‖ just large enough) breaks it."""
+    alg, c = basin()
     small = sst.perturbation_sequences(30, sizes=st.floats(1e-3, 0.05))
-    assert sxt.check_rework_bound(alg, c, 200, perturbations=small, settings=5).worst_margin >= 0
+    assert sxt.check_rework_bound(alg, c, BASIN_STEPS, perturbations=small, settings=5).worst_margin >= 0
     with pytest.raises(sxt.CheckFailure) as info:
-        sxt.check_rework_bound(alg, c, 200)
+        sxt.check_rework_bound(alg, c, BASIN_STEPS)
     err = info.value
     assert err.title == "Thm 5.3.1: rework exceeds the bound" and _one_event(err)
-    assert err.details["algorithm"] == "huber-gd"
+    assert err.details["algorithm"] == "basin"
     size = float(err.details["perturbation"].split("‖δ‖ = ")[1].split(",")[0])
     assert size > 0.1  # it left the unit ball
     # The perturbed run contracted slower than c, the baseline did not.
@@ -185,21 +179,28 @@ def test_perturbation_too_large_for_the_assumptions_is_caught():
 
 
 def _run(alg, seqs, steps, seed=0):
-    keys = sxt.replay_keys(seed, len(seqs))
-    _, tr = scarjax.run_trials(alg, sst.sequence_hook, steps, keys, hook_args=sst.stack(seqs, 4))
-    _, base = scarjax.run_trials(alg, sst.sequence_hook, steps, keys,
-                                 hook_args=sst.stack([sst.PerturbationSequence(())] * len(seqs), 4))
+    """The kit's batch: ``seqs`` as trials on keys ``replay_keys(seed, 8)`` (the rest
+    unperturbed), and the paired unperturbed runs."""
+    keys = sxt.replay_keys(seed, 8)
+    none = sst.PerturbationSequence(())
+    seqs = list(seqs) + [none] * (8 - len(seqs))
+    _, tr = scarjax.run_trials(alg, sst.sequence_hook, steps, keys, hook_args=sst.stack(seqs, 4), chunk_size=8)
+    _, base = scarjax.run_trials(alg, sst.sequence_hook, steps, keys, hook_args=sst.stack([none] * 8, 4),
+                                 chunk_size=8)
     return tr, base
 
 
-def test_diverged_and_censored_runs_are_counterexamples():
-    alg = cubic()
+def test_a_diverged_run_is_a_counterexample():
+    """Thrown beyond distance 4 the basin map overflows: a diverged trial is reported,
+    never dropped."""
+    alg, c = basin()
     ok = sst.PerturbationSequence((sst.Perturbation(5, 0.01),))
     far = sst.PerturbationSequence((sst.Perturbation(5, 8.0, "adversarial"),))
-    tr, base = _run(alg, [ok, far], 60)  # the same program as test_assert_rework_bound_bad_arguments
-    assert np.isnan(np.asarray(tr.distance[1])).any()
-    with pytest.raises(sxt.CheckFailure, match=r"Thm 5.3.1: the perturbed run diverged \(NaN at step \d+\)") as info:
-        sxt.assert_rework_bound(tr, base, 0.5, converge_at=10, sequences=[ok, far], seed=0, name="cubic-gd")
+    tr, base = _run(alg, [ok, far], BASIN_STEPS)  # the program of the basin checks above
+    assert not np.isfinite(np.asarray(tr.distance[1])).all()
+    with pytest.raises(sxt.CheckFailure, match=r"Thm 5.3.1: the perturbed run diverged \(non-finite at step \d+\)") as info:
+        sxt.assert_rework_bound(tr, base, c, converge_at=20, sequences=[ok, far] + [sst.PerturbationSequence(())] * 6,
+                                seed=0, name="basin")
     assert info.value.details["trial"] == 1 and "‖δ‖ = 8" in info.value.details["perturbation"]
     assert "scarjax.run(algorithm, sst.PerturbationSequence((sst.Perturbation(step=5, size=8.0" in info.value.replay
 
@@ -274,7 +275,8 @@ def test_b12_printed_closed_form_is_not_a_bound_for_noisy_sgd():
     the printed form claims E‖w⁽ᵏ⁾ − w*‖ ≤ a_k d₀ (a_k = Π_{i≤k}(1 − α_i)), but gradient
     noise keeps noisy SGD far above that once a_k d₀ has decayed."""
     alg, alphas, _ = noisy_sgd()
-    _, base = scarjax.run_trials(alg, None, 200, sxt.replay_keys(0, 16))
+    none = sst.stack([sst.PerturbationSequence(())] * 16, 4)  # the program of the B.1.2 check
+    _, base = scarjax.run_trials(alg, sst.sequence_hook, 200, sxt.replay_keys(0, 16), hook_args=none, chunk_size=16)
     d = np.asarray(base.distance, np.float64)[:, -1]
     a = np.prod(1 - alphas[1:])
     assert d.mean() - 4 * d.std(ddof=1) / np.sqrt(d.size) > 3 * a * float(base.distance[0, 0])
@@ -318,15 +320,15 @@ def test_bad_arguments_name_the_argument(kwargs, exc, match):
 
 
 def test_assert_rework_bound_bad_arguments():
-    tr, base = _run(cubic(), [sst.PerturbationSequence((sst.Perturbation(5, 0.01),))] * 2, 60)
+    tr, base = _run(basin()[0], [sst.PerturbationSequence((sst.Perturbation(5, 0.01),))], BASIN_STEPS)
     with pytest.raises(ValueError, match="needs baseline_trace"):
         sxt.assert_rework_bound(tr, None, 0.5, converge_at=10)
     with pytest.raises(ValueError, match="eps and converge_at are not used"):
         sxt.assert_rework_bound(tr, None, 0.5, variant="B.2", converge_at=10)
-    with pytest.raises(ValueError, match="sequences: 1 given for 2 trials"):
+    with pytest.raises(ValueError, match="sequences: 1 given for 8 trials"):
         sxt.assert_rework_bound(tr, base, 0.5, converge_at=10, sequences=[sst.PerturbationSequence(())])
     with pytest.raises(TypeError, match="sequences must hold PerturbationSequence"):
-        sxt.assert_rework_bound(tr, base, 0.5, converge_at=10, sequences=["x", "y"])
+        sxt.assert_rework_bound(tr, base, 0.5, converge_at=10, sequences=["x"] * 8)
     with pytest.raises(TypeError, match="trace must be a scarjax Trace"):
         sxt.assert_rework_bound(np.ones((2, 61)), None, 0.5, variant="B.2")
     with pytest.raises(ValueError, match=">= 2 trials"):
