@@ -192,8 +192,11 @@ print(rework.summary())
 # The theorem's assumption is that the algorithm contracts at `c` *wherever the
 # perturbations take it*. Gradient descent on `Σ log cosh(w − 1)` contracts at rate
 # about 0.5 near its optimum but much more slowly far from it (the gradient saturates):
-# a perturbation large enough to push it out of that region breaks the bound, and the
-# check finds the smallest one that does.
+# a perturbation large enough to push it out of that region breaks the bound. We draw
+# one adversarial kick at step 0; the check finds one that breaks the bound, shrunk to a
+# simple size, and its message shows the cause: the perturbed run's slowest one-step
+# contraction is far above `c` — the perturbation was too large for the theorem's
+# assumptions, not a counterexample to the theorem.
 
 # %%
 f = lambda w, d: w - 0.5 * jnp.tanh(w - 1.0)  # noqa: E731
