@@ -42,3 +42,9 @@ def test_user_example_one_property_holds_one_fails():
     for pattern in (r"algorithm\s+: sin\n", r"start\s+: ‖w⁽⁰⁾ − w\*‖ = ", r"seed\s+: \d+", r"replay with:\n"):
         assert re.search(pattern, out), (pattern, out)
     assert "sxt.near_start(algorithm, " in out and "sxt.assert_linear_convergence(trace" in out, out
+
+
+def test_guide_shows_the_example_file_as_it_is():
+    # docs/testing.md quotes the whole file: it must not drift from what this test runs.
+    guide = (ROOT / "docs" / "testing.md").read_text()
+    assert "```python\n" + EXAMPLE.read_text().rstrip("\n") + "\n```" in guide
