@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import hypothesis
 from hypothesis import strategies as st
 
 import scarjax
@@ -50,14 +49,6 @@ __all__ = ["TRIAL_RTOL", "Difference", "DeterminismResult", "compare_runs", "ass
 #: max |run|`` per leaf, asserted for the QP and MLR (measured ≤ 2e-6; MF's rotations drift
 #: further, ≤ 3e-4, along its flat directions).
 TRIAL_RTOL = 1e-5
-
-
-def without_explain(settings: hypothesis.settings) -> hypothesis.settings:
-    """``settings`` without hypothesis's *explain* phase: after a failure it re-runs the
-    example about a hundred times varying each part (every run a batch of trials here);
-    the counterexample message already says what was drawn."""
-    phases = [p for p in settings.phases if p != hypothesis.Phase.explain]
-    return hypothesis.settings(settings, phases=phases)
 
 
 class Difference(NamedTuple):
@@ -96,6 +87,10 @@ class Difference(NamedTuple):
 def _named_leaves(result: Any) -> list[tuple[str, Any]]:
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], core.Trace):
         parts = (("state", result[0]), ("trace", result[1]))
+    elif isinstance(result, core.Trace):
+        parts = (("trace", result),)
+    elif isinstance(result, core.State):
+        parts = (("state", result),)
     else:
         parts = (("run", result),)
     out = []
@@ -126,8 +121,9 @@ def _is_float(x: np.ndarray) -> bool:
 def compare_runs(
     a: Any, b: Any, *, rtol: float = TRIAL_RTOL, exact: bool = False, labels: tuple[str, str] = ("a", "b")
 ) -> Difference | None:
-    """How run ``a`` differs from the reference run ``b`` (each ``(state, trace)``, e.g.
-    ``a = split_trials(trials, i)``, ``b = run(…, keys[i])``), or ``None`` when they agree.
+    """How run ``a`` differs from the reference run ``b`` (each ``(state, trace)``, or both
+    a :class:`~scarjax.Trace`, e.g. ``a = split_trials(trials, i)``, ``b = run(…,
+    keys[i])``), or ``None`` when they agree.
 
     Discrete outcomes are compared exactly: integer, boolean and key leaves, and the steps
     at which each hook changed the parameters (``trace.delta[name] > 0``); with
@@ -350,8 +346,11 @@ def _run_again(algorithm, key, hook_args, init_state, spec, static):
 _again = jax.jit(_run_again, static_argnums=(4, 5))
 
 
-def _replay(steps: int, seed: int, trials: int, h: _Hooks, rtol: float, workers: int | None, trial: int) -> str:
+def _replay(
+    steps: int, seed: int, trials: int, h: _Hooks, rtol: float, workers: int | None, trial: int, recompile=True
+) -> str:
     extra = "" if rtol == TRIAL_RTOL else f", rtol={rtol!r}"
+    extra += "" if recompile else ", recompile=False"
     extra += "" if workers is None else f", workers={workers}"
     ha = "" if h.args is None else ", hook_args=hook_args"
     lines = [
@@ -365,7 +364,7 @@ def _replay(steps: int, seed: int, trials: int, h: _Hooks, rtol: float, workers:
     return "\n".join(lines)
 
 
-def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers) -> tuple[float, str]:
+def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompile) -> tuple[float, str]:
     keys = replay_keys(seed, trials)
     p = core.prepare(algorithm, h.spec, steps, None if h.args is None else _slice(h.args, 0), None, workers=workers)
     runs = [scarjax.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
@@ -390,16 +389,21 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers) -> tuple
             leaf, step = bad
             fail("Determinism: run diverged (NaN/inf)" + ("" if step is None else f" at step {step}"),
                  details(i, leaf=leaf, step="final state" if step is None else step),
-                 _replay(steps, seed, trials, h, rtol, workers, i))
-    # 1. The same key, compiled again: bit for bit.
+                 _replay(steps, seed, trials, h, rtol, workers, i, recompile))
+    # 1. The same key, compiled again (or the same program run again): bit for bit.
     for i, r in enumerate(runs):
-        again = _again(p.algorithm, keys[i], _slice(h.args, i), None, p.spec, p.static)
-        d = compare_runs(again, r, exact=True, labels=("the run compiled again", f"run(keys[{i}])"))
+        if recompile:
+            again = _again(p.algorithm, keys[i], _slice(h.args, i), None, p.spec, p.static)
+        else:
+            again = scarjax.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
+        label = "the run compiled again" if recompile else "the run repeated"
+        d = compare_runs(again, r, exact=True, labels=(label, f"run(keys[{i}])"))
         if d is not None:
-            fail("Determinism: the same key gave different runs (the run traced and compiled twice, "
-                 "as in a fresh process: a trace-time side effect such as a Python counter or np.random, "
-                 "or run-time randomness outside the key)",
-                 details(i, d), _replay(steps, seed, trials, h, rtol, workers, i))
+            how = ("the run traced and compiled twice, as in a fresh process: a trace-time side effect such as "
+                   "a Python counter or np.random, or run-time randomness outside the key" if recompile else
+                   "the same compiled program run twice: run-time randomness outside the key")
+            fail(f"Determinism: the same key gave different runs ({how})",
+                 details(i, d), _replay(steps, seed, trials, h, rtol, workers, i, recompile))
     # 2. An int seed is its key.
     a = scarjax.run(algorithm, h.spec, steps, seed, hook_args=_slice(h.args, 0), workers=workers)
     b = scarjax.run(algorithm, h.spec, steps, jax.random.key(seed), hook_args=_slice(h.args, 0), workers=workers)
@@ -419,13 +423,13 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers) -> tuple
             fail(f"run_trials: trial {i} diverged (NaN/inf)" + ("" if step is None else f" at step {step}")
                  + f" where run(keys[{i}]) did not",
                  details(i, leaf=leaf, step="final state" if step is None else step),
-                 _replay(steps, seed, trials, h, rtol, workers, i))
+                 _replay(steps, seed, trials, h, rtol, workers, i, recompile))
         d = compare_runs(t_i, r, rtol=rtol, labels=(f"trial {i}", f"run(keys[{i}])"))
         if d is not None:
             what = ("a discrete outcome differs" if d.kind in ("discrete", "fires", "shape")
                     else "floats differ beyond the documented tolerance")
             fail(f"run_trials: trial {i} differs from run(keys[{i}]): {what}",
-                 details(i, d), _replay(steps, seed, trials, h, rtol, workers, i))
+                 details(i, d), _replay(steps, seed, trials, h, rtol, workers, i, recompile))
         rel, where = _worst_float(t_i, r)
         if rel > worst:
             worst, worst_leaf = rel, where
@@ -452,6 +456,7 @@ def assert_determinism(
     trials: int = 4,
     rtol: float = TRIAL_RTOL,
     workers: int | None = None,
+    recompile: bool = True,
 ) -> DeterminismResult:
     """One case of :func:`check_determinism`: the keys ``replay_keys(seed, trials)``, the
     given hooks (a hook, a chain, a sequence of hooks, ``None``, a perturbation sequence,
@@ -460,7 +465,7 @@ def assert_determinism(
     the leaf, the step, the difference against the tolerance, the trial and the replay."""
     steps, trials, rtol, seed, workers = _check_args(algorithm, steps, trials, rtol, seed, workers)
     h = _fixed_hooks(hooks, hook_args, trials)
-    worst, leaf = _one_case(algorithm, steps, seed, trials, h, rtol, workers)
+    worst, leaf = _one_case(algorithm, steps, seed, trials, h, rtol, workers, va.check_bool("recompile", recompile))
     return DeterminismResult(trials, 1, worst, leaf, rtol, seed)
 
 
@@ -474,6 +479,7 @@ def check_determinism(
     rtol: float = TRIAL_RTOL,
     seed: int = 0,
     workers: int | None = None,
+    recompile: bool = True,
     settings: Any = None,
 ) -> DeterminismResult:
     """Determinism and trial/run equivalence of ``algorithm`` under ``hooks`` (module
@@ -500,6 +506,9 @@ def check_determinism(
       trials: trials per example.
       rtol: the float tolerance of trial vs run (``max |trial − run| / max |run|`` per leaf).
       seed: the base seed.
+      recompile: compile the run a second time for property 1 (once per process for each
+        algorithm, hooks, steps and workers: for a large model, seconds); ``False``: run
+        the cached program twice, which catches run-time nondeterminism only.
       settings: ``None`` (:data:`~scarjax.testing.DEFAULT_SETTINGS`), an int
         (``max_examples``) or a ``hypothesis.settings``.
 
@@ -507,6 +516,7 @@ def check_determinism(
       :class:`DeterminismResult` (the largest trial/run difference seen).
     """
     steps, trials, rtol, seed, workers = _check_args(algorithm, steps, trials, rtol, seed, workers)
+    recompile = va.check_bool("recompile", recompile)
     if isinstance(hooks, st.SearchStrategy):
         if hook_args is not None:
             raise TypeError("hook_args must be None when hooks is a strategy (draw (factory, args) pairs instead)")
@@ -518,9 +528,9 @@ def check_determinism(
     def body(example):
         s, h = example
         case_seed = (seed + s) % 2**31
-        worst, leaf = _one_case(algorithm, steps, case_seed, trials, h, rtol, workers)
+        worst, leaf = _one_case(algorithm, steps, case_seed, trials, h, rtol, workers, recompile)
         seen.append((worst, leaf, case_seed))
 
-    run_property(st.tuples(st.integers(0, 2**31 - 1), hook_st), body, without_explain(resolve_settings(settings)))
+    run_property(st.tuples(st.integers(0, 2**31 - 1), hook_st), body, resolve_settings(settings))
     worst, leaf, case_seed = max(seen, key=lambda x: x[0])
     return DeterminismResult(trials, len(seen), worst, leaf, rtol, case_seed)

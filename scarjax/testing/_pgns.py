@@ -51,7 +51,6 @@ from scipy import stats as sps
 from scarjax import _validate as va
 from scarjax import pollux as px
 from scarjax.pollux import _estimate, _precond
-from scarjax.testing._determinism import without_explain
 from scarjax.testing._harness import fail, resolve_settings, run_property
 
 __all__ = ["PGNSResult", "StatisticTest", "assert_pgns_unbiased", "check_pgns_unbiased", "ROUNDING"]
@@ -458,7 +457,7 @@ def check_pgns_unbiased(
     if max_steps and optimizer is None:
         raise ValueError(f"max_steps={max_steps} needs optimizer= (the optax optimizer to take the steps with)")
     arrays = _estimate._as_data(data)
-    hs = without_explain(resolve_settings(settings))
+    hs = resolve_settings(settings)
     alpha = false_alarm / hs.max_examples
     seeds = st.integers(0, 2**31 - 1).map(lambda s: (seed + s) % 2**31)  # shrinks to `seed`
     strategy = st.tuples(seeds, st.integers(0, max_steps), b_st, k_st)

@@ -78,6 +78,25 @@ def test_np_random_at_trace_time_is_caught(qp):
         sxt.assert_determinism(qp.replace(update=update), STEPS)
 
 
+def test_run_time_randomness_outside_the_key_is_caught_without_recompiling(qp):
+    """A host callback drawing its own random numbers: the same compiled program, run
+    twice with the same key, differs (recompile=False never compiles twice)."""
+    rng = np.random.default_rng(0)
+
+    def noise(shape):
+        return jax.pure_callback(lambda: rng.normal(size=shape).astype(np.float32),
+                                 jax.ShapeDtypeStruct(shape, jnp.float32))
+
+    def update(view, state, data, key):
+        return -0.1 * view + 1e-2 * noise(view.shape), state
+
+    with pytest.raises(sxt.CheckFailure) as e:
+        sxt.assert_determinism(qp.replace(update=update), STEPS, recompile=False)
+    msg = str(e.value)
+    assert "the same compiled program run twice: run-time randomness outside the key" in msg
+    assert "recompile=False" in msg and "step       : 1" in msg, msg
+
+
 def _wrong_vmap_rule(batched_factor):
     """``x -> x`` whose custom_vmap rule multiplies by ``batched_factor``: a batching rule
     inconsistent with the function (what run_trials' vmap uses, for a value that varies
@@ -170,3 +189,5 @@ def test_bad_arguments_name_the_argument(qp):
                                hook_args=np.zeros(3))
     with pytest.raises(TypeError, match="hooks"):
         sxt.assert_determinism(qp, STEPS, hooks="gaussian")
+    with pytest.raises(TypeError, match="recompile"):
+        sxt.check_determinism(qp, STEPS, recompile="no")
