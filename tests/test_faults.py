@@ -20,6 +20,8 @@ from scarjax import tree as tu
 from scarjax.hooks import Context
 from scarjax.models import mlr
 from scarjax.rework import calibrate_near
+from scarjax import testing as sxt
+from scarjax.testing import strategies as sst
 
 # A hand-made pytree state with optimizer-like aux (any pytree must work).
 _SHAPES = {"a": (6, 3), "b": (4,), "c": {"d": (5, 2)}}
@@ -38,79 +40,43 @@ _PARTS = {
 }
 
 
-def _deltas(part, state, saved, lost):
-    full = F.recover("full", state, saved, part, lost)
-    partial = F.recover("partial", state, saved, part, lost)
-    d = tu.l2_norm(tu.tree_sub(full.params, state.params))
-    dp = tu.l2_norm(tu.tree_sub(partial.params, state.params))
-    return d, dp
-
-
-@jax.jit
-def _thm541(state, saved, key, p):
-    out = {}
-    for name, part in _PARTS.items():
-        out[name] = _deltas(part, state, saved, P.random_blocks(key, part.num_blocks, p))
-    return out
-
-
-@given(seed=st.integers(0, 10**6), p=st.floats(0.0, 1.0), scale=st.floats(1e-3, 1e3))
-def test_thm_5_4_1_partial_never_larger(seed, p, scale):
-    """Thm 5.4.1: ‖δ'‖ ≤ ‖δ‖ for any checkpoint, state and lost set."""
+def _states(seed, scale=1.0, seed_saved=None):
+    """A state and a checkpoint of the hand-made pytree; aux ``m`` is params-shaped (an
+    optimizer moment, co-located with its blocks), ``n`` a scalar that is never lost."""
     w = _tree(seed, scale)
-    z = _tree(seed + 1, scale)
-    state = State(w, {"m": w, "n": jnp.float32(3)})
-    saved = State(z, {"m": z, "n": jnp.float32(1)})
-    for d, dp in _thm541(state, saved, jax.random.key(seed), p).values():
-        assert float(dp) <= float(d) * (1 + 1e-6) + 1e-6
+    z = _tree(seed + 1 if seed_saved is None else seed_saved, scale)
+    return State(w, {"m": w, "n": jnp.float32(3)}), State(z, {"m": z, "n": jnp.float32(1)})
 
 
-_N_MC = 4000
-
-
-@jax.jit
-def _thm542_samples(state, saved, key, p, k_servers):
-    keys = jax.random.split(key, _N_MC)
-
-    def one(kk):
-        out = {}
-        for name, part in _PARTS.items():
-            out[name] = _deltas(part, state, saved, P.random_blocks(kk, part.num_blocks, p))[1] ** 2
-        part = _PARTS["row"]
-        lost = P.server_blocks(part, P.random_servers(kk, part.num_servers, k_servers))
-        out["servers"] = _deltas(part, state, saved, lost)[1] ** 2
-        return out
-
-    full = tu.l2_norm(tu.tree_sub(saved.params, state.params)) ** 2
-    return full, jax.vmap(one)(keys)
-
-
-def _assert_mean(samples, target, what):
-    x = np.asarray(samples, np.float64)
-    se = x.std(ddof=1) / np.sqrt(x.size)
-    # 5 standard errors (a ~1e-6 false alarm rate) plus float32 rounding.
-    assert abs(x.mean() - target) <= 5 * se + 1e-4 * target, (what, x.mean(), target, se)
+@given(seed=st.integers(0, 10**6), scale=st.floats(1e-3, 1e3), data=st.data())
+def test_thm_5_4_1_partial_never_larger(seed, scale, data):
+    """Thm 5.4.1 with the kit's check (``sxt.assert_partial_recovery``): for any state,
+    checkpoint and lost set (a uniformly random fraction of the blocks, from none to all,
+    or the blocks of k of the 4 servers; ``sst.lost_blocks``), on a by-row and a
+    by-element partition, ‖δ'‖ ≤ ‖δ‖, and the library's partial recovery reloads exactly
+    the lost blocks, the co-located optimizer moment with them."""
+    state, saved = _states(seed, scale)
+    for part in _PARTS.values():
+        lost = data.draw(sst.lost_blocks(part, min_blocks=0))
+        case = sxt.assert_partial_recovery(state, saved, part, lost.mask)
+        assert float(case.recovered.aux["n"]) == 3.0  # never lost
 
 
 @settings(max_examples=8)
 @given(seed=st.integers(0, 10**6), k=st.integers(1, 16), servers=st.integers(1, 4))
 def test_thm_5_4_2_expected_perturbation(seed, k, servers):
-    """Thm 5.4.2: losing a uniformly random fraction p of the blocks, E‖δ'‖² = p‖δ‖²;
-    the same holds for k of S failed servers (p = k/S) under any block placement."""
-    w, z = _tree(seed), _tree(seed + 7)
-    state = State(w, {"m": w, "n": jnp.float32(0)})
-    saved = State(z, {"m": z, "n": jnp.float32(0)})
-    # p = k/16 is an exact fraction of the row blocks only when k·B/16 is an integer;
-    # use p = j/B per partition so the marginal loss probability is exactly p.
-    B_row = _PARTS["row"].num_blocks  # 4 + 6 + 5 = 15
-    p = (k % B_row + 1) / B_row
-    full, mc = _thm542_samples(state, saved, jax.random.key(seed), p, servers)
-    full = float(full)
-    _assert_mean(mc["row"], p * full, "row")
-    n_el = _PARTS["element"].num_blocks
-    p_el = round(p * n_el) / n_el
-    _assert_mean(mc["element"], p_el * full, "element")
-    _assert_mean(mc["servers"], servers / 4 * full, "servers")
+    """Thm 5.4.2 with the kit's z-test (``sxt.assert_expected_perturbation``, 4,000 failures,
+    false-alarm rate 1e-6 per call): losing a uniformly random fraction p of the blocks,
+    E‖δ'‖² = p‖δ‖² (the kit takes p = round(pB)/B, what is lost exactly) for row blocks and
+    single entries; the same for k of S failed servers (p = k/S) under a random placement."""
+    state, saved = _states(seed, seed_saved=seed + 7)
+    p = (k % 15 + 1) / 15  # j of the 15 row blocks
+    key = jax.random.key(seed)
+    for part, failure in ((_PARTS["row"], F.Failure(fraction=p, when=0)),
+                          (_PARTS["element"], F.Failure(fraction=p, when=0)),
+                          (_PARTS["row"], F.Failure(servers=servers, when=0))):
+        case = sxt.assert_expected_perturbation(state, saved, part, failure, key, samples=4000)
+        assert case.p == (servers / 4 if failure.servers else round(p * part.num_blocks) / part.num_blocks)
 
 
 # --------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ class _Snap(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def _capture_callables(init: Callable, update: Callable, loss: Callable) -> tuple[Callable, Callable, Callable]:
+def _capture_callables(init: Callable, update: Callable, loss: Callable) -> tuple[Callable, ...]:
     # Cached per user callables, so the wrapped algorithm (a static argument of the
     # compiled loop) is the same object across check calls and reuses the program.
     def c_init(key, data):
@@ -144,11 +144,15 @@ class _RunningHooks:
 
     # Equal for equal partitions (by content): the compiled loop (keyed on this static
     # factory) is reused by every check call on the same algorithm and partition.
+    @functools.cached_property
+    def _key(self) -> tuple:
+        return _partition_key(self.partition)
+
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _RunningHooks) and _partition_key(self.partition) == _partition_key(other.partition)
+        return isinstance(other, _RunningHooks) and self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(_partition_key(self.partition))
+        return hash(self._key)
 
     def __call__(self, a: dict) -> Hook:
         part = self.partition
@@ -482,13 +486,15 @@ def assert_partial_recovery(
       CheckFailure (an ``AssertionError``) naming the offending block, entry and values.
     """
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(
+            f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     state, saved = State(*state), State(*saved)
     pt.check_matches(partition, state, "partition")
     va.check_tree_like("saved", saved, state, "state")
     lost = np.asarray(lost)
     if lost.shape != (partition.num_blocks,) or lost.dtype != bool:
-        raise ValueError(f"lost must be bool[{partition.num_blocks}] (one flag per block), got {lost.dtype} {lost.shape}")
+        raise ValueError(
+            f"lost must be bool[{partition.num_blocks}] (one flag per block), got {lost.dtype} {lost.shape}")
     recover = _check_recover(recover)
     norm = tu.l2_norm if norm is None else norm
     va.check_callable("norm", norm)
@@ -503,7 +509,8 @@ def assert_partial_recovery(
     return PartialRecoveryCase(float(stats["d"]), float(stats["dp"]), State(*rec))
 
 
-def _fail_case(verdict, stats, state, saved, rec, partition, lost, include_aux, tol, details, lost_words, replay):
+def _fail_case(verdict, stats, state, saved, rec, partition, lost, include_aux, tol, details, lost_words,
+               replay):
     details = dict(details)
     out = {k: details.pop(k) for k in ("algorithm", "partition", "failure") if k in details}
     out["lost"] = lost_words or _lost_words(lost, partition)
@@ -546,7 +553,8 @@ def _examples(draw, steps: int, partition: pt.Partition, kinds: tuple, checkpoin
     t = int(f.when.events[0])
     c = draw(st.integers(0, t - 1)) if checkpoints is None else draw(checkpoints)
     if checkpoints is not None and not isinstance(c, ck.Checkpoint):
-        raise TypeError(f"checkpoints must draw scarjax.scar.checkpoint.Checkpoint specs, got {type(c).__name__}")
+        raise TypeError(
+            f"checkpoints must draw scarjax.scar.checkpoint.Checkpoint specs, got {type(c).__name__}")
     return _Example(f, c, draw(st.integers(0, 2**20)))
 
 
@@ -560,8 +568,8 @@ def _check_kinds(kinds: Any) -> tuple[str, ...]:
 def _check_checkpoints(checkpoints: Any) -> Any:
     if checkpoints is not None and not isinstance(checkpoints, st.SearchStrategy):
         raise TypeError(
-            "checkpoints must be None (a consistent checkpoint at a drawn step s < t) or a hypothesis strategy "
-            f"of Checkpoint specs (e.g. sst.checkpoints()), got {type(checkpoints).__name__}")
+            "checkpoints must be None (a consistent checkpoint at a drawn step s < t) or a hypothesis "
+            f"strategy of Checkpoint specs (e.g. sst.checkpoints()), got {type(checkpoints).__name__}")
     return checkpoints
 
 
@@ -583,7 +591,8 @@ def _setup(algorithm, steps, partition, lost_blocks) -> _Setup:
     if lost_blocks is None:
         lost_blocks = faults.lost_blocks
     va.check_callable("lost_blocks", lost_blocks)
-    return _Setup(algorithm, _capturing(algorithm), steps, part, words, code, lost_blocks, _RunningHooks(part))
+    return _Setup(algorithm, _capturing(algorithm), steps, part, words, code, lost_blocks,
+                  _RunningHooks(part))
 
 
 def _run_example(setup: _Setup, ex: _Example, trials: int) -> tuple[State, State, jax.Array, str]:
@@ -619,7 +628,8 @@ def _failure_args(f: faults.Failure) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return np.float32(0.5), np.int32(f.servers), np.bool_(True)
 
 
-def _lose(lose: Callable, partition: pt.Partition, key: jax.Array, fraction, servers, use_servers) -> jax.Array:
+def _lose(lose: Callable, partition: pt.Partition, key: jax.Array, fraction: Any, servers: Any,
+          use_servers: Any) -> jax.Array:
     by_fraction = jnp.asarray(lose(faults.Failure(fraction=fraction, when=0), partition, key), bool)
     by_servers = jnp.asarray(lose(faults.Failure(servers=servers, when=0), partition, key), bool)
     return jnp.where(use_servers, by_servers, by_fraction)
@@ -666,8 +676,9 @@ class PartialRecoveryResult(NamedTuple):
 
     def summary(self) -> str:
         return (f"Thm 5.4.1 held on {self.examples} examples × {self.trials} trials "
-                f"({self.examples * self.trials} failures, {100 * self.mean_fraction:.3g}% of the blocks lost on "
-                f"average): ‖δ'‖ ≤ ‖δ‖ (largest ratio ‖δ'‖/‖δ‖ = {self.max_ratio:.4g}, mean {self.mean_ratio:.4g}); "
+                f"({self.examples * self.trials} failures, {100 * self.mean_fraction:.3g}% of the blocks "
+                f"lost on average): ‖δ'‖ ≤ ‖δ‖ (largest ratio ‖δ'‖/‖δ‖ = {self.max_ratio:.4g}, "
+                f"mean {self.mean_ratio:.4g}); "
                 f"no block that was not lost changed; every lost block was reloaded from the checkpoint")
 
 
@@ -808,35 +819,26 @@ def _null_variance(v: np.ndarray, n: int, k: int) -> float:
 
 
 @functools.lru_cache(maxsize=32)
-def _jit_mc_lost(lose: Callable, samples: int) -> Callable:
-    """``samples`` failures' lost blocks (keys ``split(key, samples)``): one program per
-    failure model and partition shape, shared by every recovery tested."""
+def _jit_mc(recover: Callable, lose: Callable, samples: int) -> Callable:
+    """``samples`` failures (keys ``split(key, samples)``, one ``vmap``): each one's
+    ``‖δ'‖²``, and the per-block ``‖(z − w)_b‖²``. One program per recovery, failure model
+    and partition shape (both kinds of failure in it)."""
 
-    def fn(key, fraction, servers, use_servers, partition):
-        return jax.vmap(lambda k: _lose(lose, partition, k, fraction, servers, use_servers))(
-            jax.random.split(key, samples))
-
-    return jax.jit(fn)
-
-
-@functools.lru_cache(maxsize=32)
-def _jit_mc_recover(recover: Callable) -> Callable:
-    """``‖δ'‖²`` of each lost set (one ``vmap``) and the per-block ``‖(z − w)_b‖²``."""
-
-    def fn(state, saved, partition, lost):
-        def one(mask):
-            rec = _as_state(recover(state, saved, partition, mask), state, "recover(state, saved, partition, lost)")
+    def fn(state, saved, key, fraction, servers, use_servers, partition):
+        def one(k):
+            lost = _lose(lose, partition, k, fraction, servers, use_servers)
+            rec = _as_state(recover(state, saved, partition, lost), state,
+                            "recover(state, saved, partition, lost)")
             return jnp.square(tu.l2_norm(tu.tree_sub(rec.params, state.params)))
 
         v = jnp.square(pt.block_distances(partition, saved.params, state.params, "l2"))
-        return jax.vmap(one)(lost), v
+        return jax.vmap(one)(jax.random.split(key, samples)), v
 
     return jax.jit(fn)
 
 
 def _mc_samples(state, saved, key, failure_args, partition, recover, lose, samples):
-    lost = _jit_mc_lost(lose, samples)(key, *failure_args, partition)
-    return _jit_mc_recover(recover)(state, saved, partition, lost)
+    return _jit_mc(recover, lose, samples)(state, saved, key, *failure_args, partition)
 
 
 class ExpectedPerturbationCase(NamedTuple):
@@ -900,7 +902,8 @@ def _fail_mc(case: ExpectedPerturbationCase, failure: faults.Failure, full2: flo
     out["p‖δ‖² (Thm 5.4.2)"] = case.target
     out["‖δ‖² (full recovery)"] = full2
     if math.isfinite(case.mean):
-        out["difference"] = (f"{case.mean - case.target:.6g}: {case.z:.3g} standard errors (SE {case.se:.3g}, "
+        out["difference"] = (f"{case.mean - case.target:.6g}: {case.z:.3g} standard errors "
+                             f"(SE {case.se:.3g}, "
                              f"beyond a {_MEAN_RTOL:g}·p‖δ‖² rounding allowance); "
                              f"allowed {case.threshold:.3g} SE: false-alarm rate {false_alarm:.3g} {per}, "
                              "two-sided z-test, normal approximation")
@@ -943,7 +946,8 @@ def assert_expected_perturbation(
       standard errors and the threshold.
     """
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(
+            f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     if not isinstance(failure, faults.Failure):
         raise TypeError(f"failure must be a scarjax.scar.faults.Failure, got {type(failure).__name__}")
     failure.check(partition)
@@ -983,7 +987,8 @@ class ExpectedPerturbationResult(NamedTuple):
     false_alarm: float
 
     def summary(self) -> str:
-        return (f"Thm 5.4.2 held on {self.examples} examples × {self.trials} trials × {self.samples} failures: "
+        return (f"Thm 5.4.2 held on {self.examples} examples × {self.trials} trials × {self.samples} "
+                f"failures: "
                 f"mean ‖δ'‖² within {self.threshold:.3g} standard errors of p‖δ‖² (largest |z| = "
                 f"{self.max_abs_z:.3g}; false-alarm rate {self.false_alarm:.3g} per example)")
 
@@ -1052,8 +1057,8 @@ def check_expected_perturbation(
         w, z, keys, ck_words = _run_example(setup, ex, trials)
         for i in range(trials):
             w_i, z_i = _trial((w, z), i)
-            dp2, v = _mc_samples(w_i, z_i, jax.random.fold_in(keys[i], _MC_SALT), _failure_args(ex.failure), part,
-                                 recover, setup.lose, samples)
+            dp2, v = _mc_samples(w_i, z_i, jax.random.fold_in(keys[i], _MC_SALT), _failure_args(ex.failure),
+                                 part, recover, setup.lose, samples)
             case, ok = _mc_case(np.asarray(dp2), np.asarray(v), ex.failure, part, per_trial)
             if not ok:
                 full2 = float(np.square(np.asarray(tu.l2_norm(tu.tree_sub(z_i.params, w_i.params)))))

@@ -84,14 +84,16 @@ class DrawnFailure(faults.Failure):
 
     def describe(self) -> str:
         if self.fraction is not None:
-            what = f"loses a uniformly random {_pct(self.fraction)} of the blocks (fraction {float(self.fraction):.6g})"
+            what = (f"loses a uniformly random {_pct(self.fraction)} of the blocks "
+                    f"(fraction {float(self.fraction):.6g})")
         else:
             k = int(self.servers)
             what = f"loses every block of {k} failed server{'s' if k != 1 else ''}"
         return f"{what}, when {self.when.name}"
 
     def __repr__(self) -> str:
-        what = f"fraction={float(self.fraction)!r}" if self.fraction is not None else f"servers={int(self.servers)}"
+        what = (f"fraction={float(self.fraction)!r}" if self.fraction is not None
+                else f"servers={int(self.servers)}")
         return f"faults.Failure({what}, when={_when_code(self.when)})"
 
 
@@ -157,7 +159,8 @@ def failures(
     if sched == "at":
         w = schedules.at(start)
     elif sched == "every":
-        w = schedules.every(draw(st.integers(1, max(1, max_step - min_step + 1))), start=start, stop=max_step + 1)
+        k = draw(st.integers(1, max(1, max_step - min_step + 1)))
+        w = schedules.every(k, start=start, stop=max_step + 1)
     else:
         rate = draw(st.sampled_from([0.5, 0.25, 0.1, 0.05]))
         w = schedules.geometric(rate, start=start, stop=max_step + 1)
@@ -200,8 +203,10 @@ class PartitionSpec(NamedTuple):
                "element": "by element (every scalar parameter is a block)",
                "layer": "by layer (every params leaf is a block)",
                "column": "by column (a block per column of every params leaf)",
-               "shard": f"by shard ({self.shards} shards of the first axis per leaf)"}.get(self.layout, repr(self.layout))
-        place = "blocks dealt in order" if self.seed is None else f"random balanced placement, seed {self.seed}"
+               "shard": f"by shard ({self.shards} shards of the first axis per leaf)"}.get(
+                   self.layout, repr(self.layout))
+        place = ("blocks dealt in order" if self.seed is None
+                 else f"random balanced placement, seed {self.seed}")
         out = f"{lay} on {self.num_servers} server{'s' if self.num_servers != 1 else ''} ({place})"
         if state is not None:
             out += f": {self(state).num_blocks} blocks"
@@ -209,7 +214,8 @@ class PartitionSpec(NamedTuple):
 
     def __repr__(self) -> str:
         extra = f", shards={self.shards}" if self.layout == "shard" else ""
-        return f"sst.PartitionSpec({self.layout!r}, num_servers={self.num_servers}, seed={self.seed!r}{extra})"
+        return (f"sst.PartitionSpec({self.layout!r}, num_servers={self.num_servers}, "
+                f"seed={self.seed!r}{extra})")
 
 
 def _params_shapes(state: Any) -> list[tuple[int, ...]]:
@@ -293,7 +299,8 @@ class LostBlocks(NamedTuple):
         if self.servers is None:
             return "uniformly random " + head
         k = len(self.servers)
-        return f"server{'s' if k != 1 else ''} {_ids(self.servers)} of {self.num_servers} failed, losing " + head
+        servers = f"server{'s' if k != 1 else ''} {_ids(self.servers)} of {self.num_servers}"
+        return f"{servers} failed, losing " + head
 
 
 @st.composite
@@ -313,7 +320,8 @@ def lost_blocks(
     fewest blocks or one server, the seed 0.
     """
     if not isinstance(partition, pt.Partition):
-        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
+        raise TypeError(
+            f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     if not kinds or any(k not in ("fraction", "servers") for k in kinds):
         raise ValueError(f"kinds must be a non-empty subset of ('fraction', 'servers'), got {kinds!r}")

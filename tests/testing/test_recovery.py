@@ -95,7 +95,8 @@ def test_forgetting_the_colocated_optimizer_state_is_caught(adam_mlr):
     off = info.value.details["offending block"]
     assert ", lost)" in off and "state.aux" in off  # an Adam moment of a lost row
     # Exempting aux (a recovery that rebuilds it) accepts the same recovery.
-    sxt.check_partial_recovery(adam_mlr, STEPS, recover=_forget_optimizer_state, include_aux=False, settings=3)
+    sxt.check_partial_recovery(adam_mlr, STEPS, recover=_forget_optimizer_state, include_aux=False,
+                               settings=3)
 
 
 def _full_when_many_lost(state, saved, part, lost):

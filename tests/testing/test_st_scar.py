@@ -44,7 +44,8 @@ def test_failures_are_failures_that_replay(f):
 def test_failures_shrink_to_the_smallest_fraction_one_server_earliest_step():
     strat = sst.failures(30, min_step=3, servers=5)
     assert repr(find(strat, lambda f: True)) == "faults.Failure(fraction=0.05, when=schedules.at(3))"
-    assert repr(find(strat, lambda f: f.servers is not None)) == "faults.Failure(servers=1, when=schedules.at(3))"
+    one_server = find(strat, lambda f: f.servers is not None)
+    assert repr(one_server) == "faults.Failure(servers=1, when=schedules.at(3))"
     smallest = find(strat, lambda f: f.fraction is not None and f.fraction >= 0.32 and f.when.events[0] >= 11)
     assert repr(smallest) == "faults.Failure(fraction=0.35, when=schedules.at(11))"
     exact = sst.failures(10, fractions=st.integers(1, 8).map(lambda j: j / 8))
@@ -142,7 +143,8 @@ def test_checkpoints_shrink_and_describe():
     simplest = find(sst.checkpoints(12), lambda c: True)
     assert repr(simplest) == "ck.Checkpoint('full', 1.0, period=1)"
     assert simplest.describe() == "full checkpoint every iteration (period C = 1)"
-    prio = find(sst.checkpoints(12, strategies=("priority",)), lambda c: c.period is not None and c.period >= 8)
+    prio = find(sst.checkpoints(12, strategies=("priority",)),
+                lambda c: c.period is not None and c.period >= 8)
     assert repr(prio) == "ck.Checkpoint('priority', 0.125, period=8)"
     assert prio.save_steps(10) == (1, 2, 3, 4, 5, 6, 7, 8, 9)  # r·C = 1
     at = find(sst.checkpoints(12, forms="at"), lambda c: True)
