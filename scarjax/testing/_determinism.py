@@ -295,7 +295,7 @@ def _fixed_hooks(hooks: Any, hook_args: Any, trials: int) -> _Hooks:
     if _is_sequence(hooks):
         hooks = hooks.hook()
     flatten_hooks(hooks)  # TypeError naming hooks
-    return _Hooks(hooks, None, "hooks", _hook_names(hooks))
+    return _Hooks(hooks, None, "None" if hooks is None else "hooks", _hook_names(hooks))
 
 
 def _drawn_hooks(value: Any, trials: int) -> _Hooks:
@@ -318,7 +318,7 @@ def _drawn_hooks(value: Any, trials: int) -> _Hooks:
         desc = value.describe() if hasattr(value, "describe") else repr(value)
         return _Hooks(value.hook(), None, "hooks", desc)
     flatten_hooks(value)
-    return _Hooks(value, None, "hooks", _hook_names(value))
+    return _Hooks(value, None, "None" if value is None else "hooks", _hook_names(value))
 
 
 def _strategy(hooks: st.SearchStrategy, trials: int) -> st.SearchStrategy:
@@ -353,11 +353,12 @@ def _replay(
     extra += "" if recompile else ", recompile=False"
     extra += "" if workers is None else f", workers={workers}"
     ha = "" if h.args is None else ", hook_args=hook_args"
+    spec = h.replay.split(",")[0]
     lines = [
         f"sxt.assert_determinism(algorithm, {steps}, seed={seed}, trials={trials}, hooks={h.replay}{extra})",
         f"# i.e. keys = sxt.replay_keys({seed}, {trials}); "
-        f"trials = scarjax.run_trials(algorithm, hooks, {steps}, keys{ha}); "
-        f"one = scarjax.run(algorithm, hooks, {steps}, keys[{trial}]"
+        f"trials = scarjax.run_trials(algorithm, {spec}, {steps}, keys{ha}); "
+        f"one = scarjax.run(algorithm, {spec}, {steps}, keys[{trial}]"
         + ("" if h.args is None else f", hook_args=<hook_args[{trial}]>") + "); "
         f"compare scarjax.split_trials(trials, {trial}) with one",
     ]
@@ -377,7 +378,8 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompil
             out["step"] = "final state" if d.step is None else d.step
             out["difference"] = d.detail
             if d.kind == "float":
-                out["tolerance"] = f"max |trial - run| / max |run| <= rtol = {d.tolerance:.3g} (run_trials' documented tolerance)"
+                doc = " (run_trials' documented tolerance)" if d.tolerance == TRIAL_RTOL else ""
+                out["tolerance"] = f"max |trial - run| / max |run| <= rtol = {d.tolerance:.3g}{doc}"
         out.update(more)
         out["trial"] = i
         out["seed"] = f"{seed} (trial i runs on jax.random.fold_in(jax.random.key({seed}), i))"

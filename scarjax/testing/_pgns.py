@@ -171,9 +171,11 @@ def _precond_of(opt_state, optimizer):
     return px.preconditioner(opt_state, optimizer)
 
 
-def _describe_p(opt_state, optimizer) -> str:
+def _describe_p(opt_state, optimizer, p) -> str:
     if opt_state is None and optimizer is None:
         return "identity P (the plain gradient noise scale)"
+    if p is not None and all(np.all(np.asarray(x) == 1) for x in jax.tree.leaves(p)):
+        return f"{_describe_p(opt_state, None, None)}, all ones here (P = I before the optimizer's first update)"
     try:
         found: list = []
         _precond.collect(opt_state, {}, found, "")
@@ -305,7 +307,7 @@ def _case(
             "estimator": _name(estimator),
             "loss": _name(loss),
             "optimizer": _describe_p(
-                opt_state if opt_state is not None or optimizer is None else optimizer.init(params), optimizer
+                opt_state if opt_state is not None or optimizer is None else optimizer.init(params), optimizer, p
             ),
             "parameter point": "the given params" if steps == 0 else f"the given params after {steps} optimizer steps",
             "micro-batches": f"K = {k} of b = {b} examples (with replacement), {draws} draws, N = {n}",
