@@ -23,10 +23,13 @@ from hypothesis import given, strategies as st
 
 import scarjax
 from scarjax import bounds, hooks, perturb, rework
+from scarjax import testing as sxt
+from scarjax.testing import strategies as sst
 
 STEPS = 400
 CONVERGE_AT = 150  # ε: the baseline converges at this iteration
 TRIALS = 64
+KIT_EXAMPLES = 25  # batches of up to TRIALS perturbations (~21 on average) per kind, sxt.check_rework_bound
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -59,24 +62,20 @@ def ridge():
     return alg, base, c_true, w_star, transient
 
 
-def _perturb(args):
-    """One compiled program for both kinds: an adversarial δ of norm ``size·adv`` and a
-    Gaussian one of expected norm ≈ ``size·(1 − adv)``, at step ``at``."""
-    size, at, adv = args
-    return scarjax.chain(hooks.scheduled(perturb.adversarial(size * adv), at),
-                         hooks.scheduled(perturb.gaussian(size * (1 - adv) / math.sqrt(8)), at))
-
-
 def _trials(kind, seed, lo, hi):
     """TRIALS runs (key 0 each, so they pair with the baseline), each perturbed once at a
-    random step in [lo, hi) by a random size in [1e-3, 3]."""
+    random step in [lo, hi) by a random size in [1e-3, 3] (log-uniform), adversarially
+    (away from w*) or in a random direction: the kit's perturbation sequences, replayed by
+    the same compiled program as sxt.check_rework_bound's on this problem."""
     alg = ridge()[0]
     rng = np.random.default_rng(seed)
-    at = jnp.asarray(rng.integers(lo, hi, TRIALS))
-    size = jnp.asarray(np.exp(rng.uniform(math.log(1e-3), math.log(3.0), TRIALS)), jnp.float32)
-    adv = jnp.full(TRIALS, 1.0 if kind == "adversarial" else 0.0, jnp.float32)
+    at = rng.integers(lo, hi, TRIALS)
+    size = np.exp(rng.uniform(math.log(1e-3), math.log(3.0), TRIALS))
+    seeds = rng.integers(0, 2**31 - 1, TRIALS)
+    seqs = [sst.PerturbationSequence((sst.Perturbation(int(k), float(z), kind, 1.0, int(r)),))
+            for k, z, r in zip(at, size, seeds)]
     keys = jnp.stack([jax.random.key(0)] * TRIALS)
-    return scarjax.run_trials(alg, _perturb, STEPS, keys, hook_args=(size, at, adv))[1], np.asarray(at)
+    return scarjax.run_trials(alg, sst.sequence_hook, STEPS, keys, hook_args=sst.stack(seqs, 4))[1], at
 
 
 def test_ridge_has_a_fast_transient():
@@ -87,29 +86,40 @@ def test_ridge_has_a_fast_transient():
     assert 20 < transient < CONVERGE_AT
 
 
-@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["adversarial", "gaussian"]))
-def test_check_rework_bound_holds_in_every_trial(seed, kind):
-    """check_rework's bound (Thm 5.3.1 restarted at the perturbation, plus the measured
-    slack of the baseline) holds in every trial, for perturbations at any step."""
+@pytest.mark.parametrize("kind", ["adversarial", "random"])
+def test_check_rework_bound_holds_in_every_trial(kind):
+    """On the property-testing kit: check_rework's bound (Thm 5.3.1 restarted at the
+    perturbation, plus the measured slack of the baseline) holds in every trial, for
+    perturbations of any size in [1e-3, 3] at any step before the baseline converges,
+    the fast transient included (batches of up to TRIALS drawn perturbations)."""
+    alg, _, c_true, _, _ = ridge()
+    seqs = sst.perturbation_sequences(CONVERGE_AT - 1, max_events=1, sizes=st.floats(1e-3, 3.0), directions=(kind,))
+    res = sxt.check_rework_bound(alg, c_true, STEPS, converge_at=CONVERGE_AT, perturbations=seqs, trials=TRIALS,
+                                 settings=KIT_EXAMPLES)
+    assert res.inconclusive == 0 and res.trials_checked >= KIT_EXAMPLES and res.worst_margin >= 0
+
+
+def test_check_rework_is_the_restarted_bound_plus_the_baseline_slack():
+    """What check_rework pairs: each trial's first perturbed step, the restarted form
+    (trace_rework_bound's default) as thm_bound; for adversarial perturbations (along
+    y⁽ˢ⁾ − w*, they only rescale the error of a linear contraction) the restarted Eq 5.6
+    alone holds at every step, transient or not."""
     _, base, c_true, _, _ = ridge()
-    tr, at = _trials(kind, seed, 0, CONVERGE_AT)
+    tr, at = _trials("adversarial", 7, 0, CONVERGE_AT)
     chk = scarjax.check_rework(tr, base, c_true, converge_at=CONVERGE_AT)
     np.testing.assert_array_equal(chk.start, at)
-    assert chk.n_censored == 0 and chk.metric == "distance"
-    assert chk.held.all(), chk.summary()
+    assert chk.n_censored == 0 and chk.metric == "distance" and chk.held.all()
     np.testing.assert_allclose(chk.thm_bound, bounds.trace_rework_bound(tr, c_true))  # start='auto'
-    if kind == "adversarial":
-        # An adversarial δ along y⁽ˢ⁾ − w* only rescales the error of a linear contraction:
-        # the restarted Eq 5.6 alone holds at every step, transient or not.
-        assert np.all(chk.rework <= chk.thm_bound + 1)
+    np.testing.assert_allclose(chk.bound, chk.thm_bound + chk.baseline_slack)
+    assert np.all(chk.rework <= chk.thm_bound + 1)
 
 
 @given(seed=st.integers(0, 10_000))
-def test_restarted_bound_holds_for_gaussian_perturbations_after_the_transient(seed):
+def test_restarted_bound_holds_for_random_perturbations_after_the_transient(seed):
     """Once the slowest direction dominates the baseline error, trace_rework_bound's
     default (start='auto') bounds the measured rework of random perturbations."""
     _, base, c_true, _, transient = ridge()
-    tr, _ = _trials("gaussian", seed, transient, CONVERGE_AT)
+    tr, _ = _trials("random", seed, transient, CONVERGE_AT)
     eps = scarjax.calibrate_eps(base, CONVERGE_AT)
     rw = scarjax.rework_cost(tr, base, eps)
     assert np.all(np.isfinite(rw))
