@@ -301,7 +301,8 @@ def _fixed_hooks(hooks: Any, hook_args: Any, trials: int) -> _Hooks:
 def _drawn_hooks(value: Any, trials: int) -> _Hooks:
     """A value drawn from a hooks strategy: a list of ``trials`` perturbation sequences
     (stacked as one factory's arguments), ``(factory, args)`` (every trial), a hook, a
-    sequence of hooks, ``None`` or an object with ``.hook()``."""
+    sequence of hooks, ``None``, or an object whose ``.hook`` is a hook
+    (:func:`~scarjax.testing.strategies.hook_chains`) or makes one."""
     if isinstance(value, list) and value and all(_is_sequence(v) for v in value):
         longest = max(1, max(len(v.events) for v in value))
         bucket = 4 if longest <= 4 else 1 << (longest - 1).bit_length()  # few shapes: few compilations
@@ -314,9 +315,11 @@ def _drawn_hooks(value: Any, trials: int) -> _Hooks:
         args = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (trials,) + np.shape(x)), one)
         name = getattr(factory, "__name__", "factory")
         return _Hooks(factory, args, f"{name}, hook_args=<{one!r} for every trial>", f"{name}({one!r})")
-    if hasattr(value, "hook") and callable(value.hook) and not isinstance(value, Hook):
-        desc = value.describe() if hasattr(value, "describe") else repr(value)
-        return _Hooks(value.hook(), None, "hooks", desc)
+    hook = getattr(value, "hook", None)
+    if not isinstance(value, Hook) and (isinstance(hook, Hook) or callable(hook)):
+        # a drawn chain or hook (sst.hook_chains: ``.hook`` is the Hook), or ``.hook()``
+        desc = value.describe() if callable(getattr(value, "describe", None)) else getattr(value, "description", None)
+        return _Hooks(hook if isinstance(hook, Hook) else hook(), None, "hooks", desc or repr(value))
     flatten_hooks(value)
     return _Hooks(value, None, "None" if value is None else "hooks", _hook_names(value))
 
@@ -502,9 +505,12 @@ def check_determinism(
       hooks: ``None``; a hook, chain or sequence of hooks; a hook factory with
         ``hook_args`` (leaves with a leading axis of length ``trials``: trial ``i`` gets
         slice ``i``); or a hypothesis strategy, drawn for every example, of hooks,
-        ``(factory, args)`` pairs (the same args for every trial), or perturbation
-        sequences (:func:`~scarjax.testing.strategies.perturbation_sequences`: one per
-        trial, replayed by one compiled :func:`~scarjax.testing.strategies.sequence_hook`).
+        ``(factory, args)`` pairs (the same args for every trial), drawn chains
+        (:func:`~scarjax.testing.strategies.hook_chains`), or perturbation sequences
+        (:func:`~scarjax.testing.strategies.perturbation_sequences`: one per trial,
+        replayed by one compiled :func:`~scarjax.testing.strategies.sequence_hook`).
+        Hooks are static: every drawn hook object compiles its own programs (a few
+        seconds each), while drawn sequences and factory arguments reuse one.
       trials: trials per example.
       rtol: the float tolerance of trial vs run (``max |trial − run| / max |run|`` per leaf).
       seed: the base seed.

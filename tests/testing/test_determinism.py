@@ -41,10 +41,13 @@ def test_perturbation_sequences_drawn_per_trial_pass_and_compile_once(qp):
 
 
 def test_strategies_of_hooks_and_of_factory_arguments(qp):
-    """A strategy of hooks (one hook per example), and of ``(factory, args)`` pairs (the
-    same args for every trial; the factory and shapes of the test above: no new program)."""
+    """A strategy of hooks and of drawn chains (one per example), and of ``(factory, args)``
+    pairs (the same args for every trial; the factory and shapes of the test above: no new
+    program)."""
     res = sxt.check_determinism(qp, STEPS, hooks=st.just(NOISY), trials=2, settings=2)
     assert res.examples >= 1
+    res = sxt.check_determinism(qp, STEPS, hooks=sst.hook_chains(STEPS - 1), trials=2, settings=1)
+    assert res.examples == 1
     pairs = st.tuples(st.just(sst.sequence_hook), sst.perturbation_sequences(STEPS - 1).map(lambda q: q.as_arrays(4)))
     res = sxt.check_determinism(qp, STEPS, hooks=pairs, settings=3)
     assert res.examples == 3
@@ -122,7 +125,8 @@ def test_wrong_batching_rule_floats_are_caught(qp):
         return scale(delta), aux
 
     with pytest.raises(sxt.CheckFailure) as e:
-        sxt.check_determinism(qp.replace(update=update, name="bad-vmap"), STEPS, hooks=NOISY, trials=2)
+        sxt.check_determinism(qp.replace(update=update, name="bad-vmap"), STEPS, hooks=NOISY, trials=2,
+                              recompile=False)  # (spares a compilation: the trials are what fails)
     msg = str(e.value)
     assert msg.startswith("run_trials: trial 0 differs from run(keys[0]): floats differ beyond the documented tolerance")
     assert "> rtol 1e-05" in msg and "(run_trials' documented tolerance)" in msg and "hooks      : gaussian, adversarial" in msg, msg
@@ -138,7 +142,7 @@ def test_hook_firing_differently_in_a_trial_is_caught(qp):
 
     kick = hooks.perturbation(delta_fn, name="kick")
     with pytest.raises(sxt.CheckFailure) as e:
-        sxt.assert_determinism(qp, STEPS, hooks=kick, trials=2)
+        sxt.assert_determinism(qp, STEPS, hooks=kick, trials=2, recompile=False)
     msg = str(e.value)
     assert "run_trials: trial 0 differs from run(keys[0]): a discrete outcome differs" in msg
     assert "hook 'kick' did not fire at step 4 in trial 0 and fired in run(keys[0])" in msg, msg
@@ -148,7 +152,7 @@ def test_int_seed_not_its_key_is_caught(qp, monkeypatch):
     real = core._as_key
     monkeypatch.setattr(core, "_as_key", lambda key, name="key": real(key + 1 if isinstance(key, int) else key))
     with pytest.raises(sxt.CheckFailure, match=r"run\(\.\.\., 0\) differs from run\(\.\.\., jax\.random\.key\(0\)\)"):
-        sxt.assert_determinism(qp, STEPS, hooks=NOISY)
+        sxt.assert_determinism(qp, STEPS, hooks=NOISY, recompile=False)
 
 
 def test_divergence_is_a_counterexample(qp):
