@@ -15,11 +15,14 @@ Variants (thesis Sec 5.3 and Appendix B):
   unperturbed run share keys), plus the iterations by which the measured baseline beat
   the theorem's own ``κ(w)`` from ``w⁽ˢ⁾`` (``baseline_slack``, 0 when the baseline is
   tight). A trial fails when its measured rework (Eq 5.4) exceeds ``bound + 1`` (the +1:
-  hitting times are integers), when it diverged (a NaN or infinite distance), or when it never re-reached ε
-  although the bound says it must have within the run. A trial that never re-reached ε
+  hitting times are integers), when it diverged (a NaN or infinite distance), or when it
+  never re-reached ε although the bound says it must have within the run. A trial that never re-reached ε
   and whose bound lies beyond the end of the run cannot be decided: it is counted as
   *inconclusive* (reported, never silently dropped). Pathwise: for deterministic
-  algorithms, or stochastic ones for which Eq 5.3/5.5 hold along every path.
+  algorithms, or stochastic ones for which Eq 5.3/5.5 hold along every path. Each example
+  is a batch of 1 to ``trials`` drawn sequences (the batch's other trials run unperturbed,
+  so one program serves every batch), each run on its own key and checked against the
+  unperturbed run on the same key.
 
 ``"B.2"`` — Lemma B.2.1 (Eq B.4, the heart of Appendix B.2's proof of Thm 5.3.1) *in
   expectation*, for stochastic algorithms (Eq 5.5 is a statement about ``E‖·‖``): for
@@ -63,7 +66,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import hypothesis
 import jax
@@ -178,7 +181,9 @@ def _check_alphas(alphas: Any, G: Any, variant: str, steps: int) -> tuple[np.nda
             raise ValueError(f"alphas and G belong to variant='B.1.2', not variant={variant!r}")
         return None, None
     if alphas is None or G is None:
-        raise ValueError("variant='B.1.2' needs alphas (α_k of Eq B.3, k = 0 … steps − 1) and G (its noise constant)")
+        raise ValueError(
+            "variant='B.1.2' needs alphas (α_k of Eq B.3, k = 0 … steps − 1) and G (its noise constant)"
+        )
     if callable(alphas):
         a = np.asarray(alphas(np.arange(steps)), np.float64)
     else:
@@ -187,7 +192,9 @@ def _check_alphas(alphas: Any, G: Any, variant: str, steps: int) -> tuple[np.nda
         except (TypeError, ValueError) as e:
             raise TypeError(f"alphas must be an array of numbers or a function of k, got {alphas!r}") from e
     if a.ndim != 1 or a.shape[0] < steps:
-        raise ValueError(f"alphas must give α_k for k = 0 … {steps - 1} (at least {steps} values), got shape {a.shape}")
+        raise ValueError(
+            f"alphas must give α_k for k = 0 … {steps - 1} (at least {steps} values), got shape {a.shape}"
+        )
     a = a[:steps]
     if np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a >= 1):
         raise ValueError("alphas must lie in [0, 1)")
@@ -213,7 +220,8 @@ def _distances(trace: Any, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be a scarjax Trace (from run or run_trials), got {type(trace).__name__}")
     if trace.distance is None:
         raise ValueError(
-            f"{name} has no distances: the rework bounds are statements about ‖y − w*‖; give the Algorithm its optimum"
+            f"{name} has no distances: the rework bounds are statements about ‖y − w*‖; "
+            "give the Algorithm its optimum"
         )
     d = np.asarray(trace.distance, np.float64)
     return d
@@ -240,14 +248,12 @@ def _describe(seq: PerturbationSequence | None, norms: np.ndarray) -> str:
 
 def _largest_ratio(d: np.ndarray, n: np.ndarray, lo: int, hi: int, floor: float) -> tuple[float, int]:
     """The largest one-step ratio ``d_{k+1}/d_k`` over unperturbed steps ``lo <= k < hi``
-    with ``d_k`` above ``floor`` (the contraction Eq 5.3/5.5 assume to be ``<= c``)."""
-    best, at = float("nan"), -1
+    with ``d_k`` above ``floor`` (the contraction Eq 5.3/5.5 assume to be ``<= c``), and
+    its step (``-1``: none)."""
+    best, at = -math.inf, -1
     for k in range(max(lo, 0), min(hi, d.shape[0] - 1)):
-        if n[k] > 0 or not d[k] > floor or not np.isfinite(d[k + 1]):
-            continue
-        r = d[k + 1] / d[k]
-        if not r <= best:
-            best, at = float(r), k
+        if n[k] == 0 and d[k] > floor and np.isfinite(d[k + 1]) and d[k + 1] / d[k] > best:
+            best, at = float(d[k + 1] / d[k]), k
     return best, at
 
 
@@ -304,9 +310,10 @@ def _assert_531(trace, baseline_trace, c, eps, converge_at, sequences, seed, nam
             f"{rework[i] + kappa_w[i]:.6g}, the unperturbed one from step {kappa_w[i]:.6g})"
             if np.isfinite(rework[i]) else f"inf (still above ε at step {steps}, the end of the run)"
         )
+        thm, slack = float(np.atleast_1d(chk.thm_bound)[i]), float(np.atleast_1d(chk.baseline_slack)[i])
         details["bound"] = (
             f"{bound[i]:.6g} iterations (+1 for integer hitting times) = Thm 5.3.1 restarted at step {s}: "
-            f"{float(np.atleast_1d(chk.thm_bound)[i]):.6g} + baseline slack {float(np.atleast_1d(chk.baseline_slack)[i]):.6g}"
+            f"{thm:.6g} + baseline slack {slack:.6g}"
         )
         details["c"] = c
         details["ε"] = float(e[i])
@@ -354,23 +361,6 @@ def _assert_531(trace, baseline_trace, c, eps, converge_at, sequences, seed, nam
 # B.2 and B.1.2: statements about expectations, tested over trials.
 
 
-def _restarted(norms: np.ndarray, d: np.ndarray, step: Callable[[np.ndarray, np.ndarray, int], np.ndarray], init: np.ndarray) -> np.ndarray:
-    """Per trial, the bound ``b_k`` from its first perturbation ``s`` on (``b_s = init``,
-    ``b_{k+1} = step(b_k, ‖δ_k‖, k)``), and ``b_k = d_k`` before ``s``."""
-    n, L = d.shape
-    s = np.argmax(norms[:, : L - 1] > 0, axis=1)  # 0 for an unperturbed trial: the bound from w⁽⁰⁾
-    out = d.copy()
-    b = np.take_along_axis(init, s[:, None], axis=1)[:, 0]
-    rows = np.arange(n)
-    for k in range(int(s.min()), L):
-        live = k >= s
-        b = np.where(k == s, init[rows, k], b)
-        out[live, k] = b[live]
-        if k + 1 < L:
-            b = np.where(live, step(b, norms[:, k], k), b)
-    return out
-
-
 def _b2_bound(D: np.ndarray, N: np.ndarray, c: float) -> np.ndarray:
     """Lemma B.2.1 restarted at each trial's first perturbation: ``bounds.envelope``
     of the norms from ``s`` on, from ``d_s``."""
@@ -388,12 +378,18 @@ def _b2_bound(D: np.ndarray, N: np.ndarray, c: float) -> np.ndarray:
 
 
 def _b12_bound(D2: np.ndarray, N: np.ndarray, alphas: np.ndarray, G: float) -> np.ndarray:
-    """``U_{k+1} = (1 − α_k)(√U_k + ‖δ_k‖)² + α_k² G²`` from ``U_s = ‖y⁽ˢ⁾ − w*‖²``."""
-
-    def step(U, nk, k):
-        return (1.0 - alphas[k]) * (np.sqrt(U) + nk) ** 2 + alphas[k] ** 2 * G**2
-
-    return _restarted(N[:, : D2.shape[1]], D2, step, D2)
+    """Per trial, ``U_{k+1} = (1 − α_k)(√U_k + ‖δ_k‖)² + α_k² G²`` from ``U_s = ‖y⁽ˢ⁾ − w*‖²``
+    at its first perturbation ``s`` (``U_k = D2_k`` before it; ``s = 0`` when unperturbed)."""
+    n, L = D2.shape
+    s = np.argmax(N[:, : L - 1] > 0, axis=1)
+    out = D2.copy()
+    U = D2[np.arange(n), s]
+    for k in range(int(s.min()), L - 1):
+        live = k >= s
+        U = np.where(k == s, D2[:, k], U)
+        U = np.where(live, (1.0 - alphas[k]) * (np.sqrt(U) + N[:, k]) ** 2 + alphas[k] ** 2 * G**2, U)
+        out[live, k + 1] = U[live]
+    return out
 
 
 def _t_quantile(p: float, dof: int) -> float:
@@ -465,15 +461,19 @@ def _assert_expectation(trace, variant, c, alphas, G, sequences, seed, name, fal
         t = excess[k] / se[k] if se[k] > 0 else float("inf")
         details = {
             "algorithm": name or "(not given)",
-            "perturbation": _describe(seq, N[i0]) + ("" if sequences is None or all(x == seq for x in sequences) else " (trial 0's; they differ)"),
+            "perturbation": _describe(seq, N[i0])
+            + ("" if sequences is None or all(x == seq for x in sequences) else " (trial 0's; they differ)"),
             "first perturbation at step": int(s.min()),
             "at step": k,
-            f"measured {what}": f"{D[:, k].mean():.6g} ± {D[:, k].std(ddof=1) / math.sqrt(n):.3g} (mean ± s.e. over {n} trials)",
+            f"measured {what}": (
+                f"{D[:, k].mean():.6g} ± {D[:, k].std(ddof=1) / math.sqrt(n):.3g} (mean ± s.e. over {n} trials)"
+            ),
             "bound": f"{mean_b[k]:.6g} = {formula}" + (f" with c = {c:.6g}" if c is not None else f", G = {G:.6g}"),
             "t-statistic": (
                 f"{t:.4g} > {q:.4g} (one-sided, false-alarm rate {false_alarm:g} per sequence, Bonferroni over {K} "
                 f"steps; float32 tolerance {tol[:, k].mean():.3g})"
-                if np.isfinite(t) else f"inf (the trials agree: a deterministic excess of {excess[k]:.3g} beyond the float32 tolerance)"
+                if np.isfinite(t)
+                else f"inf (the trials agree: a deterministic excess of {excess[k]:.3g} beyond the float32 tolerance)"
             ),
             "trials": n,
             "seed": seed if seed is not None else "(not given)",
@@ -631,7 +631,8 @@ def assert_rework_bound(
         )
     steps = _distances(trace, "trace").shape[-1] - 1
     a, G = _check_alphas(alphas, G, variant, steps)
-    return _assert_expectation(trace, variant, c, a, G, sequences, seed, name, _check_false_alarm(false_alarm), atol, baseline_trace)
+    false_alarm = _check_false_alarm(false_alarm)
+    return _assert_expectation(trace, variant, c, a, G, sequences, seed, name, false_alarm, atol, baseline_trace)
 
 
 def _default_converge_at(base: np.ndarray, steps: int) -> int:
@@ -720,8 +721,11 @@ def check_rework_bound(
     seed = va.check_int("seed", seed, lo=0)
     a, G = _check_alphas(alphas, G, variant, steps)
     false_alarm = _check_false_alarm(false_alarm)
+    budget = _settings(settings)  # a bad settings is refused before anything runs
     if perturbations is not None and not isinstance(perturbations, st.SearchStrategy):
-        raise TypeError(f"perturbations must be a hypothesis strategy of PerturbationSequence, got {type(perturbations).__name__}")
+        raise TypeError(
+            f"perturbations must be a hypothesis strategy of PerturbationSequence, got {type(perturbations).__name__}"
+        )
     if converge_at is not None:
         converge_at = va.check_int("converge_at", converge_at, lo=1, hi=steps - 1)
     if eps is not None:
@@ -740,7 +744,9 @@ def check_rework_bound(
     base = run(empty)
     bd = np.atleast_2d(_distances(base, "the baseline run"))
     if not np.isfinite(bd).all():
-        raise ValueError(f"the unperturbed runs of {algorithm.name!r} diverge (non-finite distances): lower the step size")
+        raise ValueError(
+            f"the unperturbed runs of {algorithm.name!r} diverge (non-finite distances): lower the step size"
+        )
     d0 = float(bd[:, 0].mean())
     if not d0 > 0:
         raise ValueError(f"the algorithm starts at its optimum (‖w⁽⁰⁾ − w*‖ = {d0}): nothing to re-converge to")
@@ -795,9 +801,11 @@ def check_rework_bound(
         def body(seq):
             (seq,) = drawn([seq])
             tr = run(stack([seq] * n, events([seq])))
-            results.append(_assert_expectation(tr, variant, c, a, G, [seq] * n, seed, algorithm.name, false_alarm, atol, base))
+            results.append(
+                _assert_expectation(tr, variant, c, a, G, [seq] * n, seed, algorithm.name, false_alarm, atol, base)
+            )
 
-    run_property(strategy, body, _settings(settings))
+    run_property(strategy, body, budget)
     decided = sum(r.trials_checked for r in results)
     if decided == 0:
         raise ValueError(

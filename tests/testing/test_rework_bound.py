@@ -305,6 +305,7 @@ def test_b12_printed_closed_form_is_not_a_bound_for_noisy_sgd():
         (dict(perturbations=[1, 2]), TypeError, "perturbations must be a hypothesis strategy"),
         (dict(false_alarm=0.9), ValueError, "false_alarm must lie in"),
         (dict(seed=-1), ValueError, "seed must be an int in"),
+        (dict(settings="deep"), TypeError, "settings must be None, an int"),
         (dict(algorithm="qp"), TypeError, "algorithm must be a scarjax.Algorithm"),
         (dict(no_optimum=True), ValueError, "has no optimum"),
     ],
