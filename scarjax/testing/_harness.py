@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_SETTINGS", "CheckFailure", "fail", "run_property", "resolve_
 DEFAULT_SETTINGS = hypothesis.settings(
     max_examples=10,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    report_multiple_bugs=False,  # one CheckFailure (an AssertionError), never an ExceptionGroup
     deadline=None,
     derandomize=True,
     database=None,
@@ -53,7 +54,7 @@ def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.s
     if not isinstance(settings, hypothesis.settings):
         raise TypeError(f"settings must be None, an int (max_examples) or a hypothesis.settings, got {settings!r}")
     suppressed = set(settings.suppress_health_check) | set(DEFAULT_SETTINGS.suppress_health_check)
-    return hypothesis.settings(settings, deadline=None, suppress_health_check=list(suppressed))
+    return hypothesis.settings(settings, deadline=None, report_multiple_bugs=False, suppress_health_check=list(suppressed))
 
 
 class CheckFailure(AssertionError):
