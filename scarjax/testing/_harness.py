@@ -43,8 +43,8 @@ DEFAULT_SETTINGS = hypothesis.settings(
 def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.settings:
     """``None`` → :data:`DEFAULT_SETTINGS`; an int ``n`` → the defaults with
     ``max_examples=n``; a :class:`hypothesis.settings` is used as given, with its
-    deadline removed (JAX compiles inside an example) and the slow-data health checks
-    suppressed."""
+    deadline removed (JAX compiles inside an example), the slow-data health checks
+    suppressed and one failure reported (an ``AssertionError``, not an ExceptionGroup)."""
     if settings is None:
         return DEFAULT_SETTINGS
     if isinstance(settings, (int, np.integer)) and not isinstance(settings, bool):
