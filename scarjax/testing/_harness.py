@@ -44,7 +44,8 @@ def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.s
     """``None`` → :data:`DEFAULT_SETTINGS`; an int ``n`` → the defaults with
     ``max_examples=n``; a :class:`hypothesis.settings` is used as given, with its
     deadline removed (JAX compiles inside an example), the slow-data health checks
-    suppressed and one failure reported (an ``AssertionError``, not an ExceptionGroup)."""
+    suppressed, the explain phase skipped (it would re-run ~100 batches after a failure) and
+    one failure reported (an ``AssertionError``, not an ExceptionGroup)."""
     if settings is None:
         return DEFAULT_SETTINGS
     if isinstance(settings, (int, np.integer)) and not isinstance(settings, bool):
@@ -54,7 +55,9 @@ def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.s
     if not isinstance(settings, hypothesis.settings):
         raise TypeError(f"settings must be None, an int (max_examples) or a hypothesis.settings, got {settings!r}")
     suppressed = set(settings.suppress_health_check) | set(DEFAULT_SETTINGS.suppress_health_check)
-    return hypothesis.settings(settings, deadline=None, report_multiple_bugs=False, suppress_health_check=list(suppressed))
+    phases = [p for p in settings.phases if p != Phase.explain]
+    return hypothesis.settings(settings, deadline=None, report_multiple_bugs=False, phases=phases,
+                               suppress_health_check=list(suppressed))
 
 
 class CheckFailure(AssertionError):
