@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-import scarjax
 from scarjax import _validate as va
 from scarjax import core
+from scarjax.trials import run_trials, split_trials
 from scarjax.hooks import Hook, flatten_hooks
 from scarjax.testing._harness import fail, replay_keys, resolve_settings, run_property
 from scarjax.testing._st_perturbations import sequence_hook, stack
@@ -360,10 +360,10 @@ def _replay(
     lines = [
         f"sxt.assert_determinism(algorithm, {steps}, seed={seed}, trials={trials}, hooks={h.replay}{extra})",
         f"# i.e. keys = sxt.replay_keys({seed}, {trials}); "
-        f"trials = scarjax.run_trials(algorithm, {spec}, {steps}, keys{ha}); "
-        f"one = scarjax.run(algorithm, {spec}, {steps}, keys[{trial}]"
+        f"trials = run_trials(algorithm, {spec}, {steps}, keys{ha}); "
+        f"one = core.run(algorithm, {spec}, {steps}, keys[{trial}]"
         + ("" if h.args is None else f", hook_args=<hook_args[{trial}]>") + "); "
-        f"compare scarjax.split_trials(trials, {trial}) with one",
+        f"compare split_trials(trials, {trial}) with one",
     ]
     return "\n".join(lines)
 
@@ -371,7 +371,7 @@ def _replay(
 def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompile) -> tuple[float, str]:
     keys = replay_keys(seed, trials)
     p = core.prepare(algorithm, h.spec, steps, None if h.args is None else _slice(h.args, 0), None, workers=workers)
-    runs = [scarjax.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
+    runs = [core.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
             for i in range(trials)]
 
     def details(i, d: Difference | None = None, **more) -> dict:
@@ -400,7 +400,7 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompil
         if recompile:
             again = _again(p.algorithm, keys[i], _slice(h.args, i), None, p.spec, p.static)
         else:
-            again = scarjax.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
+            again = core.run(algorithm, h.spec, steps, keys[i], hook_args=_slice(h.args, i), workers=workers)
         label = "the run compiled again" if recompile else "the run repeated"
         d = compare_runs(again, r, exact=True, labels=(label, f"run(keys[{i}])"))
         if d is not None:
@@ -410,18 +410,18 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompil
             fail(f"Determinism: the same key gave different runs ({how})",
                  details(i, d), _replay(steps, seed, trials, h, rtol, workers, i, recompile))
     # 2. An int seed is its key.
-    a = scarjax.run(algorithm, h.spec, steps, seed, hook_args=_slice(h.args, 0), workers=workers)
-    b = scarjax.run(algorithm, h.spec, steps, jax.random.key(seed), hook_args=_slice(h.args, 0), workers=workers)
+    a = core.run(algorithm, h.spec, steps, seed, hook_args=_slice(h.args, 0), workers=workers)
+    b = core.run(algorithm, h.spec, steps, jax.random.key(seed), hook_args=_slice(h.args, 0), workers=workers)
     d = compare_runs(a, b, exact=True, labels=(f"run(..., {seed})", f"run(..., jax.random.key({seed}))"))
     if d is not None:
         fail(f"Determinism: run(..., {seed}) differs from run(..., jax.random.key({seed}))",
              details(0, d), f"scarjax.run(algorithm, hooks, {steps}, {seed}) vs "
              f"scarjax.run(algorithm, hooks, {steps}, jax.random.key({seed}))")
     # 3. Trial i of run_trials is run(keys[i]).
-    out = scarjax.run_trials(algorithm, h.spec, steps, keys, hook_args=h.args, workers=workers)
+    out = run_trials(algorithm, h.spec, steps, keys, hook_args=h.args, workers=workers)
     worst, worst_leaf = 0.0, "-"
     for i, r in enumerate(runs):
-        t_i = scarjax.split_trials(out, i)
+        t_i = split_trials(out, i)
         bad = _nonfinite(t_i)
         if bad is not None:
             leaf, step = bad
