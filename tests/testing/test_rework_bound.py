@@ -198,10 +198,12 @@ def test_a_diverged_run_is_a_counterexample():
     far = sst.PerturbationSequence((sst.Perturbation(5, 8.0, "adversarial"),))
     tr, base = _run(alg, [ok, far], BASIN_STEPS)  # the program of the basin checks above
     assert not np.isfinite(np.asarray(tr.distance[1])).all()
-    with pytest.raises(sxt.CheckFailure, match=r"Thm 5.3.1: the perturbed run diverged \(non-finite at step \d+\)") as info:
+    diverged = r"Thm 5.3.1: the perturbed run diverged \(non-finite at step \d+\); the bound says it re-converges within"
+    with pytest.raises(sxt.CheckFailure, match=diverged) as info:
         sxt.assert_rework_bound(tr, base, c, converge_at=20, sequences=[ok, far] + [sst.PerturbationSequence(())] * 6,
                                 seed=0, name="basin")
     assert info.value.details["trial"] == 1 and "‖δ‖ = 8" in info.value.details["perturbation"]
+    assert np.isfinite(float(info.value.details["bound"].split()[0]))  # from the perturbation before the blow-up
     assert "scarjax.run(algorithm, sst.PerturbationSequence((sst.Perturbation(step=5, size=8.0" in info.value.replay
 
 
