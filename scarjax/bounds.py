@@ -218,7 +218,7 @@ def trace_rework_bound(
 
     * ``start=0`` (the w⁽⁰⁾ form) is valid when the baseline contracts at exactly ``c``
       from ``w⁽⁰⁾``: e.g. gradient descent on a QP started on its slowest eigendirection
-      (``tests/test_bounds.py::test_thm_531_rework_bound``). When the baseline first
+      (``tests/test_bounds.py::test_thm_531_w0_form_holds_and_is_tight_when_the_baseline_is_tight``). When the baseline first
       contracts faster than ``c`` (a fast transient: ridge regression or MLR from
       ``w⁽⁰⁾ = 0``, whose error starts mostly in fast eigendirections) it is *too small*:
       ``c^{−s}‖δ_s‖/d₀`` under-counts a perturbation at ``s`` because
@@ -414,6 +414,15 @@ def sgd_bound(
 
     an implicit condition on ``k``. The bound is ``κ(y) − κ(w)``: the first ``k ≥ T``
     satisfying it with the measured norms, minus the same with all ``δ = 0``.
+
+    Caveat: this is the closed form *as printed*. It adds ``E‖δ‖`` to a bound on squared
+    distances and drops the gradient noise after the last perturbation, so it is not a
+    valid bound on a noisy SGD run in general (unperturbed noisy SGD ends far above
+    ``a_k·d₀``: ``tests/testing/test_rework_bound.py::
+    test_b12_printed_closed_form_is_not_a_bound_for_noisy_sgd``). To check an SGD run,
+    use the recursion Eq B.3 implies with the perturbations carried through,
+    ``U_{k+1} = (1 − α_k)(√U_k + ‖δ_k‖)² + α_k²G²``:
+    ``scarjax.testing.check_rework_bound(..., variant='B.1.2')``.
 
     Args:
       norms: ``[T]`` perturbation norms ‖δ_ℓ‖.
