@@ -19,6 +19,11 @@ raise ``ValueError``/``TypeError`` naming the argument.
 
 Pollux cluster-simulator inputs (Sec 3.5.3; embedded, Apache-2.0): :func:`load_workload`,
 :func:`load_philly`, :func:`load_app_traces` (:mod:`scarjax.data.pollux_sim`).
+
+Transient clouds (issue 14; embedded, Apache-2.0/MIT, the spot prices as an April 2015 extract):
+:func:`load_gce_lifetimes`, :func:`load_spot_prices`, :func:`load_spot_market`,
+:func:`load_aws_p3_trace`, :func:`load_gcp_v100_trace`, :func:`load_startup_times`
+(:mod:`scarjax.data.transient`).
 """
 
 from scarjax._validate import DataFormatError
@@ -28,6 +33,14 @@ from .covertype import load_covertype
 from .digits import load_digits
 from .mnist import load_mnist, load_mnist_5k, read_idx
 from .pollux_sim import load_app_traces, load_philly, load_workload  # Pollux simulator inputs (Sec 3.5.3)
+from .transient import (  # transient clouds: GCE lifetimes, AWS spot prices, node traces, start-up times
+    load_aws_p3_trace,
+    load_gce_lifetimes,
+    load_gcp_v100_trace,
+    load_spot_market,
+    load_spot_prices,
+    load_startup_times,
+)
 from .ratings import (
     Ratings,
     load_jester,
@@ -60,8 +73,11 @@ __all__ = [
     "fetch",
     "load_20newsgroups",
     "load_app_traces",
+    "load_aws_p3_trace",
     "load_covertype",
     "load_digits",
+    "load_gce_lifetimes",
+    "load_gcp_v100_trace",
     "load_jester",
     "load_lee",
     "load_mnist",
@@ -70,6 +86,9 @@ __all__ = [
     "load_movielens_small",
     "load_philly",
     "load_reuters",
+    "load_spot_market",
+    "load_spot_prices",
+    "load_startup_times",
     "load_text",
     "load_workload",
     "ratings_from_triples",
