@@ -819,26 +819,52 @@ def _null_variance(v: np.ndarray, n: int, k: int) -> float:
 
 
 @functools.lru_cache(maxsize=32)
-def _jit_mc(recover: Callable, lose: Callable, samples: int) -> Callable:
+def _jit_mc(recover: Callable, lose: Callable, samples: int, kind: str) -> Callable:
     """``samples`` failures (keys ``split(key, samples)``, one ``vmap``): each one's
     ``‖δ'‖²``, and the per-block ``‖(z − w)_b‖²``. One program per recovery, failure model
-    and partition shape (both kinds of failure in it)."""
+    and partition shape, both kinds of failure in it (their values traced)."""
 
-    def fn(state, saved, key, fraction, servers, use_servers, partition):
+    def fn(state, saved, keys, value, partition):
+        failure = faults.Failure(when=0, **{kind: value})
+
         def one(k):
-            lost = _lose(lose, partition, k, fraction, servers, use_servers)
+            lost = jnp.asarray(lose(failure, partition, k), bool)
             rec = _as_state(recover(state, saved, partition, lost), state,
                             "recover(state, saved, partition, lost)")
             return jnp.square(tu.l2_norm(tu.tree_sub(rec.params, state.params)))
 
-        v = jnp.square(pt.block_distances(partition, saved.params, state.params, "l2"))
-        return jax.vmap(one)(jax.random.split(key, samples)), v
+        return jax.vmap(one)(keys)
 
     return jax.jit(fn)
 
 
-def _mc_samples(state, saved, key, failure_args, partition, recover, lose, samples):
-    return _jit_mc(recover, lose, samples)(state, saved, key, *failure_args, partition)
+@functools.lru_cache(maxsize=8)
+def _jit_split(samples: int) -> Callable:
+    # Shared by every Monte-Carlo program (the split is compiled once per sample count).
+    return jax.jit(lambda key: jax.random.split(key, samples))
+
+
+def _block_squares(state: State, saved: State, partition: pt.Partition) -> np.ndarray:
+    """``float64[num_blocks]``: ``‖(z − w)_b‖²`` over each block's parameters (host)."""
+    B = partition.num_blocks
+    v = np.zeros(B, np.float64)
+    for ids, w, z in zip(jax.tree.leaves(partition.blocks.params), jax.tree.leaves(state.params),
+                         jax.tree.leaves(saved.params)):
+        w = np.asarray(w)
+        d = np.square(np.asarray(z).astype(w.dtype).astype(np.float64) - w.astype(np.float64))
+        ids = np.broadcast_to(np.asarray(ids), d.shape)
+        keep = ids >= 0
+        v += np.bincount(ids[keep], weights=d[keep], minlength=B)
+    return v
+
+
+def _mc_samples(state, saved, key, failure, partition, recover, lose, samples):
+    """``(‖δ'‖² of each of the samples failures, ‖(z − w)_b‖² per block)``."""
+    keys = _jit_split(samples)(key)
+    kind, value = (("fraction", np.float32(failure.fraction)) if failure.fraction is not None
+                   else ("servers", np.int32(failure.servers)))
+    dp2 = _jit_mc(recover, lose, samples, kind)(state, saved, keys, value, partition)
+    return dp2, _block_squares(state, saved, partition)
 
 
 class ExpectedPerturbationCase(NamedTuple):
@@ -960,7 +986,7 @@ def assert_expected_perturbation(
     va.check_callable("lost_blocks", lose)
     samples = va.check_int("samples", samples, lo=2)
     false_alarm = _check_false_alarm(false_alarm)
-    dp2, v = _mc_samples(state, saved, key, _failure_args(failure), partition, recover, lose, samples)
+    dp2, v = _mc_samples(state, saved, key, failure, partition, recover, lose, samples)
     case, ok = _mc_case(np.asarray(dp2), np.asarray(v), failure, partition, false_alarm)
     if not ok:
         full2 = float(np.square(np.asarray(tu.l2_norm(tu.tree_sub(saved.params, state.params)))))
@@ -1057,7 +1083,7 @@ def check_expected_perturbation(
         w, z, keys, ck_words = _run_example(setup, ex, trials)
         for i in range(trials):
             w_i, z_i = _trial((w, z), i)
-            dp2, v = _mc_samples(w_i, z_i, jax.random.fold_in(keys[i], _MC_SALT), _failure_args(ex.failure),
+            dp2, v = _mc_samples(w_i, z_i, jax.random.fold_in(keys[i], _MC_SALT), ex.failure,
                                  part, recover, setup.lose, samples)
             case, ok = _mc_case(np.asarray(dp2), np.asarray(v), ex.failure, part, per_trial)
             if not ok:
