@@ -23,6 +23,14 @@ recovers with the user's ``recover`` (default: the library's partial recovery,
 single-case assertions :func:`assert_partial_recovery` / :func:`assert_expected_perturbation`
 take states directly (for a user's own ``@given`` test, and for the replay line of a
 counterexample, with :func:`recovery_case`).
+
+A counterexample's replay lines name your objects by the checks' argument names
+(``algorithm``, ``partition``, ``recover``, ``lost_blocks``) and the usual imports::
+
+    import jax
+    from scarjax import schedules, testing as sxt
+    from scarjax.scar import checkpoint as ck, faults
+    from scarjax.testing import strategies as sst
 """
 
 from __future__ import annotations

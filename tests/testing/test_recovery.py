@@ -145,10 +145,15 @@ def _first_blocks(failure, part, key):
 
 
 def test_non_uniform_failures_pass_thm_5_4_1_but_fail_thm_5_4_2(adam_mlr):
-    sxt.check_partial_recovery(adam_mlr, STEPS, lost_blocks=_first_blocks, settings=3)
+    def two_servers(state):  # the user's own partition function
+        return P.by_row(state, num_servers=2, key=5)
+
+    sxt.check_partial_recovery(adam_mlr, STEPS, lost_blocks=_first_blocks, partition=two_servers, settings=3)
     with pytest.raises(sxt.CheckFailure, match="Thm 5.4.2") as info:
-        sxt.check_expected_perturbation(adam_mlr, STEPS, lost_blocks=_first_blocks, settings=5)
-    assert "lost_blocks=lost_blocks" in info.value.replay
+        sxt.check_expected_perturbation(adam_mlr, STEPS, lost_blocks=_first_blocks, partition=two_servers,
+                                        settings=5)
+    assert info.value.details["partition"] == "two_servers(state): 8 blocks on 2 servers"
+    assert "lost_blocks=lost_blocks" in info.value.replay and "partition=partition" in info.value.replay
 
 
 def test_assert_partial_recovery_on_given_states():
@@ -206,3 +211,20 @@ def test_bad_arguments_are_named(adam_mlr):
         sxt.check_expected_perturbation(adam_mlr, 10, samples=1)
     with pytest.raises(ValueError, match="checkpoint"):
         sxt.recovery_case(adam_mlr, 0, t=3, checkpoint=3)
+
+
+def test_recovery_case_captures_the_state_at_t_and_the_checkpoint():
+    """y⁽ᵗ⁾ is the state after t iterations; a consistent checkpoint at s is y⁽ˢ⁾; SCAR's
+    running checkpoint holds the last save before t (a failure comes before that step's
+    checkpoint)."""
+    qp = quadratic.random_problem(1, 4, 3.0)
+    y = {k: scarjax.run(qp, None, k, 7)[0].params for k in (2, 4, 5)}
+    case = sxt.recovery_case(qp, 7, t=5, checkpoint=2)
+    np.testing.assert_allclose(case.state.params, y[5], rtol=1e-6)
+    np.testing.assert_allclose(case.saved.params, y[2], rtol=1e-6)
+    assert case.partition.num_blocks == 4 and case.partition.num_servers == 4  # the default: rows
+    run = sxt.recovery_case(qp, 7, t=5, checkpoint=ck.Checkpoint("full", 1.0, period=2),
+                            partition=sst.PartitionSpec("element", num_servers=2))
+    np.testing.assert_allclose(run.saved.params, y[4], rtol=1e-6)  # saved at 2 and 4, not at 5
+    w0 = sxt.recovery_case(qp, 7, t=3, checkpoint=0).saved.params
+    np.testing.assert_array_equal(w0, qp.data["w0"])
