@@ -1,0 +1,830 @@
+"""Markets for transient machines: revocation processes, start-up delays and bills (issue 14 Sec 1).
+
+**Revocation processes.** Each process says, for ``n`` machines bought at ``start_time``,
+when each is taken away and when its warning comes. :func:`sample_lifetimes` (or
+``process.sample``) returns :class:`Revocations` ``(lifetime, warning)`` in seconds from
+``start_time``; it is a pure ``jax.numpy`` function of a PRNG key (the same key, the same
+draws), traceable and vmappable over keys, start times and the processes' numeric fields
+(processes are pytrees: vary a mean lifetime or a bid across trials with ``vmap`` or
+``run_trials(..., hook_args=...)``).
+
+* :func:`exponential`, :func:`weibull` - parametric lifetimes per machine, or one draw for the
+  whole allocation (``bulk=True``: a correlated, bulk revocation, TierML Sec 2.4), optionally
+  capped (GCE's 24 h).
+* :func:`empirical`, :func:`gce_preemptible` - lifetimes resampled from data: by default the
+  GCE preemptible lifetimes of CM-DARE (Li et al. ICDCS'20, Sec V-C) per GPU type and region,
+  cut at the 24-hour limit, with GCE's 30-second warning (TierML Sec 2.3).
+* :func:`price_driven` - an AWS spot allocation bought at ``start_time`` with bid ``b`` (TierML
+  Sec 2.3, Proteus): the termination notice comes at the first price change after the start
+  that puts the market price above ``b``, and the machines go two minutes later; a bid below
+  the price in effect at the start is not granted (lifetime 0).
+* :func:`replay` - node add/remove events of a real spot cluster (the AWS p3 trace) or an
+  availability count (the GCP V100 trace), replayed: the machines are ``n`` of the nodes
+  present at ``start_time`` (chosen by the key), taken away when the trace removes them.
+
+Every process has ``warning_s`` (the notice's lead; ``warning = lifetime - warning_s``, at
+least 0) and ``unwarned`` (the probability that a revocation comes without a usable warning,
+``warning = lifetime``: TierML Sec 3.3's "failures" and "effective failures").
+
+**On the training clock.** :func:`revocation_steps` maps times to iterations for a given
+``seconds_per_step`` (``-1`` = never, the padding of :func:`scarjax.schedules.steps`);
+:func:`revocation_schedule` is a :class:`~scarjax.schedules.Schedule` that draws the
+revocations in its ``init(key)`` (once per run or trial) and fires at every step in which a
+machine is revoked (or warned); :func:`progress_table` gives the ``[steps, n]`` fractions of
+:func:`scarjax.perturb.revocation.revocations` (``progress=``).
+
+**Bills.** :func:`bill` charges machines used from ``start`` to ``end`` at a fixed price or a
+:class:`PriceSeries`, vectorised over machines, under AWS's 2015 hourly rule (each
+instance-hour charged at the price in effect at its beginning; the last partial hour charged in
+full when the user ends the machine, free when the provider revokes it: TierML Sec 3.4, Proteus
+summary) or per-second billing (optionally with a minimum charge: GCE's one minute,
+:data:`GCE_MINIMUM_CHARGE_S`). :func:`gce_preemptible_price` is the fixed 70%-off price.
+
+**Start-up.** :func:`cmdare_startup` resamples CM-DARE's measured request-to-running times
+(Sec V-B, Fig 6); :func:`fixed_startup` a stated delay (:data:`DEFAULT_STARTUP_S`).
+
+Times are float32 seconds on the process's clock (price series: seconds since the series'
+``start``), exact for whole seconds below ``2**24`` s (194 days; the 2015 history spans 174).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import _validate as va
+from scarjax import schedules
+
+__all__ = [
+    "AWS_WARNING_S",
+    "DEFAULT_STARTUP_S",
+    "GCE_MAX_LIFETIME_S",
+    "GCE_MINIMUM_CHARGE_S",
+    "GCE_WARNING_S",
+    "Empirical",
+    "Exponential",
+    "PriceDriven",
+    "PriceSeries",
+    "Replay",
+    "Revocations",
+    "StartupDelay",
+    "Weibull",
+    "aggressive_bid",
+    "bill",
+    "cmdare_startup",
+    "empirical",
+    "exponential",
+    "fixed_startup",
+    "gce_preemptible",
+    "gce_preemptible_price",
+    "price_driven",
+    "price_series",
+    "progress_table",
+    "replay",
+    "revocation_schedule",
+    "revocation_steps",
+    "sample_lifetimes",
+    "weibull",
+]
+
+#: GCE's 24-hour limit on a preemptible VM (TierML Sec 2.3; CM-DARE Sec II).
+GCE_MAX_LIFETIME_S = 86400.0
+#: GCE's preemption notice (TierML Sec 2.3).
+GCE_WARNING_S = 30.0
+#: AWS's spot termination notice (TierML Sec 2.3; Proteus summary).
+AWS_WARNING_S = 120.0
+#: GCE bills per second after a one-minute minimum (Google Cloud's pricing documentation; the
+#: papers state no minimum, so :func:`bill` applies one only when asked: ``minimum_s=``).
+GCE_MINIMUM_CHARGE_S = 60.0
+#: Stated start-up delays, seconds from request to a running machine, where no measurement
+#: applies: ``"aws"`` 300 s (TierML Sec 3.3: "the average queuing delay for a spot request on
+#: AWS EC2 is 5 minutes", citing Marathe et al.), ``"gce"`` 86 s (the mean of CM-DARE's 45
+#: preemptible K80/P100 measurements, Fig 6: "less than 100 seconds").
+DEFAULT_STARTUP_S = {"aws": 300.0, "gce": 86.0}
+_F32_EXACT = 2.0**24
+_NEVER = -1
+
+
+def _register(cls, data: tuple[str, ...], meta: tuple[str, ...]):
+    jax.tree_util.register_dataclass(cls, data_fields=list(data), meta_fields=list(meta))
+    return cls
+
+
+def _f32(x) -> jax.Array:
+    return jnp.asarray(x, jnp.float32)
+
+
+class Revocations(NamedTuple):
+    """When machines are taken away, seconds from the allocation's start (a pytree).
+
+    Attributes:
+      lifetime: ``float32[n]`` until the provider takes the machine (``inf``: not within what
+        the process knows, e.g. the price never exceeds the bid before the series ends; ``0``:
+        never granted).
+      warning: ``float32[n]`` until its notice arrives (``<= lifetime``; ``== lifetime``: no
+        usable warning).
+    """
+
+    lifetime: jax.Array
+    warning: jax.Array
+
+    @property
+    def revoked(self) -> jax.Array:
+        """``bool[n]``: the provider takes the machine at a known time (finite lifetime)."""
+        return jnp.isfinite(self.lifetime)
+
+
+def _warn(key, lifetime, warning_s, unwarned, n, bulk) -> Revocations:
+    """``Revocations`` with the warning ``warning_s`` before each lifetime (at least 0), or
+    none with probability ``unwarned`` (one draw for the allocation when ``bulk``)."""
+    no_warning = jax.random.bernoulli(key, unwarned, () if bulk else (n,))
+    warning = jnp.where(no_warning, lifetime, jnp.maximum(lifetime - warning_s, 0.0))
+    return Revocations(lifetime, jnp.broadcast_to(warning, (n,)).astype(jnp.float32))
+
+
+def _cap(x, cap_s):
+    return jnp.minimum(x, _f32(cap_s))
+
+
+# --------------------------------------------------------------------------------------
+# Parametric and empirical lifetimes
+
+
+@dataclasses.dataclass(frozen=True)
+class Exponential:
+    """Exponential lifetimes with mean ``mean_s`` (see :func:`exponential`)."""
+
+    mean_s: Any
+    warning_s: Any = 0.0
+    cap_s: Any = float("inf")
+    unwarned: Any = 0.0
+    bulk: bool = False
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        k_life, k_warn = jax.random.split(key)
+        draw = jax.random.exponential(k_life, () if self.bulk else (n,), jnp.float32) * _f32(self.mean_s)
+        life = jnp.broadcast_to(_cap(draw, self.cap_s), (n,))
+        return _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, self.bulk)
+
+
+@dataclasses.dataclass(frozen=True)
+class Weibull:
+    """Weibull lifetimes ``scale_s * W``, ``P(W > x) = exp(-x**shape)`` (see :func:`weibull`)."""
+
+    shape: Any
+    scale_s: Any
+    warning_s: Any = 0.0
+    cap_s: Any = float("inf")
+    unwarned: Any = 0.0
+    bulk: bool = False
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        k_life, k_warn = jax.random.split(key)
+        u = jax.random.uniform(k_life, () if self.bulk else (n,), jnp.float32)
+        # inverse CDF; -log1p(-u) is Exp(1), exact near u = 0
+        draw = _f32(self.scale_s) * (-jnp.log1p(-u)) ** (1.0 / _f32(self.shape))
+        life = jnp.broadcast_to(_cap(draw, self.cap_s), (n,))
+        return _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, self.bulk)
+
+
+@dataclasses.dataclass(frozen=True)
+class Empirical:
+    """Lifetimes drawn uniformly from ``lifetimes_s`` (already capped; see :func:`empirical`)."""
+
+    lifetimes_s: Any
+    warning_s: Any = 0.0
+    unwarned: Any = 0.0
+    bulk: bool = False
+    name: str = "empirical"
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        k_life, k_warn = jax.random.split(key)
+        data = _f32(self.lifetimes_s)
+        idx = jax.random.randint(k_life, () if self.bulk else (n,), 0, data.shape[0])
+        life = jnp.broadcast_to(data[idx], (n,))
+        return _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, self.bulk)
+
+
+_register(Exponential, ("mean_s", "warning_s", "cap_s", "unwarned"), ("bulk",))
+_register(Weibull, ("shape", "scale_s", "warning_s", "cap_s", "unwarned"), ("bulk",))
+_register(Empirical, ("lifetimes_s", "warning_s", "unwarned"), ("bulk", "name"))
+
+
+def _check_common(warning_s, unwarned, bulk) -> None:
+    va.check_real("warning_s", warning_s, lo=0.0, scalar=True)
+    va.check_real("unwarned", unwarned, lo=0.0, hi=1.0, scalar=True)
+    va.check_bool("bulk", bulk)
+
+
+def _check_cap(cap_s) -> None:
+    va.check_real("cap_s", cap_s, lo=0.0, lo_open=True, scalar=True, allow_inf=True)
+
+
+def exponential(
+    mean_s: Any, *, warning_s: Any = 0.0, cap_s: Any = float("inf"), unwarned: Any = 0.0, bulk: bool = False
+) -> Exponential:
+    """Exponential lifetimes (a constant revocation rate ``1 / mean_s``; the MTTF model of
+    TierML's checkpointing comparison and of Sync-on-the-fly's simulated revocations, mean 10 or
+    2 minutes).
+
+    Args:
+      mean_s: the mean lifetime in seconds (``> 0``; may be traced).
+      warning_s: the notice's lead, seconds (AWS 120, GCE 30).
+      cap_s: a hard limit on the lifetime (GCE: 86400); ``E[min(X, c)] = mean (1 - e^{-c/mean})``.
+      unwarned: probability that a revocation comes without a warning.
+      bulk: one lifetime for the whole allocation (all ``n`` machines revoked together).
+    """
+    va.check_real("mean_s", mean_s, lo=0.0, lo_open=True, scalar=True)
+    _check_common(warning_s, unwarned, bulk)
+    _check_cap(cap_s)
+    return Exponential(mean_s, warning_s, cap_s, unwarned, bool(bulk))
+
+
+def weibull(
+    shape: Any,
+    scale_s: Any,
+    *,
+    warning_s: Any = 0.0,
+    cap_s: Any = float("inf"),
+    unwarned: Any = 0.0,
+    bulk: bool = False,
+) -> Weibull:
+    """Weibull lifetimes: ``P(L > t) = exp(-(t / scale_s) ** shape)``, mean
+    ``scale_s * Gamma(1 + 1/shape)`` (``shape < 1``: revocations come early, the shape of the GCE
+    CDFs of CM-DARE Fig 8; ``shape = 1`` is :func:`exponential`). Other arguments as there."""
+    va.check_real("shape", shape, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("scale_s", scale_s, lo=0.0, lo_open=True, scalar=True)
+    _check_common(warning_s, unwarned, bulk)
+    _check_cap(cap_s)
+    return Weibull(shape, scale_s, warning_s, cap_s, unwarned, bool(bulk))
+
+
+def empirical(
+    lifetimes_s: Any,
+    *,
+    warning_s: Any = 0.0,
+    cap_s: Any = float("inf"),
+    unwarned: Any = 0.0,
+    bulk: bool = False,
+    name: str = "empirical",
+) -> Empirical:
+    """Lifetimes resampled (uniformly, with replacement) from measured ones, cut at ``cap_s``:
+    the sampled CDF is the data's empirical CDF."""
+    arr = np.asarray(lifetimes_s, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"lifetimes_s must be a non-empty 1-D array of seconds, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or arr.min() < 0:
+        raise ValueError("lifetimes_s must be finite and >= 0")
+    _check_common(warning_s, unwarned, bulk)
+    _check_cap(cap_s)
+    va.check_str("name", name)
+    return Empirical(
+        jnp.asarray(np.minimum(arr, float(cap_s)), jnp.float32), warning_s, unwarned, bool(bulk), name
+    )
+
+
+def gce_preemptible(
+    gpu: str = "V100",
+    region: str | None = None,
+    *,
+    campaign: str = "2019-02",
+    stressed: bool | None = None,
+    unwarned: Any = 0.0,
+    bulk: bool = False,
+    data=None,
+) -> Empirical:
+    """GCE preemptible lifetimes for one GPU type (and region), resampled from CM-DARE's
+    measurements (:func:`scarjax.data.load_gce_lifetimes`), cut at 24 h, with the 30 s warning.
+
+    Args:
+      gpu: ``"K80"``, ``"P100"`` or ``"V100"``.
+      region: e.g. ``"us-central1"`` (``None``: every region measured for ``gpu``).
+      campaign: ``"2019-02"`` (the per-zone campaign, default), ``"2018"`` or ``None`` (both).
+      stressed: only stressed (``True``) or idle (``False``) VMs; ``None``: both (CM-DARE found
+        no difference, Sec V-C).
+      data: a :class:`~scarjax.data.transient.GceLifetimes` (default: the embedded copy).
+    """
+    from scarjax.data import transient as td
+
+    data = td.load_gce_lifetimes() if data is None else data
+    sel = data.select(gpu=gpu, region=region, campaign=campaign, stressed=stressed)
+    if len(sel) == 0:
+        have = sorted({r for g, r in data.select(campaign=campaign).groups() if g == gpu})
+        raise ValueError(
+            f"no {gpu} lifetimes in region {region!r} (campaign {campaign!r}); measured regions: {have}"
+        )
+    return empirical(
+        sel.capped_lifetime_s,
+        warning_s=GCE_WARNING_S,
+        cap_s=GCE_MAX_LIFETIME_S,
+        unwarned=unwarned,
+        bulk=bulk,
+        name=f"gce:{gpu}:{region or 'all'}",
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Price-driven revocations
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceSeries:
+    """A market price as a step function on float32 seconds (see :func:`price_series`).
+
+    Attributes:
+      times_s: ``float32[T]`` increasing change times; ``prices``: ``float32[T]`` USD/h from
+        each change on (``prices[0]`` also before ``times_s[0]``).
+      end_s: the end of the period the series describes.
+      maxtab: ``float32[L, T]``, ``maxtab[k, i] = max(prices[i : i + 2**k])`` (first exceedances
+        in ``L`` steps).
+      cum_hi, cum_lo: ``float32[T]`` ``integral of price dt`` from ``times_s[0]`` to each change,
+        in USD-seconds / 3600, as an unevaluated float32 sum ``hi + lo`` (per-second bills keep
+        float32 precision relative to the bill, not to the whole series).
+      name: a label.
+    """
+
+    times_s: Any
+    prices: Any
+    end_s: Any
+    maxtab: Any
+    cum_hi: Any
+    cum_lo: Any
+    name: str = "prices"
+
+    def __len__(self) -> int:
+        return int(self.times_s.shape[0])
+
+    def index(self, t: Any) -> jax.Array:
+        """``int32``: the change in effect at ``t`` (0 before the first)."""
+        return jnp.maximum(jnp.searchsorted(self.times_s, _f32(t), side="right") - 1, 0).astype(jnp.int32)
+
+    def price_at(self, t: Any) -> jax.Array:
+        """The price in effect at ``t`` (``prices[0]`` before the first change)."""
+        return self.prices[self.index(t)]
+
+    def first_above(self, i0: Any, bid: Any) -> jax.Array:
+        """``int32``: the first change ``j >= i0`` with ``prices[j] > bid`` (``T`` if none):
+        binary lifting over :attr:`maxtab`, ``O(log T)``, traceable and vmappable."""
+        T = self.prices.shape[0]
+        pos = jnp.asarray(i0, jnp.int32)
+        bid = _f32(bid)
+        for k in reversed(range(self.maxtab.shape[0])):
+            step = 1 << k
+            skip = (pos + step <= T) & (self.maxtab[k, jnp.clip(pos, 0, T - 1)] <= bid)
+            pos = jnp.where(skip, pos + step, pos)
+        return pos
+
+    def integral(self, t: Any) -> tuple[jax.Array, jax.Array]:
+        """``(hi, lo)``: ``integral of price dt / 3600`` from ``times_s[0]`` to ``t`` (USD per
+        machine), as a float32 pair."""
+        t = _f32(t)
+        i = self.index(t)
+        part = self.prices[i] * (jnp.maximum(t - self.times_s[i], 0.0) / 3600.0)
+        return self.cum_hi[i], self.cum_lo[i] + part
+
+
+_register(PriceSeries, ("times_s", "prices", "end_s", "maxtab", "cum_hi", "cum_lo"), ("name",))
+
+
+def price_series(
+    prices_or_spot, times_s: Any = None, *, end_s: Any = None, name: str | None = None
+) -> PriceSeries:
+    """A :class:`PriceSeries` from a :class:`~scarjax.data.transient.SpotPrices` (times in
+    seconds since its ``start``) or from arrays ``(prices, times_s)``.
+
+    Raises ``ValueError`` for unsorted times, negative or non-finite prices, or a span of
+    ``2**24`` s or more (float32 would no longer hold whole seconds: cut the series with a window).
+    """
+    spot = (
+        prices_or_spot if hasattr(prices_or_spot, "time_s") and hasattr(prices_or_spot, "on_demand") else None
+    )
+    if spot is not None:
+        t = np.asarray(spot.time_s, np.float64)
+        p = np.asarray(spot.price, np.float64)
+        end = spot.duration_s if end_s is None else float(end_s)
+        name = name or f"{spot.zone}:{spot.instance_type}"
+    else:
+        if times_s is None:
+            raise TypeError("price_series needs times_s with an array of prices (or a SpotPrices record)")
+        p = np.asarray(prices_or_spot, np.float64)
+        t = np.asarray(times_s, np.float64)
+        end = float(t[-1]) if end_s is None and t.size else float(end_s if end_s is not None else 0.0)
+        name = name or "prices"
+    if p.ndim != 1 or t.shape != p.shape or p.size == 0:
+        raise ValueError(f"prices and times_s must be 1-D of one length >= 1, got {p.shape} and {t.shape}")
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(t))) or p.min() < 0:
+        raise ValueError("prices must be finite and >= 0, and times_s finite")
+    if np.any(np.diff(t) <= 0):
+        raise ValueError("times_s must increase strictly")
+    if max(abs(t[0]), abs(t[-1]), abs(end)) >= _F32_EXACT:
+        raise ValueError(
+            f"the series spans {max(abs(t[0]), abs(t[-1]), abs(end)):.0f} s >= 2**24 s: float32 times "
+            "would not hold whole seconds; cut it (load_spot_prices(..., window=...))"
+        )
+    T = p.size
+    levels = max(1, math.ceil(math.log2(T)) + 1)
+    tab = [p]
+    for k in range(1, levels):
+        prev, half = tab[-1], 1 << (k - 1)
+        shifted = np.concatenate([prev[half:], np.full(half, -np.inf)])[:T]
+        tab.append(np.maximum(prev, shifted))
+    seg = np.diff(t) * p[:-1] / 3600.0
+    cum = np.concatenate([[0.0], np.cumsum(seg)])
+    hi = cum.astype(np.float32)
+    lo = (cum - hi.astype(np.float64)).astype(np.float32)
+    return PriceSeries(
+        jnp.asarray(t, jnp.float32),
+        jnp.asarray(p, jnp.float32),
+        jnp.float32(end),
+        jnp.asarray(np.stack(tab), jnp.float32),
+        jnp.asarray(hi),
+        jnp.asarray(lo),
+        name,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceDriven:
+    """Spot revocations driven by a price series (see :func:`price_driven`)."""
+
+    series: PriceSeries
+    bid: Any
+    warning_s: Any = AWS_WARNING_S
+    unwarned: Any = 0.0
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        s = self.series
+        t0 = _f32(start_time)
+        i0 = s.index(t0)
+        granted = s.prices[i0] <= _f32(self.bid)
+        j = s.first_above(i0 + 1, self.bid)
+        T = s.prices.shape[0]
+        notice = jnp.where(j < T, s.times_s[jnp.minimum(j, T - 1)] - t0, jnp.inf)
+        no_warning = jax.random.bernoulli(key, self.unwarned, (n,))
+        life = jnp.where(no_warning, notice, notice + _f32(self.warning_s))
+        life = jnp.where(granted, life, 0.0)
+        warning = jnp.where(granted, notice, 0.0)
+        return Revocations(
+            jnp.broadcast_to(life, (n,)).astype(jnp.float32),
+            jnp.broadcast_to(warning, (n,)).astype(jnp.float32),
+        )
+
+
+_register(PriceDriven, ("series", "bid", "warning_s", "unwarned"), ())
+
+
+def price_driven(
+    series, bid: Any = None, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0
+) -> PriceDriven:
+    """Revocation of a spot allocation by its market (AWS, 2015 rules; TierML Sec 2.3).
+
+    Machines bought at ``start_time`` (seconds on the series' clock) with bid ``bid`` are granted
+    if the price in effect then is ``<= bid`` (else lifetime 0). The termination notice comes at
+    the first later price change above ``bid`` and the machines go ``warning_s`` after it (AWS:
+    two minutes; with probability ``unwarned`` at once). If the price never exceeds ``bid``
+    before the series ends, the lifetime is ``inf``: keep horizons within ``series.end_s``.
+
+    Args:
+      series: a :class:`PriceSeries` or a :class:`~scarjax.data.transient.SpotPrices`.
+      bid: USD/h (may be traced; ``dataclasses.replace(p, bid=b)`` varies it); default: the
+        on-demand price of a ``SpotPrices`` (TierML and Flint bid the on-demand price).
+    """
+    on_demand = getattr(series, "on_demand", None)
+    if not isinstance(series, PriceSeries):
+        series = price_series(series)
+    if bid is None:
+        if on_demand is None or not np.isfinite(on_demand):
+            raise ValueError(
+                "bid: give a bid (USD/h); only a SpotPrices with a published on-demand price supplies "
+                "the default"
+            )
+        bid = float(on_demand)
+    va.check_real("bid", bid, lo=0.0, scalar=True)
+    _check_common(warning_s, unwarned, False)
+    return PriceDriven(series, bid, warning_s, unwarned)
+
+
+def aggressive_bid(price: Any, step: Any = 0.1) -> jax.Array:
+    """TierML Sec 4.5's aggressive bid: the current price rounded up to the next multiple of
+    ``step`` (a dime for Cluster-A machines, a nickel for Cluster-B): ``0.23 -> 0.3``."""
+    p = _f32(price)
+    return jnp.ceil(p / step - 1e-4) * step
+
+
+# --------------------------------------------------------------------------------------
+# Trace replay
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """Node intervals ``[add_s, remove_s)`` replayed (see :func:`replay`)."""
+
+    add_s: Any
+    remove_s: Any
+    warning_s: Any = AWS_WARNING_S
+    unwarned: Any = 0.0
+    name: str = "replay"
+
+    def alive(self, t: Any) -> jax.Array:
+        """``bool[K]``: which nodes are present at ``t``."""
+        t = _f32(t)
+        return (self.add_s <= t) & (t < self.remove_s)
+
+    def count_at(self, t: Any) -> jax.Array:
+        """``int32``: nodes present at ``t`` (vectorised over ``t``)."""
+        t = _f32(t)
+        return jnp.sum((self.add_s <= t[..., None]) & (t[..., None] < self.remove_s), axis=-1).astype(
+            jnp.int32
+        )
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        k_pick, k_warn = jax.random.split(key)
+        t0 = _f32(start_time)
+        alive = self.alive(t0)
+        prio = jnp.where(alive, jax.random.uniform(k_pick, alive.shape), -1.0)
+        order = jnp.argsort(-prio)
+        K = alive.shape[0]
+        pick = order[jnp.arange(n) % K]
+        ok = alive[pick] & (jnp.arange(n) < K)
+        life = jnp.where(ok, self.remove_s[pick] - t0, 0.0).astype(jnp.float32)
+        return _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, False)
+
+
+_register(Replay, ("add_s", "remove_s", "warning_s", "unwarned"), ("name",))
+
+
+def replay(trace, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0) -> Replay:
+    """Replay a trace's node events.
+
+    ``trace``: a :class:`~scarjax.data.transient.NodeTrace` (the AWS p3 trace: each node's stay
+    ``[add, remove)``, never removed: ``inf``), an
+    :class:`~scarjax.data.transient.AvailabilityTrace` (the GCP V100 counts: a rise adds nodes, a
+    fall removes the most recently added ones, last in first out; the count before the first
+    observation is unknown, so the trace starts with the first count's nodes at time 0) or a pair
+    ``(add_s, remove_s)`` of arrays. :meth:`Replay.sample` takes ``n`` of the nodes present at
+    ``start_time`` (a random choice per key; missing ones get lifetime 0).
+    """
+    if hasattr(trace, "intervals"):
+        _, add, rem = trace.intervals()
+        name = "replay:nodes"
+    elif hasattr(trace, "count") and hasattr(trace, "time_s"):
+        add, rem = _counts_to_intervals(
+            np.asarray(trace.time_s, np.float64), np.asarray(trace.count, np.int64)
+        )
+        name = "replay:counts"
+    else:
+        try:
+            add, rem = (np.asarray(a, np.float64) for a in trace)
+        except (TypeError, ValueError):
+            raise TypeError(
+                "trace must be a NodeTrace, an AvailabilityTrace or a pair (add_s, remove_s), got "
+                f"{type(trace).__name__}"
+            ) from None
+        name = "replay"
+    if add.ndim != 1 or add.shape != rem.shape or add.size == 0:
+        raise ValueError(
+            f"add_s and remove_s must be 1-D of one length >= 1, got {add.shape} and {rem.shape}"
+        )
+    if np.any(rem < add) or not np.all(np.isfinite(add)):
+        raise ValueError(
+            "every node must be removed (remove_s, inf = never) no earlier than it is added (finite add_s)"
+        )
+    _check_common(warning_s, unwarned, False)
+    return Replay(jnp.asarray(add, jnp.float32), jnp.asarray(rem, jnp.float32), warning_s, unwarned, name)
+
+
+def _counts_to_intervals(t: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    add, rem, stack = [], [], []
+    for ti, c in zip(t.tolist(), count.tolist()):
+        while len(stack) < c:
+            stack.append(len(add))
+            add.append(ti)
+            rem.append(np.inf)
+        while len(stack) > c:
+            rem[stack.pop()] = ti
+    return np.array(add), np.array(rem)
+
+
+# --------------------------------------------------------------------------------------
+# The common interface and the training clock
+
+
+def sample_lifetimes(process, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+    """``n`` machines' revocations under ``process``, bought at ``start_time`` (seconds on the
+    process's clock): :class:`Revocations` ``(lifetime, warning)``, seconds from ``start_time``.
+
+    Pure and deterministic in ``key``; traceable and vmappable over ``key``, ``start_time`` and
+    the process's numeric fields (``n`` is static)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an int >= 1 (static), got {n!r}")
+    if not hasattr(process, "sample"):
+        raise TypeError(
+            f"process must be a revocation process (exponential, weibull, empirical, gce_preemptible, "
+            f"price_driven, replay), got {type(process).__name__}"
+        )
+    return process.sample(key, int(n), start_time)
+
+
+def revocation_steps(times_s: Any, seconds_per_step: Any, *, start_step: Any = 0) -> jax.Array:
+    """``int32``: the iteration during which each event at ``times_s`` (seconds from the run's
+    start) happens, ``start_step + floor(t / seconds_per_step)``; ``-1`` for ``inf`` (never; the
+    padding of :func:`scarjax.schedules.steps`). Traceable."""
+    va.check_real("seconds_per_step", seconds_per_step, lo=0.0, lo_open=True, scalar=True)
+    t = _f32(times_s)
+    k = jnp.floor(t / _f32(seconds_per_step))
+    ok = jnp.isfinite(k) & (k < 2.0**30)
+    return jnp.where(ok, jnp.clip(k, 0, 2**30).astype(jnp.int32) + jnp.asarray(start_step, jnp.int32), _NEVER)
+
+
+def revocation_schedule(
+    process,
+    n: int,
+    seconds_per_step: Any,
+    *,
+    start_time: Any = 0.0,
+    event: str = "revocation",
+    machine: int | None = None,
+) -> schedules.Schedule:
+    """A :class:`~scarjax.schedules.Schedule` firing at each step in which one of ``n``
+    machines (or only ``machine``) is revoked (``event="revocation"``) or warned
+    (``event="warning"``). The revocations are drawn in ``init(key)`` (once per run; per trial
+    under :func:`scarjax.run_trials`, a different draw each), by :func:`sample_lifetimes`."""
+    if event not in ("revocation", "warning"):
+        raise ValueError(f"event must be 'revocation' or 'warning', got {event!r}")
+    if machine is not None and (
+        isinstance(machine, bool) or not isinstance(machine, (int, np.integer)) or not 0 <= machine < n
+    ):
+        raise ValueError(f"machine must be an int in [0, n={n}), got {machine!r}")
+    va.check_real("seconds_per_step", seconds_per_step, lo=0.0, lo_open=True, scalar=True)
+
+    def init(key):
+        rev = sample_lifetimes(process, key, n, start_time)
+        times = rev.lifetime if event == "revocation" else rev.warning
+        steps = revocation_steps(times, seconds_per_step)
+        return steps if machine is None else steps[machine : machine + 1]
+
+    def fires(step, key, state):
+        return jnp.any((state == step) & (state >= 0))
+
+    return schedules.Schedule(
+        init, fires, name=f"{event}s({getattr(process, 'name', type(process).__name__)}, n={n})"
+    )
+
+
+def progress_table(
+    rev: Revocations, seconds_per_step: Any, steps: int, *, restart_s: Any = None
+) -> jax.Array:
+    """``float32[steps, n]``: the fraction of its points each machine finishes at each step, for
+    :func:`scarjax.perturb.revocation.revocations` (``progress=``, as a NumPy array): ``1``
+    before the revocation step, the finished fraction ``(lifetime mod seconds_per_step) /
+    seconds_per_step`` in it, ``0`` after; with ``restart_s`` a replacement takes over
+    ``restart_s`` seconds after the revocation (its first full step) and runs to the end."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1 (static), got {steps!r}")
+    va.check_real("seconds_per_step", seconds_per_step, lo=0.0, lo_open=True, scalar=True)
+    sps = _f32(seconds_per_step)
+    life = _f32(rev.lifetime)
+    k = jnp.arange(steps, dtype=jnp.float32)[:, None]
+    begin = k * sps
+    frac = jnp.clip((life - begin) / sps, 0.0, 1.0)  # 1 before, the fraction in, 0 after
+    if restart_s is not None:
+        va.check_real("restart_s", restart_s, lo=0.0, scalar=True)
+        back = life + _f32(restart_s)
+        frac = jnp.where(begin >= back, 1.0, frac)
+    return frac.astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------------------
+# Bills
+
+
+def gce_preemptible_price(on_demand: Any) -> jax.Array:
+    """GCE's fixed preemptible price: 70% below on-demand (TierML Sec 2.3)."""
+    return _f32(on_demand) * (1.0 - 0.7)
+
+
+def _hourly_series(series: PriceSeries, start, hours):
+    """``sum_{k < hours} price(start + 3600 k)`` elementwise (a loop over max(hours) hours)."""
+
+    def cond(c):
+        k, _ = c
+        return jnp.any(k < hours)
+
+    def body(c):
+        k, acc = c
+        p = series.price_at(start + 3600.0 * k.astype(jnp.float32))
+        return k + 1, acc + jnp.where(k < hours, p, 0.0)
+
+    _, acc = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.zeros(jnp.shape(start), jnp.float32)))
+    return acc
+
+
+def bill(
+    start: Any,
+    end: Any,
+    price: Any,
+    revoked_by_provider: Any = False,
+    scheme: str = "hourly",
+    *,
+    minimum_s: Any = 0.0,
+    tol_s: Any = 1.0,
+) -> jax.Array:
+    """USD charged for machines used from ``start`` to ``end`` (seconds; arrays broadcast over
+    machines; traceable).
+
+    Args:
+      start, end: seconds on the price's clock (``end >= start``).
+      price: a fixed price in USD/h (scalar or per machine) or a :class:`PriceSeries`.
+      revoked_by_provider: ``bool`` (per machine): the provider ended the machine at ``end``.
+      scheme: ``"hourly"`` - AWS 2015: whole instance-hours from ``start``, each charged at the
+        price in effect at its beginning; the last partial hour is charged in full when the user
+        ends the machine and is free when the provider revokes it (TierML Sec 3.4's "AWS partial
+        hour rule"; Proteus's free computing). ``"per_second"`` - the price integrated over
+        ``[start, end]``, at least ``minimum_s`` seconds (GCE: :data:`GCE_MINIMUM_CHARGE_S`),
+        whoever ends the machine.
+      minimum_s: the minimum charged duration under ``"per_second"``.
+      tol_s: under ``"hourly"``, a duration within ``tol_s`` of a whole number of hours counts
+        as that number (no partial hour is begun or lost by float32 rounding of the times:
+        their resolution is up to 1 s below ``2**24`` s).
+    """
+    if scheme not in ("hourly", "per_second"):
+        raise ValueError(f"scheme must be 'hourly' or 'per_second', got {scheme!r}")
+    va.check_real("minimum_s", minimum_s, lo=0.0, scalar=True)
+    va.check_real("tol_s", tol_s, lo=0.0, hi=60.0, scalar=True)
+    start, end = _f32(start), _f32(end)
+    if not (va.is_traced(start) or va.is_traced(end)) and bool(jnp.any(end < start)):
+        raise ValueError("end must be >= start for every machine")
+    revoked = jnp.asarray(revoked_by_provider, bool)
+    start, end, revoked = jnp.broadcast_arrays(start, end, revoked)
+    dur = jnp.maximum(end - start, 0.0)
+    series = price if isinstance(price, PriceSeries) else None
+    if series is None and not va.is_traced(price):
+        va.check_real("price", price, lo=0.0)
+    if scheme == "hourly":
+        tol = _f32(tol_s)
+        whole = jnp.floor((dur + tol) / 3600.0)
+        partial = dur - whole * 3600.0 > tol
+        hours = jnp.where(partial & ~revoked, whole + 1.0, whole).astype(jnp.int32)
+        if series is None:
+            return (_f32(price) * hours).astype(jnp.float32)
+        return _hourly_series(series, start, hours)
+    charged = jnp.maximum(dur, _f32(minimum_s))
+    if series is None:
+        return (_f32(price) * charged / 3600.0).astype(jnp.float32)
+    e = start + charged
+    hi_e, lo_e = series.integral(e)
+    hi_s, lo_s = series.integral(start)
+    return ((hi_e - hi_s) + (lo_e - lo_s)).astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------------------
+# Start-up delays
+
+
+@dataclasses.dataclass(frozen=True)
+class StartupDelay:
+    """Seconds from requesting a machine to its running, resampled from ``samples_s``."""
+
+    samples_s: Any
+    name: str = "startup"
+
+    def sample(self, key: jax.Array, n: int) -> jax.Array:
+        """``float32[n]`` delays (uniform resampling of :attr:`samples_s`)."""
+        data = _f32(self.samples_s)
+        return data[jax.random.randint(key, (int(n),), 0, data.shape[0])]
+
+    @property
+    def mean_s(self) -> jax.Array:
+        return jnp.mean(_f32(self.samples_s))
+
+
+_register(StartupDelay, ("samples_s",), ("name",))
+
+
+def fixed_startup(seconds: Any) -> StartupDelay:
+    """A stated delay (e.g. :data:`DEFAULT_STARTUP_S` ``["aws"]``)."""
+    va.check_real("seconds", seconds, lo=0.0, scalar=True)
+    return StartupDelay(jnp.reshape(_f32(seconds), (1,)), f"fixed:{seconds}")
+
+
+def cmdare_startup(
+    kind: str = "preemptible", gpu: str | None = None, region: str | None = None, data=None
+) -> StartupDelay:
+    """CM-DARE's measured start-up times (provisioning + staging + booting; Sec V-B, Fig 6),
+    for ``kind`` ``"preemptible"``/``"on_demand"``, ``gpu`` ``"K80"``/``"P100"``, ``region``
+    ``"us-east1"``/``"us-west1"`` (``None``: all). ``data``: a
+    :class:`~scarjax.data.transient.StartupTimes` (default: the embedded copy)."""
+    from scarjax.data import transient as td
+
+    data = td.load_startup_times() if data is None else data
+    sel = data.select(kind=kind, gpu=gpu, region=region)
+    if len(sel) == 0:
+        raise ValueError(f"no start-up measurements for kind={kind!r}, gpu={gpu!r}, region={region!r}")
+    return StartupDelay(
+        jnp.asarray(sel.total, jnp.float32), f"cmdare:{kind}:{gpu or 'all'}:{region or 'all'}"
+    )

@@ -1,0 +1,452 @@
+"""Revocation processes, schedules on the training clock, bills and start-up delays
+(scarjax.cluster.market): deterministic per key, vmapped draws equal single draws, parametric means
+within stated standard errors of their closed forms, the empirical sampler reproduces the GCE data's
+CDF (KS test), price-driven revocations equal hand-computed and brute-force ones, the 24 h cap and
+warnings hold, and bills equal hand-checked cases. Every statistical check is shown to fail on a
+planted violation."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scarjax import hooks, run_trials
+from scarjax.cluster import market as mk
+from scarjax.data import transient as td
+from scarjax.models import quadratic
+from scarjax.perturb import generic
+from scarjax.perturb.revocation import revocations
+
+H = 3600.0
+KEY = jax.random.key(14)
+# z bound for a sample mean: |mean - mu| <= Z * sd / sqrt(N); two-sided false-alarm rate 6.8e-6 per check
+Z = 4.5
+# KS: alpha = 1e-3; sqrt(-ln(alpha / 2) / 2) / sqrt(N) (asymptotic Kolmogorov; conservative for the
+# data's discrete CDF, so the false-alarm rate is at most 1e-3)
+KS_ALPHA = 1e-3
+
+# a small synthetic market: price 0.1 from t=0, 0.3 from 100 s, 0.15 from 250 s, 0.5 from 400 s, 0.1 from 1000 s
+TIMES = [0.0, 100.0, 250.0, 400.0, 1000.0]
+PRICES = [0.1, 0.3, 0.15, 0.5, 0.1]
+
+
+def _check_mean(x, mu, sd, what="sample"):
+    x = np.asarray(x, np.float64)
+    se = sd / math.sqrt(x.size)
+    assert abs(x.mean() - mu) <= Z * se, (
+        f"{what} mean {x.mean():.6g} is {abs(x.mean() - mu) / se:.1f} standard errors from {mu:.6g}"
+    )
+
+
+def _ks(sample, data) -> tuple[float, float]:
+    """``(D, critical)``: the KS distance between ``sample`` and the empirical CDF of ``data`` (exact
+    at every jump of either), and the level-``KS_ALPHA`` critical value."""
+    # both as float32 values (the sampler's dtype), so equal measurements are equal points
+    s, d = (np.sort(np.asarray(x, np.float32).astype(np.float64)) for x in (sample, data))
+    grid = np.unique(np.concatenate([s, d]))
+    f_s = np.searchsorted(s, grid, side="right") / s.size
+    f_d = np.searchsorted(d, grid, side="right") / d.size
+    f_s_left = np.searchsorted(s, grid, side="left") / s.size
+    f_d_left = np.searchsorted(d, grid, side="left") / d.size
+    D = max(np.abs(f_s - f_d).max(), np.abs(f_s_left - f_d_left).max())
+    return float(D), math.sqrt(-math.log(KS_ALPHA / 2) / 2) / math.sqrt(s.size)
+
+
+def _check_ks(sample, data, what="sample"):
+    D, crit = _ks(sample, data)
+    assert D <= crit, f"{what}: KS distance {D:.4f} > {crit:.4f} (alpha = {KS_ALPHA})"
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return mk.price_series(PRICES, TIMES, end_s=2000.0)
+
+
+@pytest.fixture(scope="module")
+def c3():
+    return td.load_spot_prices("c3.xlarge", "us-east-1a")
+
+
+def _processes(synthetic):
+    return {
+        "exponential": mk.exponential(600.0, warning_s=120.0),
+        "weibull-bulk": mk.weibull(0.7, 3600.0, warning_s=30.0, bulk=True, unwarned=0.3),
+        "gce-v100": mk.gce_preemptible("V100"),
+        "price": mk.price_driven(synthetic, 0.2, unwarned=0.5),
+        "replay": mk.replay(td.load_aws_p3_trace()),
+    }
+
+
+# -- the common interface --------------------------------------------------------------------
+
+
+def test_deterministic_per_key_and_vmapped_equals_single(synthetic):
+    keys = jax.random.split(KEY, 3)
+    procs = _processes(synthetic)
+    single = jax.jit(lambda k: {name: mk.sample_lifetimes(p, k, 6, 50.0) for name, p in procs.items()})
+    a, b = single(keys[0]), single(keys[0])
+    batch = jax.vmap(single)(keys)
+    ones = [single(k) for k in keys]
+    for name in procs:
+        np.testing.assert_array_equal(a[name].lifetime, b[name].lifetime, err_msg=name)
+        np.testing.assert_array_equal(a[name].warning, b[name].warning, err_msg=name)
+        for i in range(len(keys)):
+            np.testing.assert_array_equal(batch[name].lifetime[i], ones[i][name].lifetime, err_msg=name)
+            np.testing.assert_array_equal(batch[name].warning[i], ones[i][name].warning, err_msg=name)
+        assert np.all(np.asarray(batch[name].warning) <= np.asarray(batch[name].lifetime)), name
+        assert np.all(np.asarray(batch[name].warning) >= 0), name
+    for name in ("exponential", "gce-v100", "replay"):  # the random ones differ between keys
+        assert not np.array_equal(batch[name].lifetime[0], batch[name].lifetime[1]), name
+    # the jitted draw equals the eager one
+    np.testing.assert_array_equal(
+        mk.sample_lifetimes(procs["exponential"], keys[0], 6, 50.0).lifetime, a["exponential"].lifetime
+    )
+
+
+def test_processes_are_pytrees_varied_under_vmap_and_jit(synthetic):
+    """A process's numeric fields may be traced: one program for many mean lifetimes, bids, starts."""
+    e = mk.exponential(600.0)
+    means = jnp.array([10.0, 1000.0, 1e5])
+    out = jax.vmap(lambda m: mk.sample_lifetimes(dataclasses.replace(e, mean_s=m), KEY, 4).lifetime)(means)
+    for i, m in enumerate(means):
+        np.testing.assert_allclose(
+            out[i], mk.sample_lifetimes(mk.exponential(float(m)), KEY, 4).lifetime, rtol=1e-6
+        )
+    p = mk.price_driven(synthetic, 0.2)
+    bids, starts = jnp.array([0.2, 0.35, 0.6]), jnp.array([50.0, 50.0, 50.0])
+    life = jax.jit(
+        jax.vmap(lambda b, t: mk.sample_lifetimes(dataclasses.replace(p, bid=b), KEY, 1, t).lifetime[0])
+    )(bids, starts)
+    np.testing.assert_array_equal(life, [50.0 + 120.0, 350.0 + 120.0, np.inf])
+    jitted = jax.jit(mk.sample_lifetimes, static_argnums=2)(e, KEY, 3, 0.0)
+    np.testing.assert_allclose(jitted.lifetime, mk.sample_lifetimes(e, KEY, 3).lifetime, rtol=1e-6)
+
+
+# -- parametric lifetimes ---------------------------------------------------------------------
+
+
+def test_exponential_and_weibull_means_match_closed_forms():
+    n = 20000
+    mu = 600.0
+    x = mk.sample_lifetimes(mk.exponential(mu), KEY, n).lifetime
+    _check_mean(x, mu, mu, "exponential")
+    # capped at c: E min(X, c) = mu (1 - e^{-c/mu}), E min(X, c)^2 = 2 mu^2 (1 - e^{-c/mu} (1 + c/mu))
+    c = 900.0
+    xc = np.asarray(mk.sample_lifetimes(mk.exponential(mu, cap_s=c), KEY, n).lifetime)
+    m1 = mu * (1 - math.exp(-c / mu))
+    m2 = 2 * mu**2 * (1 - math.exp(-c / mu) * (1 + c / mu))
+    assert xc.max() == c and np.mean(xc == c) == pytest.approx(math.exp(-c / mu), abs=0.015)
+    _check_mean(xc, m1, math.sqrt(m2 - m1**2), "capped exponential")
+    k, lam = 0.7, 3600.0
+    w = mk.sample_lifetimes(mk.weibull(k, lam), KEY, n).lifetime
+    g1, g2 = math.gamma(1 + 1 / k), math.gamma(1 + 2 / k)
+    _check_mean(w, lam * g1, lam * math.sqrt(g2 - g1**2), "weibull")
+    # shape 1 is the exponential
+    _check_mean(mk.sample_lifetimes(mk.weibull(1.0, mu), KEY, n).lifetime, mu, mu, "weibull(1)")
+
+
+def test_mean_check_catches_a_wrong_mean():
+    """The check above fails on a 5% bias (7 standard errors at N = 20000)."""
+    x = mk.sample_lifetimes(mk.exponential(600.0), KEY, 20000).lifetime
+    with pytest.raises(AssertionError, match="standard errors from"):
+        _check_mean(x, 1.05 * 600.0, 600.0)
+
+
+def test_bulk_revokes_the_whole_allocation():
+    keys = jax.random.split(KEY, 4000)
+    rev = jax.jit(jax.vmap(lambda k: mk.sample_lifetimes(mk.exponential(600.0, bulk=True), k, 8)))(keys)
+    life = np.asarray(rev.lifetime)
+    assert np.all(life == life[:, :1])  # every machine of an allocation together
+    _check_mean(life[:, 0], 600.0, 600.0, "bulk exponential")
+    per = np.asarray(mk.sample_lifetimes(mk.exponential(600.0), KEY, 8).lifetime)
+    assert len(set(per.tolist())) == 8
+
+
+def test_warnings_and_unwarned_revocations():
+    n = 4000
+    r = mk.sample_lifetimes(mk.exponential(600.0, warning_s=120.0), KEY, n)
+    np.testing.assert_allclose(
+        r.warning, np.maximum(np.asarray(r.lifetime) - 120.0, 0.0), rtol=1e-6, atol=1e-3
+    )
+    assert np.all(np.asarray(r.revoked))
+    r = mk.sample_lifetimes(mk.exponential(600.0, warning_s=120.0, unwarned=1.0), KEY, n)
+    np.testing.assert_array_equal(r.warning, r.lifetime)
+    r = mk.sample_lifetimes(mk.exponential(600.0, warning_s=120.0, unwarned=0.25), KEY, n)
+    none = np.asarray(r.warning) == np.asarray(r.lifetime)
+    _check_mean(none, 0.25, math.sqrt(0.25 * 0.75), "unwarned fraction")
+
+
+# -- empirical GCE lifetimes ------------------------------------------------------------------
+
+
+def test_gce_sampler_reproduces_the_data_cdf():
+    data = td.load_gce_lifetimes().select(campaign="2019-02")
+    n = 4000
+    for gpu, region in (("V100", None), ("K80", "us-central1"), ("P100", "us-west1")):
+        proc = mk.gce_preemptible(gpu, region)
+        rev = mk.sample_lifetimes(proc, KEY, n)
+        life = np.asarray(rev.lifetime)
+        ref = data.select(gpu=gpu, region=region).capped_lifetime_s
+        _check_ks(life, ref, f"{gpu} {region}")
+        assert life.max() <= mk.GCE_MAX_LIFETIME_S  # the 24 h cap
+        np.testing.assert_allclose(rev.warning, np.maximum(life - mk.GCE_WARNING_S, 0.0))
+        assert set(np.unique(life)) <= set(np.asarray(ref, np.float32).tolist())
+
+
+def test_ks_check_catches_another_distribution():
+    """The KS check fails when the sampler draws from another GPU/region or a same-mean exponential."""
+    data = td.load_gce_lifetimes().select(campaign="2019-02")
+    ref = data.select(gpu="V100").capped_lifetime_s
+    wrong = mk.sample_lifetimes(mk.gce_preemptible("K80", "us-central1"), KEY, 4000).lifetime
+    with pytest.raises(AssertionError, match="KS distance"):
+        _check_ks(wrong, ref)
+    same_mean = mk.sample_lifetimes(mk.exponential(float(ref.mean()), cap_s=86400.0), KEY, 4000).lifetime
+    with pytest.raises(AssertionError, match="KS distance"):
+        _check_ks(same_mean, ref)
+
+
+def test_gce_arguments():
+    with pytest.raises(ValueError, match="no V100 lifetimes in region 'us-east1'"):
+        mk.gce_preemptible("V100", "us-east1")
+    with pytest.raises(ValueError, match="lifetimes_s must be a non-empty"):
+        mk.empirical([])
+    assert float(mk.gce_preemptible_price(2.48)) == pytest.approx(0.744)
+
+
+# -- price-driven revocations -----------------------------------------------------------------
+
+
+def test_price_driven_hand_computed(synthetic):
+    """bid 0.2 on 0.1 (t<100), 0.3 (100-250), 0.15 (250-400), 0.5 (400-1000), 0.1 (1000-): the notice comes
+    at the first later change above the bid, the machines go 120 s after it."""
+    p = mk.price_driven(synthetic, 0.2)
+    cases = {  # start -> (warning, lifetime)
+        0.0: (100.0, 220.0),
+        50.0: (50.0, 170.0),
+        99.0: (1.0, 121.0),
+        260.0: (140.0, 260.0),
+        120.0: (0.0, 0.0),  # 0.3 > 0.2 at the start: not granted
+        1100.0: (np.inf, np.inf),  # never above the bid again before the series ends
+    }
+    for t0, (warn, life) in cases.items():
+        r = mk.sample_lifetimes(p, KEY, 3, t0)
+        np.testing.assert_array_equal(r.warning, [warn] * 3, err_msg=f"start {t0}")
+        np.testing.assert_array_equal(r.lifetime, [life] * 3, err_msg=f"start {t0}")
+    r = mk.sample_lifetimes(dataclasses.replace(p, bid=0.35), KEY, 1, 0.0)
+    assert (float(r.warning[0]), float(r.lifetime[0])) == (400.0, 520.0)
+    r = mk.sample_lifetimes(dataclasses.replace(p, unwarned=1.0), KEY, 1, 50.0)
+    assert float(r.lifetime[0]) == float(r.warning[0]) == 50.0
+    gce_like = mk.sample_lifetimes(mk.price_driven(synthetic, 0.2, warning_s=30.0), KEY, 1, 50.0)
+    assert float(gce_like.lifetime[0]) == 80.0
+
+
+def test_price_driven_equals_brute_force_on_real_prices(c3):
+    """Binary lifting over the max table = a linear scan, on the April c3.xlarge series, for random
+    starts and bids (the on-demand bid, aggressive bids, bids below the price)."""
+    series = mk.price_series(c3)
+    t, p = np.asarray(series.times_s, np.float64), np.asarray(series.prices, np.float64)
+    rng = np.random.default_rng(0)
+    starts = rng.uniform(0, c3.duration_s, 300).round()
+    bids = np.concatenate([np.full(100, c3.on_demand), rng.uniform(0.03, 0.5, 200)]).astype(np.float32)
+    proc = mk.price_driven(series, 0.21)
+    got = jax.jit(
+        jax.vmap(lambda b, t0: mk.sample_lifetimes(dataclasses.replace(proc, bid=b), KEY, 1, t0).lifetime[0])
+    )(bids, starts)
+
+    def scan(t0, b):
+        i0 = max(np.searchsorted(t, t0, side="right") - 1, 0)
+        if p[i0] > b:
+            return 0.0
+        later = np.flatnonzero(p[i0 + 1 :] > b)
+        return np.inf if later.size == 0 else t[i0 + 1 + later[0]] - t0 + 120.0
+
+    want = np.array([scan(s, b) for s, b in zip(starts, bids.astype(np.float64))])
+    np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))
+    assert 0 < np.mean(np.asarray(got) == 0) < 1 and np.isfinite(np.asarray(got)).mean() > 0.5
+
+
+def test_aggressive_bid_and_price_series_checks(synthetic):
+    assert float(mk.aggressive_bid(0.23)) == pytest.approx(0.3)  # TierML Sec 4.5's example
+    assert float(mk.aggressive_bid(0.3)) == pytest.approx(0.3)
+    assert float(mk.aggressive_bid(0.0321, 0.05)) == pytest.approx(0.05)
+    assert float(synthetic.price_at(-5.0)) == pytest.approx(0.1) and float(
+        synthetic.price_at(399.0)
+    ) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="2\\*\\*24"):
+        mk.price_series([0.1, 0.2], [0.0, 2.0**24])
+    with pytest.raises(ValueError, match="increase strictly"):
+        mk.price_series([0.1, 0.2], [5.0, 5.0])
+    with pytest.raises(ValueError, match="bid: give a bid"):
+        mk.price_driven(synthetic)
+    assert mk.price_driven(td.load_spot_prices("g2.2xlarge", "us-east-1b")).bid == 0.65  # the on-demand bid
+
+
+# -- trace replay ------------------------------------------------------------------------------
+
+
+def test_replay_equals_the_traces():
+    p3 = td.load_aws_p3_trace()
+    rp = mk.replay(p3)
+    # the replayed count after each event time equals the trace's count after the last event at that time
+    last = np.r_[np.flatnonzero(np.diff(p3.time_s) > 0), len(p3) - 1]
+    np.testing.assert_array_equal(rp.count_at(p3.time_s[last]), p3.count[last])
+    r = jax.jit(lambda k: mk.sample_lifetimes(rp, k, 8, 3600.0))(KEY)
+    _, add, rem = p3.intervals()
+    alive = (add <= 3600.0) & (3600.0 < rem)
+    assert set(np.asarray(r.lifetime).tolist()) <= set((rem[alive] - 3600.0).astype(np.float32).tolist())
+    assert int(alive.sum()) == int(rp.count_at(3600.0)) == 15
+    # asking for more machines than are present: the rest are never granted
+    r = jax.jit(lambda k: mk.sample_lifetimes(rp, k, 20, 3600.0))(KEY)
+    assert np.sum(np.asarray(r.lifetime) == 0) == 5
+    gcp = td.load_gcp_v100_trace()
+    rc = mk.replay(gcp)
+    np.testing.assert_array_equal(rc.count_at(gcp.time_s), gcp.count)
+    np.testing.assert_array_equal(rc.count_at(gcp.time_s[1:] - 1.0), gcp.count[:-1])
+
+
+# -- the training clock ------------------------------------------------------------------------
+
+
+def test_revocation_steps_and_progress_table():
+    steps = mk.revocation_steps(jnp.array([0.0, 59.9, 60.0, 125.0, jnp.inf]), 60.0)
+    np.testing.assert_array_equal(steps, [0, 0, 1, 2, -1])
+    np.testing.assert_array_equal(mk.revocation_steps(jnp.array([125.0]), 60.0, start_step=10), [12])
+    rev = mk.Revocations(jnp.array([90.0, jnp.inf, 0.0]), jnp.array([0.0, jnp.inf, 0.0]))
+    table = mk.progress_table(rev, 60.0, 5, restart_s=100.0)
+    np.testing.assert_allclose(
+        table, [[1.0, 1.0, 0.0], [0.5, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    )
+    np.testing.assert_allclose(mk.progress_table(rev, 60.0, 3)[:, 0], [1.0, 0.5, 0.0])
+    revocations(3, progress=np.asarray(table))  # accepted by the Sync-on-the-fly hook
+
+
+def test_revocation_schedule_inside_run_trials(synthetic):
+    """One compiled program: trial i's spot allocation starts at starts[i] (hook_args) and a write hook
+    fires at exactly the step of its revocation (or warning) on a 10 s-per-step clock."""
+    alg = quadratic.random_problem(0, 4, 10.0)
+    proc = mk.price_driven(synthetic, 0.2)
+    starts = jnp.array([50.0, 260.0, 0.0])
+
+    def factory(t0):
+        return [
+            hooks.scheduled(
+                generic.gaussian(0.1, name=event),
+                mk.revocation_schedule(proc, 1, 10.0, start_time=t0, event=event),
+            )
+            for event in ("revocation", "warning")
+        ]
+
+    _, trace = run_trials(alg, factory, 30, jax.random.split(KEY, 3), hook_args=starts)
+    for event, want in (("revocation", [17, 26, 22]), ("warning", [5, 14, 10])):
+        fired = np.asarray(trace.delta[event]) > 0
+        for i, step in enumerate(want):
+            assert np.flatnonzero(fired[i]).tolist() == [step], (event, i)
+    # random draws inside init: vmapped init equals the steps of sample_lifetimes with the same key
+    e = mk.exponential(300.0, warning_s=60.0)
+    sched = mk.revocation_schedule(e, 4, 10.0)
+    keys = jax.random.split(KEY, 3)
+    got = jax.vmap(sched.init)(keys)
+    for i in range(3):
+        np.testing.assert_array_equal(
+            got[i], mk.revocation_steps(mk.sample_lifetimes(e, keys[i], 4).lifetime, 10.0)
+        )
+        assert bool(sched(got[i][0], KEY, got[i])) and not bool(sched(-1, KEY, got[i]))
+
+
+# -- bills --------------------------------------------------------------------------------------
+
+
+def test_bill_hand_checked_cases(synthetic):
+    # AWS hourly, fixed $0.50/h, 2.5 h: the user pays 3 hours, a provider revocation makes the last partial hour free
+    assert float(mk.bill(0.0, 2.5 * H, 0.5, False)) == 1.5
+    assert float(mk.bill(0.0, 2.5 * H, 0.5, True)) == 1.0
+    assert float(mk.bill(0.0, 2 * H, 0.5, False)) == float(mk.bill(0.0, 2 * H, 0.5, True)) == 1.0
+    assert float(mk.bill(0.0, 0.5 * H, 0.5, True)) == 0.0  # revoked in its first hour: free
+    # vectorised over machines
+    got = mk.bill(
+        jnp.zeros(3),
+        jnp.array([100.0, H, 4000.0]),
+        jnp.array([0.2, 0.3, 0.4]),
+        jnp.array([False, True, True]),
+    )
+    np.testing.assert_allclose(got, [0.2, 0.3, 0.4])
+    # hourly on a price series: each hour at the price at its beginning
+    series = mk.price_series([0.1, 0.2, 0.05], [0.0, 1800.0, 5400.0], end_s=20000.0)
+    end = 600.0 + 3 * H - 100.0  # hours begin at 600 (0.1), 4200 (0.2), 7800 (0.05)
+    assert float(mk.bill(600.0, end, series, False)) == pytest.approx(0.35)
+    assert float(mk.bill(600.0, end, series, True)) == pytest.approx(0.30)
+    # per-second: fixed price, a minimum charge (GCE's minute), whoever ends it
+    assert float(mk.bill(0.0, 100.0, 0.36, True, "per_second")) == pytest.approx(0.01)
+    assert float(
+        mk.bill(0.0, 30.0, 0.36, False, "per_second", minimum_s=mk.GCE_MINIMUM_CHARGE_S)
+    ) == pytest.approx(0.006)
+    # per-second on a series: 0.1 $/h for 1200 s, then 0.2 $/h for 3600 s, then 0.05 $/h for 600 s
+    assert float(mk.bill(600.0, 6000.0, series, True, "per_second")) == pytest.approx((120 + 720 + 30) / 3600)
+    # GCE's fixed preemptible price
+    assert float(mk.gce_preemptible_price(1.0)) == pytest.approx(0.3)
+
+
+def test_bill_properties_on_real_prices(c3):
+    """A provider revocation never bills more than a user termination (and never its partial hour);
+    the bill grows with the end time; per-second bills equal a float64 integral of the price."""
+    series = mk.price_series(c3)
+    rng = np.random.default_rng(1)
+    start = rng.uniform(0, 20 * 86400, 200).round().astype(np.float32)
+    # whole hours plus a partial one at least 10 s from either end (tol_s = 1 s decides nearer ones)
+    dur = (rng.integers(0, 30, 200) * H + rng.uniform(10, H - 10, 200)).astype(np.float32)
+    bill = jax.jit(mk.bill, static_argnames="scheme")
+    user = np.asarray(bill(start, start + dur, series, False))
+    prov = np.asarray(bill(start, start + dur, series, True))
+    assert np.all(prov <= user + 1e-6)
+    whole = np.asarray(bill(start, start + np.floor(dur / H) * H, series, False))
+    np.testing.assert_allclose(prov, whole, rtol=1e-6)
+    longer = np.asarray(bill(start, start + dur + 1800.0, series, False))
+    assert np.all(longer >= user - 1e-6)
+    t, p = np.asarray(series.times_s, np.float64), np.asarray(series.prices, np.float64)
+
+    def integral(a, b):
+        grid = np.concatenate([[a], t[(t > a) & (t < b)], [b]])
+        idx = np.maximum(np.searchsorted(t, grid[:-1], side="right") - 1, 0)
+        return float((p[idx] * np.diff(grid)).sum() / 3600.0)
+
+    sec = np.asarray(bill(start, start + dur, series, False, "per_second"))
+    want = np.array([integral(float(a), float(a) + float(d)) for a, d in zip(start, dur)])
+    np.testing.assert_allclose(sec, want, rtol=2e-5, atol=1e-6)
+
+
+def test_bill_and_process_arguments():
+    with pytest.raises(ValueError, match="scheme must be"):
+        mk.bill(0.0, 1.0, 0.1, scheme="monthly")
+    with pytest.raises(ValueError, match="end must be >= start"):
+        mk.bill(10.0, 1.0, 0.1)
+    with pytest.raises(ValueError, match="mean_s"):
+        mk.exponential(0.0)
+    with pytest.raises(ValueError, match="unwarned"):
+        mk.weibull(0.5, 10.0, unwarned=1.5)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        mk.sample_lifetimes(mk.exponential(1.0), KEY, 0)
+    with pytest.raises(TypeError, match="process must be a revocation process"):
+        mk.sample_lifetimes("gce", KEY, 2)
+
+
+# -- start-up delays ----------------------------------------------------------------------------
+
+
+def test_startup_delays():
+    st = td.load_startup_times()
+    d = mk.cmdare_startup("preemptible", "K80", "us-east1")
+    x = np.asarray(d.sample(KEY, 3000))
+    ref = st.select(kind="preemptible", gpu="K80", region="us-east1").total
+    assert set(np.unique(x).tolist()) <= set(np.asarray(ref, np.float32).tolist())
+    _check_ks(x, ref, "start-up")
+    np.testing.assert_array_equal(d.sample(KEY, 5), d.sample(KEY, 5))
+    assert float(mk.cmdare_startup().mean_s) == pytest.approx(
+        st.select(kind="preemptible").total.mean(), rel=1e-5
+    )
+    np.testing.assert_array_equal(mk.fixed_startup(mk.DEFAULT_STARTUP_S["aws"]).sample(KEY, 3), [300.0] * 3)
+    assert mk.DEFAULT_STARTUP_S["gce"] == pytest.approx(st.select(kind="preemptible").total.mean(), abs=1.5)
+    with pytest.raises(ValueError, match="kind must be among"):
+        mk.cmdare_startup("spot")
