@@ -59,12 +59,15 @@ import numpy as np
 
 from scarjax import _validate as va
 from scarjax import schedules
+from scarjax.data import transient as td
+from scarjax.data.transient import AWS_WARNING_S, GCE_MAX_LIFETIME_S, GCE_PREEMPTIBLE_DISCOUNT, GCE_WARNING_S
 
 __all__ = [
     "AWS_WARNING_S",
     "DEFAULT_STARTUP_S",
     "GCE_MAX_LIFETIME_S",
     "GCE_MINIMUM_CHARGE_S",
+    "GCE_PREEMPTIBLE_DISCOUNT",
     "GCE_WARNING_S",
     "Empirical",
     "Exponential",
@@ -92,20 +95,14 @@ __all__ = [
     "weibull",
 ]
 
-#: GCE's 24-hour limit on a preemptible VM (TierML Sec 2.3; CM-DARE Sec II).
-GCE_MAX_LIFETIME_S = 86400.0
-#: GCE's preemption notice (TierML Sec 2.3).
-GCE_WARNING_S = 30.0
-#: AWS's spot termination notice (TierML Sec 2.3; Proteus summary).
-AWS_WARNING_S = 120.0
 #: GCE bills per second after a one-minute minimum (Google Cloud's pricing documentation; the
 #: papers state no minimum, so :func:`bill` applies one only when asked: ``minimum_s=``).
 GCE_MINIMUM_CHARGE_S = 60.0
 #: Stated start-up delays, seconds from request to a running machine, where no measurement
 #: applies: ``"aws"`` 300 s (TierML Sec 3.3: "the average queuing delay for a spot request on
-#: AWS EC2 is 5 minutes", citing Marathe et al.), ``"gce"`` 86 s (the mean of CM-DARE's 45
+#: AWS EC2 is 5 minutes", citing Marathe et al.), ``"gce"`` 87 s (the mean of CM-DARE's 45
 #: preemptible K80/P100 measurements, Fig 6: "less than 100 seconds").
-DEFAULT_STARTUP_S = {"aws": 300.0, "gce": 86.0}
+DEFAULT_STARTUP_S = {"aws": 300.0, "gce": 87.0}
 _F32_EXACT = 2.0**24
 _NEVER = -1
 
@@ -309,8 +306,6 @@ def gce_preemptible(
         no difference, Sec V-C).
       data: a :class:`~scarjax.data.transient.GceLifetimes` (default: the embedded copy).
     """
-    from scarjax.data import transient as td
-
     data = td.load_gce_lifetimes() if data is None else data
     sel = data.select(gpu=gpu, region=region, campaign=campaign, stressed=stressed)
     if len(sel) == 0:
@@ -558,7 +553,7 @@ class Replay:
 _register(Replay, ("add_s", "remove_s", "warning_s", "unwarned"), ("name",))
 
 
-def replay(trace, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0) -> Replay:
+def replay(trace, *, warning_s: Any = None, unwarned: Any = 0.0) -> Replay:
     """Replay a trace's node events.
 
     ``trace``: a :class:`~scarjax.data.transient.NodeTrace` (the AWS p3 trace: each node's stay
@@ -567,16 +562,18 @@ def replay(trace, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0) -> Rep
     fall removes the most recently added ones, last in first out; the count before the first
     observation is unknown, so the trace starts with the first count's nodes at time 0) or a pair
     ``(add_s, remove_s)`` of arrays. :meth:`Replay.sample` takes ``n`` of the nodes present at
-    ``start_time`` (a random choice per key; missing ones get lifetime 0).
+    ``start_time`` (a random choice per key; missing ones get lifetime 0). ``warning_s``
+    defaults to the provider's notice: 120 s for a ``NodeTrace`` (AWS), 30 s for an
+    ``AvailabilityTrace`` (GCP), 0 for arrays.
     """
     if hasattr(trace, "intervals"):
         _, add, rem = trace.intervals()
-        name = "replay:nodes"
+        name, default_warning = "replay:nodes", AWS_WARNING_S
     elif hasattr(trace, "count") and hasattr(trace, "time_s"):
         add, rem = _counts_to_intervals(
             np.asarray(trace.time_s, np.float64), np.asarray(trace.count, np.int64)
         )
-        name = "replay:counts"
+        name, default_warning = "replay:counts", GCE_WARNING_S
     else:
         try:
             add, rem = (np.asarray(a, np.float64) for a in trace)
@@ -585,7 +582,7 @@ def replay(trace, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0) -> Rep
                 "trace must be a NodeTrace, an AvailabilityTrace or a pair (add_s, remove_s), got "
                 f"{type(trace).__name__}"
             ) from None
-        name = "replay"
+        name, default_warning = "replay", 0.0
     if add.ndim != 1 or add.shape != rem.shape or add.size == 0:
         raise ValueError(
             f"add_s and remove_s must be 1-D of one length >= 1, got {add.shape} and {rem.shape}"
@@ -594,6 +591,7 @@ def replay(trace, *, warning_s: Any = AWS_WARNING_S, unwarned: Any = 0.0) -> Rep
         raise ValueError(
             "every node must be removed (remove_s, inf = never) no earlier than it is added (finite add_s)"
         )
+    warning_s = default_warning if warning_s is None else warning_s
     _check_common(warning_s, unwarned, False)
     return Replay(jnp.asarray(add, jnp.float32), jnp.asarray(rem, jnp.float32), warning_s, unwarned, name)
 
@@ -705,7 +703,7 @@ def progress_table(
 
 def gce_preemptible_price(on_demand: Any) -> jax.Array:
     """GCE's fixed preemptible price: 70% below on-demand (TierML Sec 2.3)."""
-    return _f32(on_demand) * (1.0 - 0.7)
+    return _f32(on_demand) * (1.0 - GCE_PREEMPTIBLE_DISCOUNT)
 
 
 def _hourly_series(series: PriceSeries, start, hours):
@@ -819,8 +817,6 @@ def cmdare_startup(
     for ``kind`` ``"preemptible"``/``"on_demand"``, ``gpu`` ``"K80"``/``"P100"``, ``region``
     ``"us-east1"``/``"us-west1"`` (``None``: all). ``data``: a
     :class:`~scarjax.data.transient.StartupTimes` (default: the embedded copy)."""
-    from scarjax.data import transient as td
-
     data = td.load_startup_times() if data is None else data
     sel = data.select(kind=kind, gpu=gpu, region=region)
     if len(sel) == 0:
