@@ -13,41 +13,60 @@ the smallest failing fraction, one worker, the lowest dimension.
 
 from scarjax.testing._st_perturbations import (
     DIRECTIONS,
+    HOOK_KINDS,
+    SCHEDULE_KINDS,
+    DrawnChain,
+    DrawnHook,
+    DrawnSchedule,
     Perturbation,
     PerturbationSequence,
+    hook_chains,
     perturbation_sequences,
+    schedules,
     sequence_hook,
     stack,
 )
 from scarjax.testing._st_problems import TestBed, quadratics
-
-# [strategies: hook chains and schedules — _st_perturbations]
-from scarjax.testing._st_perturbations import (  # noqa: I001
-    HOOK_KINDS, SCHEDULE_KINDS, DrawnChain, DrawnHook, DrawnSchedule, hook_chains, schedules,
+from scarjax.testing._st_scar import (
+    FAILURE_SCHEDULES,
+    PARTITION_LAYOUTS,
+    DrawnCheckpoint,
+    DrawnFailure,
+    LostBlocks,
+    PartitionSpec,
+    checkpoints,
+    failures,
+    lost_blocks,
+    partitions,
 )
-# [strategies: SCAR — _st_scar]
-from scarjax.testing._st_scar import (  # noqa: I001
-    FAILURE_SCHEDULES, PARTITION_LAYOUTS, DrawnCheckpoint, DrawnFailure, LostBlocks, PartitionSpec, checkpoints,
-    failures, lost_blocks, partitions,
-)
-# [strategies: systems — _st_systems]
-from scarjax.testing import _st_systems
-from scarjax.testing._st_systems import (  # noqa: I001
-    DELAY_KINDS, NAMED_FORMATS, PRECISION_KINDS, DelayPattern, PrecisionFormat, Revocation, RevocationSchedule,
-    delay_patterns, precision_formats, precision_hook, revocation_schedules, stale_read_hook, staleness_bounds,
+from scarjax.testing._st_systems import (
+    DELAY_KINDS,
+    NAMED_FORMATS,
+    PRECISION_KINDS,
+    DelayPattern,
+    PrecisionFormat,
+    Revocation,
+    RevocationSchedule,
+    delay_patterns,
+    precision_formats,
+    precision_hook,
+    revocation_schedules,
+    stale_read_hook,
+    staleness_bounds,
     worker_counts,
 )
 
 __all__ = [
-    "DIRECTIONS",
-    "Perturbation",
-    "PerturbationSequence",
-    "perturbation_sequences",
-    "sequence_hook",
-    "stack",
-    "TestBed",
-    "quadratics",
-    "failures", "partitions", "lost_blocks", "checkpoints", "DrawnFailure", "DrawnCheckpoint", "PartitionSpec", "LostBlocks", "FAILURE_SCHEDULES", "PARTITION_LAYOUTS",  # SCAR
-    *_st_systems.__all__,  # systems
-    "schedules", "hook_chains", "DrawnSchedule", "DrawnHook", "DrawnChain", "SCHEDULE_KINDS", "HOOK_KINDS",  # hook chains, schedules
+    # perturbations, schedules, hook chains
+    "perturbation_sequences", "Perturbation", "PerturbationSequence", "DIRECTIONS", "sequence_hook", "stack",
+    "schedules", "DrawnSchedule", "SCHEDULE_KINDS", "hook_chains", "DrawnChain", "DrawnHook", "HOOK_KINDS",
+    # test beds
+    "quadratics", "TestBed",
+    # SCAR: failures, partitions, lost blocks, checkpoints
+    "failures", "DrawnFailure", "FAILURE_SCHEDULES", "partitions", "PartitionSpec", "PARTITION_LAYOUTS",
+    "lost_blocks", "LostBlocks", "checkpoints", "DrawnCheckpoint",
+    # systems: precision, staleness, workers, revocations
+    "precision_formats", "PrecisionFormat", "precision_hook", "PRECISION_KINDS", "NAMED_FORMATS",
+    "staleness_bounds", "delay_patterns", "DelayPattern", "stale_read_hook", "DELAY_KINDS",
+    "worker_counts", "revocation_schedules", "Revocation", "RevocationSchedule",
 ]
