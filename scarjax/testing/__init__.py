@@ -3,7 +3,35 @@
 Import it in your own pytest files::
 
     from scarjax import testing as sxt
-    from scarjax.testing import strategies
+    from scarjax.testing import strategies as sst
+
+Each ``check_*`` runs your :class:`~scarjax.Algorithm` (through :func:`scarjax.run` /
+:func:`scarjax.run_trials`, one batch of trials per hypothesis example) and raises an
+``AssertionError`` (:class:`CheckFailure`) whose message is a readable counterexample: the
+drawn perturbation, the step, measured vs bound, and the seed to replay. Each has a cheap
+default budget (:data:`DEFAULT_SETTINGS`) and a ``settings=`` knob for deeper runs. The
+matching ``assert_*`` functions check one drawn case inside your own ``@given`` tests.
+See ``docs/testing.md``.
+
+The checks (each with its ``assert_*`` twin):
+
+* :func:`check_linear_convergence` – Eq 5.3 near the optimum, the rate with a
+  distribution-free confidence statement, or "not linearly convergent here";
+* :func:`check_rework_bound` – Thm 5.3.1 under drawn perturbation sequences, in the form
+  valid for the measured baseline; ``variant='B.2'`` (Lemma B.2.1 in expectation) and
+  ``'B.1.2'`` (SGD, Eq B.3) as t-tests with a stated false-alarm rate;
+* :func:`check_partial_recovery` (Thm 5.4.1) and :func:`check_expected_perturbation`
+  (Thm 5.4.2) on your partition and recovery;
+* :func:`check_precision_floor` (Example 5.2.1, Appendix B.1.1) and
+  :func:`check_staleness` (Example 5.2.2, Lemma B.2.1);
+* :func:`check_pgns_unbiased` – the PGNS statistics against the exact per-example values
+  for your loss and optimizer (App. A.1);
+* :func:`check_determinism` – same key, same run; trial ``i`` equals run ``i``.
+
+Requires hypothesis (a dependency of scarjax; ``import scarjax`` does not import it).
+"""
+
+from scarjax.testing import strategies
 from scarjax.testing._convergence import (
     LinearConvergence,
     assert_linear_convergence,
