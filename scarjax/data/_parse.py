@@ -19,7 +19,8 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -288,3 +289,33 @@ def _parse_slowly(lines, linenos, columns, source, delimiter, unit) -> np.ndarra
             else:
                 raise DataFormatError(source, f"{col.name} must be a number, got {s!r}", linenos[k], unit)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Embedded copies: read-only records and the sha256 manifest of a data folder's README.
+
+
+def freeze(record) -> None:
+    """Make every array field of a (dataclass) record read-only."""
+    for f in fields(record):
+        v = getattr(record, f.name)
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+
+
+def read_manifest(readme: Path) -> dict[str, str]:
+    """``path -> sha256`` (or its ≥ 16-hex-digit prefix) from the manifest table of an
+    embedded data folder's README (rows ``| path | … | sha256 |``)."""
+    out = {}
+    for line in Path(readme).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"[0-9a-f]{16,64}", cells[-1]):
+            out[cells[0]] = cells[-1]
+    return out
+
+
+def content_sha256(path: Path) -> str:
+    """The sha256 of a file's content (of the decompressed bytes for a ``.gz`` file: the
+    manifest records the original file's hash)."""
+    raw = Path(path).read_bytes()
+    return hashlib.sha256(gzip.decompress(raw) if Path(path).suffix == ".gz" else raw).hexdigest()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
@@ -38,7 +38,7 @@ import numpy as np
 
 from scarjax._validate import DataFormatError, check_path
 
-from ._parse import Column, _check_field_counts, parse_table, read_bytes, text_lines
+from ._parse import Column, freeze, _check_field_counts, parse_table, read_bytes, text_lines
 
 __all__ = [
     "APPLICATIONS",
@@ -89,13 +89,6 @@ def embedded_dir() -> Path:
 # ---------------------------------------------------------------------------
 
 
-def _freeze(obj) -> None:
-    for f in fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-
-
 @dataclass(frozen=True, eq=False)
 class Workload:
     """A workload: one entry per job (row order of the file).
@@ -117,7 +110,7 @@ class Workload:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.name.shape[0])
@@ -152,7 +145,7 @@ class PhillyTrace:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.duration.shape[0])
@@ -187,7 +180,7 @@ class Placements:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.local_bsz.shape[0])
@@ -209,7 +202,7 @@ class Scalability:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.local_bsz.shape[0])
@@ -243,7 +236,7 @@ class ValidationCurve:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.progress.shape[0])

@@ -50,7 +50,7 @@ import numpy as np
 
 from scarjax._validate import DataFormatError, check_path
 
-from ._parse import Column, parse_table, read_bytes, text_lines
+from ._parse import Column, freeze, parse_table, read_bytes, text_lines
 
 __all__ = [
     "AWS_WARNING_S",
@@ -135,13 +135,6 @@ def embedded_dir() -> Path:
     return _EMBEDDED
 
 
-def _freeze(obj) -> None:
-    for f in fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-
-
 def _subset(obj, mask: np.ndarray):
     """``obj`` with every per-row array field indexed by ``mask``."""
     n = len(obj)
@@ -206,7 +199,7 @@ class GceLifetimes:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.vm.shape[0])
@@ -271,7 +264,7 @@ class SpotPrices:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.price.shape[0])
@@ -327,7 +320,7 @@ class NodeTrace:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.time_s.shape[0])
@@ -374,7 +367,7 @@ class AvailabilityTrace:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -407,7 +400,7 @@ class StartupTimes:
     source: str
 
     def __post_init__(self):
-        _freeze(self)
+        freeze(self)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])

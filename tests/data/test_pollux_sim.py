@@ -3,12 +3,12 @@ files (sha256 manifest), loads into typed records of the documented shapes, equa
 full files in ../shared give, and malformed files raise DataFormatError naming file and line."""
 
 import gzip
-import hashlib
 import re
 
 import numpy as np
 import pytest
 
+from scarjax.data._parse import content_sha256, read_manifest
 from scarjax.data import DataFormatError, load_app_traces, load_philly, load_workload
 from scarjax.data import pollux_sim as ps
 
@@ -23,30 +23,15 @@ BATCH_SIZES = {"bert": (12, 24, 48, 96, 192, 384), "cifar10": (128, 256, 512, 10
                "ncf": (256, 512, 1024, 2048, 4096, 8192, 16384, 32768), "yolov3": (8, 16, 32, 64, 128, 256, 512)}
 
 
-def _manifest(readme) -> dict[str, str]:
-    """``path -> sha256`` (or its prefix) from a README's manifest table."""
-    out = {}
-    for line in readme.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and re.fullmatch(r"[0-9a-f]{16,64}", cells[-1]):
-            out[cells[0]] = cells[-1]
-    return out
-
-
-def _content(path) -> bytes:
-    raw = path.read_bytes()
-    return gzip.decompress(raw) if path.suffix == ".gz" else raw
-
-
 # -- the embedded copy -------------------------------------------------------------------------
 
 
-def test_embedded_files_match_the_manifest():
-    manifest = _manifest(EMBEDDED / "README.md")
+def test_embedded_files_match_theread_manifest():
+    manifest = read_manifest(EMBEDDED / "README.md")
     files = {str(p.relative_to(EMBEDDED)) for p in EMBEDDED.rglob("*") if p.is_file()} - {"README.md", "LICENSE"}
     assert files == set(manifest), (sorted(files ^ set(manifest)))
     assert len(manifest) == 6 + 1 + 6 * 2 + 40  # workloads, philly, placements+scalability, validation curves
-    bad = [p for p, h in manifest.items() if hashlib.sha256(_content(EMBEDDED / p)).hexdigest() != h]
+    bad = [p for p, h in manifest.items() if content_sha256(EMBEDDED / p) != h]
     assert not bad, bad
     text = (EMBEDDED / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0" in text
@@ -55,15 +40,15 @@ def test_embedded_files_match_the_manifest():
 
 def test_manifest_check_catches_a_changed_file(tmp_path):
     """The hash comparison above fails on a one-byte change (the check can fail)."""
-    manifest = _manifest(EMBEDDED / "README.md")
+    manifest = read_manifest(EMBEDDED / "README.md")
     p = tmp_path / "w.csv"
     p.write_bytes((EMBEDDED / "workloads" / "workload-1.csv").read_bytes().replace(b"cifar10-0,107", b"cifar10-0,108"))
-    assert hashlib.sha256(_content(p)).hexdigest() != manifest["workloads/workload-1.csv"]
+    assert content_sha256(p) != manifest["workloads/workload-1.csv"]
 
 
 def test_embedded_agrees_with_the_shared_readme(shared_data):
-    ours = _manifest(EMBEDDED / "README.md")
-    theirs = {k.removeprefix("pollux-sim/"): v for k, v in _manifest(shared_data("pollux-sim") / "README.md").items()}
+    ours = read_manifest(EMBEDDED / "README.md")
+    theirs = {k.removeprefix("pollux-sim/"): v for k, v in read_manifest(shared_data("pollux-sim") / "README.md").items()}
     assert theirs, "no manifest rows parsed from the shared README"
     for path, prefix in theirs.items():
         key = path + ".gz" if path == "traces/philly.csv" else path

@@ -4,12 +4,12 @@ with the documented counts and ranges, equals what the full files in ../shared g
 files raise DataFormatError naming file and line."""
 
 import gzip
-import hashlib
 import re
 
 import numpy as np
 import pytest
 
+from scarjax.data._parse import content_sha256, read_manifest
 from scarjax.data import (
     DataFormatError,
     load_aws_p3_trace,
@@ -43,32 +43,17 @@ EXTRACT_ROWS = {
 }
 
 
-def _manifest(readme) -> dict[str, str]:
-    """``path -> sha256`` (or its prefix) from a README's manifest table."""
-    out = {}
-    for line in readme.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and re.fullmatch(r"[0-9a-f]{16,64}", cells[-1]):
-            out[cells[0]] = cells[-1]
-    return out
-
-
-def _content(path) -> bytes:
-    raw = path.read_bytes()
-    return gzip.decompress(raw) if path.suffix == ".gz" else raw
-
-
 # -- the embedded copy -------------------------------------------------------------------------
 
 
-def test_embedded_files_match_the_manifest():
-    manifest = _manifest(EMBEDDED / "README.md")
+def test_embedded_files_match_theread_manifest():
+    manifest = read_manifest(EMBEDDED / "README.md")
     files = {str(p.relative_to(EMBEDDED)) for p in EMBEDDED.rglob("*") if p.is_file()} - {"README.md"}
     assert files == set(manifest), sorted(files ^ set(manifest))
     assert (
         len(manifest) == 15 + 1 + 8 + 3 + 3
     )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces
-    bad = [p for p, h in manifest.items() if hashlib.sha256(_content(EMBEDDED / p)).hexdigest() != h]
+    bad = [p for p, h in manifest.items() if content_sha256(EMBEDDED / p) != h]
     assert not bad, bad
     for lic in ("gce-preemptible/LICENSE", "cmdare/LICENSE"):
         text = (EMBEDDED / lic).read_text()
@@ -87,16 +72,16 @@ def test_embedded_files_match_the_manifest():
 
 def test_manifest_check_catches_a_changed_file(tmp_path):
     """The hash comparison above fails on a one-digit change (the check can fail)."""
-    manifest = _manifest(EMBEDDED / "README.md")
+    manifest = read_manifest(EMBEDDED / "README.md")
     p = tmp_path / "lifetime.csv"
     p.write_bytes((EMBEDDED / "gce-preemptible" / "lifetime.csv").read_bytes().replace(b"23:46", b"23:47", 1))
-    assert hashlib.sha256(_content(p)).hexdigest() != manifest["gce-preemptible/lifetime.csv"]
+    assert content_sha256(p) != manifest["gce-preemptible/lifetime.csv"]
 
 
 def test_embedded_agrees_with_the_shared_readme(shared_data):
-    ours = _manifest(EMBEDDED / "README.md")
+    ours = read_manifest(EMBEDDED / "README.md")
     theirs = {
-        k.removeprefix("transient/"): v for k, v in _manifest(shared_data("transient") / "README.md").items()
+        k.removeprefix("transient/"): v for k, v in read_manifest(shared_data("transient") / "README.md").items()
     }
     assert theirs, "no manifest rows parsed from the shared README"
     shared_too = [p for p in ours if p in theirs]
@@ -114,7 +99,7 @@ def test_spot_extract_is_the_full_file_cut_to_the_window(shared_data):
     for (zone, itype), rows in EXTRACT_ROWS.items():
         name = f"{zone}-Linux-{itype}.csv"
         full = (folder / name).read_bytes().split(b"\n")
-        ext = _content(EMBEDDED / "aws-spot-2015" / (name + ".gz")).split(b"\n")
+        ext = gzip.decompress((EMBEDDED / "aws-spot-2015" / (name + ".gz")).read_bytes()).split(b"\n")
         assert ext[0] == full[0] and ext[-1] == b"" and len(ext) - 2 == rows
         k = full.index(ext[1])
         assert full[k : k + rows] == ext[1:-1], name
