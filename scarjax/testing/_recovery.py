@@ -630,7 +630,7 @@ def _trial(tree: Any, i: int) -> Any:
 
 def _failure_args(f: faults.Failure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fraction, servers, use_servers)``: both kinds of failure as traced arguments of
-    one program (the unused one is a placeholder)."""
+    one program (the unused one carries a dummy value and is not read)."""
     if f.fraction is not None:
         return np.float32(f.fraction), np.int32(1), np.bool_(False)
     return np.float32(0.5), np.int32(f.servers), np.bool_(True)
