@@ -46,4 +46,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.pollux_efficiency",
     "experiments.pollux_throughput",
     "experiments.pollux_adaptive",
+    "experiments.proteus",  # C2 (issue 14)
 )
