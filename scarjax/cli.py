@@ -3,6 +3,7 @@
     scarjax list
     scarjax reproduce [NAME ...] [--quick] [--out DIR]
     scarjax replot [NAME ...] [--out DIR] [--results DIR]
+    scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus} [--traces DIR] [--interval S] [--seed N] --out FILE.json
 
 ``reproduce`` with no names runs every registered experiment. Each writes
 ``DIR/results/NAME.json`` and ``DIR/paper_figs/NAME*.png``; afterwards
@@ -203,6 +204,18 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # issue 15 (scarjax.sched, imported lazily)
+    from scarjax.sched.simulator import cluster_sim
+
+    res = cluster_sim(args.workload, args.policy, args.out, traces=args.traces, interval_s=args.interval,
+                      seed=args.seed, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                      interference=args.interference, timeline=args.timeline)
+    print(f"[scarjax] cluster-sim {args.policy} on {args.workload}: average JCT {res.avg_jct_s:.0f} s "
+          f"(p99 {res.p99_jct_s:.0f} s, makespan {res.makespan_s:.0f} s, {len(res.jobs) - res.n_unfinished} jobs); "
+          f"wrote {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scarjax", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -219,6 +232,19 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("--results", default=None,
                         help="directory holding results/ (default: the output directory)")
     p_plot.set_defaults(func=_cmd_replot)
+    p_sim = sub.add_parser("cluster-sim", help="simulate a Pollux-artifact workload CSV under a cluster scheduler")
+    p_sim.add_argument("--workload", required=True, help="workload CSV (name,time,application,num_replicas,"
+                       "batch_size) or an embedded name (workload-1 ... workload-6)")
+    p_sim.add_argument("--policy", required=True, choices=("pollux", "tiresias", "optimus"))
+    p_sim.add_argument("--traces", default=None, help="application traces folder (default: embedded)")
+    p_sim.add_argument("--interval", type=float, default=60.0, help="scheduling interval, seconds (60)")
+    p_sim.add_argument("--seed", type=int, default=0)
+    p_sim.add_argument("--nodes", type=int, default=16)
+    p_sim.add_argument("--gpus-per-node", type=int, default=4)
+    p_sim.add_argument("--interference", type=float, default=0.0, help="slowdown of co-located distributed jobs")
+    p_sim.add_argument("--timeline", action="store_true", help="also write GPUs per job after each decision")
+    p_sim.add_argument("--out", required=True, help="JSON file for the per-job completion times")
+    p_sim.set_defaults(func=_cmd_cluster_sim)
     args = parser.parse_args(argv)
     return args.func(args)
 
