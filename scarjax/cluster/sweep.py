@@ -1,0 +1,846 @@
+"""The TierML Fig 12 sweep: every start minute of a spot-price history (TierML Sec 4.7, Fig 12).
+
+TierML Sec 4.7 prices a job of ``W`` compute-hours (the time it takes on ``N`` full-price
+on-demand machines) started at *every minute* of a spot-price trace, under TierML (1 reliable
+on-demand machine + ``N - 1`` spot machines, stage 3) and under a checkpointing scheme run
+entirely on spot machines (Sec 2.3; Flint's MTTF-based checkpoint interval), for two bids:
+**BidOnDemand** (bid = on-demand price, pay the market price) and **BidAggressive** (bid = the
+current price rounded up to the next dime or nickel, and pay the bid: Sec 4.7 "charging users
+what they bid"). Costs are relative to the same job on ``N`` on-demand machines.
+
+This module is that sweep on the 2015 AWS spot history of :mod:`scarjax.data.transient`, as a
+**calibrated progress model** (no training runs inside: months of start minutes x 180 settings
+is tens of millions of scenarios; the issue's Sec 2 allows a progress model for long
+horizons). Two implementations of exactly the same scenario semantics:
+
+* :func:`run_vectorised` - NumPy, all scenarios of one instance type in lock step, one
+  *segment* (an allocation's life: request, start-up, run, end) per iteration, with the active
+  set compacted each iteration; price look-ups are O(1) gathers and ``O(log T)`` binary lifting
+  over sparse max/min tables; hourly bills are O(1) differences of stride-60 suffix sums.
+* :func:`run_reference` - a plain Python event loop over one scenario (linear scans of the
+  price grid, a Python loop over billed hours), the specification the vectorised code is
+  tested against (``tests/cluster/test_sweep.py``) and the benchmark's baseline.
+
+**Clock and prices.** Times are minutes on a one-minute grid: the price of class ``c`` at minute
+``m`` is the market price in effect at the minute's start (:func:`build_markets`). The grid is
+extended past the history's end by holding its last price (``pad``), so every job finishes;
+scenarios that ran past the real end are flagged (``overran``) and counted in the results.
+
+**Classes.** For an instance type, the *classes* are its three zones' spot markets (equal
+machines and on-demand price, independent markets - TierML Sec 3.4 switches between similar
+classes, c4.xlarge and c4.2xlarge there). A scenario's zone is the *home* class: both policies
+start there when the spot price is usable (so per-zone results differ, as in Fig 12); later
+choices range over all classes (checkpointing's restart on the cheapest option, Sec 4.7; TierML's
+proactive switching, Sec 3.4 / 4.6). A spot price ``p`` is *usable* when the charge is below the
+on-demand price (BidOnDemand: ``p < od``; BidAggressive: ``ceil(p / step) * step < od``).
+
+**Market rules.** An allocation requested at minute ``a`` of class ``c`` with bid ``b`` gets
+its notice at the first minute ``m > a`` with ``p(c, m) > b`` and is revoked ``warning_min`` (2)
+later (AWS's two-minute warning, :data:`~scarjax.data.transient.AWS_WARNING_S`); it starts
+working ``startup_min`` (5: "the average queuing delay for a spot request on AWS EC2 is 5
+minutes", Sec 3.3) after the request, and a request revoked before it runs costs nothing. AWS
+2015 hourly billing (:func:`scarjax.cluster.market.bill`'s rule): whole instance-hours from the
+machine's start, each at the price in effect at its beginning (BidOnDemand) or at the bid
+(BidAggressive); the last partial hour is charged when the user ends the machine and free when
+the provider revokes it.
+
+**TierML** (Sec 3.2-3.4; see :class:`ProgressModel` for the rates). The reliable machine runs
+throughout (billed at the on-demand price, ended by the user at completion). On a notice the
+ActivePSs flush to the BackupPS during the warning (the fleet pauses ``flush_min``); a
+revocation with less warning than the flush needs rolls back ``rollback_min`` of fleet work
+(never with AWS's 2 minutes and the default 0.5-minute flush). Between a revocation and the
+next fleet's start-up only the reliable machine works (stage 1). When no class is usable,
+TierML falls back to ``N - 1`` on-demand machines until a class is usable again (the on-demand
+fleet runs until the new spot fleet is up, then is ended by the user). **Proactive switching**:
+when the current class's price first exceeds ``switch_ratio * bid`` after it started, TierML
+compares the classes' MTTF proxies (the relative headroom ``(bid - p) / bid``, Sec 3.4: "the
+lower the spot price relative to the bid price, the longer the expected time to eviction") and,
+if another usable class is best, requests it; the old fleet keeps working until the new one
+is up and is kept to the end of the billing hour in which that happens (free if revoked
+first). With ``switching=False`` TierML stays on its home class (the Sec 4.6 ablation).
+
+**Checkpointing** (Sec 2.3 / 4.7): all ``N`` machines on spot (or on-demand when that is the
+cheapest option - then to the end), full checkpoints of ``checkpoint_min`` every Young/Daly
+interval ``tau = sqrt(2 * checkpoint_min * MTTF)`` of work, MTTF the class's mean spot lifetime
+under the bid (:func:`mttf_minutes`, measured on the trace); a revocation loses the work since
+the last completed checkpoint (the warning is not used: a full checkpoint does not fit in it),
+and the restart takes the cheapest option at that minute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from scarjax.data import transient as td
+
+__all__ = [
+    "BIDS",
+    "POLICIES",
+    "ProgressModel",
+    "TypeMarkets",
+    "aggressive_step",
+    "build_markets",
+    "default_model",
+    "mttf_minutes",
+    "run_reference",
+    "run_vectorised",
+    "summarise",
+    "sweep",
+]
+
+BIDS = ("on_demand", "aggressive")
+POLICIES = ("tierml", "checkpoint")
+_NONE = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressModel:
+    """The calibrated progress model: work rate of a fleet and the policies' overheads.
+
+    Work is measured in *fleet-minutes*: a job of ``W`` compute-hours needs ``60 W`` minutes of
+    the full on-demand fleet (``machines`` machines of the type, rate 1).
+
+    Rates (fractions of the full fleet's rate; :meth:`fleet_rate`), from TierML's measured
+    scaling (stated constants, not fitted here): **stage 1** (ParamServs and workers on the
+    reliable machines, transient:reliable ratio ``<= stage2_ratio``) runs every machine's
+    workers at ``stage1_efficiency``; **stage 2** (ActivePSs on half the transient machines,
+    ratio ``<= stage3_ratio`` = 15, Sec 3.2) at ``stage2_efficiency``; **stage 3** (no workers on
+    the reliable machines beyond 15:1) runs only the transient machines' workers, at
+    ``stage3_efficiency`` ("near ideal performance", Sec 3.2 / Fig 9). With the defaults and
+    ``N = 64``: TierML's full fleet works at 63/64, the reliable machine alone at 1/64.
+
+    Overheads: ``checkpoint_min`` the time of one full checkpoint (the checkpointing scheme;
+    default 4 minutes: with the Young/Daly interval the overhead is ``sqrt(2 delta / MTTF)``,
+    18% - TierML Sec 4.7's measured MF checkpoint overhead at BidOnDemand - at an MTTF of 4 h);
+    ``flush_min`` the end-of-life flush of the ActivePSs (Sec 3.3; Fig 11's blip is 13% of one
+    iteration: half a minute is generous); ``rollback_min`` the fleet work lost by a rollback
+    to the BackupPS state (Sec 3.3, revocation without usable warning); ``startup_min`` (5 min,
+    Sec 3.3) and ``warning_min`` (AWS, 2 min); ``switch_ratio`` the price/bid ratio at which
+    TierML looks for a class with a higher MTTF (Sec 3.4's "approach the user bid price").
+    """
+
+    machines: int = 64
+    reliable: int = 1
+    startup_min: float = 5.0
+    warning_min: float = td.AWS_WARNING_S / 60.0
+    checkpoint_min: float = 4.0
+    flush_min: float = 0.5
+    rollback_min: float = 10.0
+    switch_ratio: float = 0.8
+    stage2_ratio: float = 2.0
+    stage3_ratio: float = 15.0
+    stage1_efficiency: float = 1.0
+    stage2_efficiency: float = 0.9
+    stage3_efficiency: float = 1.0
+
+    def __post_init__(self):
+        for name in ("machines", "reliable"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        if self.machines < 2 or not 1 <= self.reliable < self.machines:
+            raise ValueError(
+                f"machines must be >= 2 and reliable in [1, machines), got machines={self.machines}, "
+                f"reliable={self.reliable}"
+            )
+        for f in dataclasses.fields(self):
+            if f.name in ("machines", "reliable"):
+                continue
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{f.name} must be a finite number >= 0, got {v!r}")
+        if self.checkpoint_min <= 0:
+            raise ValueError(f"checkpoint_min must be > 0, got {self.checkpoint_min}")
+        if not 0 < self.switch_ratio <= 1:
+            raise ValueError(f"switch_ratio must be in (0, 1], got {self.switch_ratio}")
+        if self.fleet_rate(self.machines - self.reliable, self.reliable) <= 0 or self.fleet_rate(0, self.reliable) <= 0:
+            raise ValueError("stage efficiencies must make every fleet's rate > 0")
+
+    def stage(self, transient: int, reliable: int) -> int:
+        """TierML's stage (Sec 3.2) for a transient:reliable ratio."""
+        ratio = transient / reliable
+        return 1 if ratio <= self.stage2_ratio else (2 if ratio <= self.stage3_ratio else 3)
+
+    def fleet_rate(self, transient: int, reliable: int) -> float:
+        """Work rate of ``transient`` + ``reliable`` machines, as a fraction of ``machines``
+        on-demand machines (stage-dependent, see the class docstring)."""
+        st = self.stage(transient, reliable)
+        if st == 3:
+            return self.stage3_efficiency * transient / self.machines
+        eff = self.stage1_efficiency if st == 1 else self.stage2_efficiency
+        return eff * (transient + reliable) / self.machines
+
+    @property
+    def tierml_rates(self) -> tuple[float, float]:
+        """``(full, reliable_only)``: TierML's rate with its ``N - R`` transient (or fallback
+        on-demand) machines, and with the reliable machines alone."""
+        return (
+            self.fleet_rate(self.machines - self.reliable, self.reliable),
+            self.fleet_rate(0, self.reliable),
+        )
+
+
+def default_model() -> ProgressModel:
+    """The model of Fig 12 (64 machines as Cluster-A, 1 reliable as Fig 1)."""
+    return ProgressModel()
+
+
+def aggressive_step(on_demand: float) -> float:
+    """Rounding step of the aggressive bid (Sec 4.7: a dime for Cluster-A's c4.2xlarge, $0.419/h
+    on demand; a nickel for Cluster-B's c4.xlarge, $0.209/h): a dime from $0.30/h up."""
+    return 0.1 if on_demand >= 0.3 else 0.05
+
+
+# --------------------------------------------------------------------------------------
+# Markets on a minute grid
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypeMarkets:
+    """One instance type's classes (its zones' spot markets) on a common minute grid.
+
+    Attributes:
+      instance_type, zones: the type and the classes' zones (class ``c`` = ``zones[c]``).
+      on_demand: the published on-demand price (USD/h).
+      prices: ``float64[C, Mx]`` price of each class at each minute (float32-representable
+        values; minutes ``>= minutes`` hold the last price: the pad).
+      minutes: ``M``, the length of the real history; ``Mx = M + pad``.
+      maxtab, mintab: ``float32[C, L, Mx]`` sparse tables, ``tab[c, k, i] = max/min(prices[c,
+        i : i + 2**k])``.
+      hour_sums: ``float64[C, Mx + 60]``, ``sum_{j >= 0} prices[c, i + 60 j]`` (zero past the
+        grid): hourly bills as differences.
+      start: the grid's minute 0 (``datetime64[s]``), source: ``"embedded"`` or the root.
+    """
+
+    instance_type: str
+    zones: tuple[str, ...]
+    on_demand: float
+    prices: np.ndarray
+    minutes: int
+    maxtab: np.ndarray
+    mintab: np.ndarray
+    hour_sums: np.ndarray
+    start: Any
+    source: str
+
+    @property
+    def padded(self) -> int:
+        return int(self.prices.shape[1])
+
+    def thresholds(self, bid: str) -> float:
+        """A price is usable under ``bid`` iff it is below this (the charge < on-demand)."""
+        _check_bid(bid)
+        if bid == "on_demand":
+            return float(self.on_demand)
+        step = aggressive_step(self.on_demand)
+        return (math.ceil(self.on_demand / step - 1e-9) - 1) * step + 1e-7
+
+
+def _check_bid(bid):
+    if bid not in BIDS:
+        raise ValueError(f"bid must be one of {BIDS}, got {bid!r}")
+
+
+def _check_policy(policy):
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+
+
+def build_markets(
+    instance_type: str,
+    spot: Mapping[tuple[str, str], Any] | None = None,
+    *,
+    zones: tuple[str, ...] = td.SPOT_ZONES,
+    pad_min: int = 60 * 64,
+    source: str = "embedded",
+) -> TypeMarkets:
+    """The classes of ``instance_type`` (its ``zones``' markets) on a common minute grid.
+
+    ``spot``: ``{(zone, type): SpotPrices}`` (:func:`scarjax.data.transient.load_spot_market`;
+    default: the embedded April 2015 extract). The grid covers the window all the zones'
+    series describe (the latest start to the earliest end), plus ``pad_min`` minutes holding
+    each class's last price."""
+    if instance_type not in td.SPOT_INSTANCE_TYPES:
+        raise ValueError(f"instance_type must be one of {td.SPOT_INSTANCE_TYPES}, got {instance_type!r}")
+    if isinstance(pad_min, bool) or not isinstance(pad_min, (int, np.integer)) or pad_min < 0:
+        raise ValueError(f"pad_min must be an int >= 0, got {pad_min!r}")
+    if spot is None:
+        spot = {(z, instance_type): td.load_spot_prices(instance_type, z) for z in zones}
+    series = []
+    for z in zones:
+        if (z, instance_type) not in spot:
+            raise ValueError(f"spot has no market ({z!r}, {instance_type!r})")
+        series.append(spot[(z, instance_type)])
+    start = max(s.start for s in series)
+    end = min(s.end for s in series)
+    M = int((end - start).astype("timedelta64[s]").astype(np.int64)) // 60
+    if M < 2:
+        raise ValueError(f"the {instance_type} markets share less than 2 minutes of history")
+    grid = start + (np.arange(M) * 60).astype("timedelta64[s]")
+    P = np.stack([np.asarray(s.price_at(grid), np.float64) for s in series])
+    P = np.concatenate([P, np.repeat(P[:, -1:], pad_min, axis=1)], axis=1)
+    P = P.astype(np.float32).astype(np.float64)  # the tables hold float32: the same values everywhere
+    Mx = P.shape[1]
+    L = max(1, int(math.ceil(math.log2(Mx))) + 1)
+    maxtab = np.empty((P.shape[0], L, Mx), np.float32)
+    mintab = np.empty((P.shape[0], L, Mx), np.float32)
+    maxtab[:, 0] = P
+    mintab[:, 0] = P
+    for k in range(1, L):
+        half = 1 << (k - 1)
+        maxtab[:, k] = maxtab[:, k - 1]
+        mintab[:, k] = mintab[:, k - 1]
+        if half < Mx:
+            np.maximum(maxtab[:, k, :-half], maxtab[:, k - 1, half:], out=maxtab[:, k, :-half])
+            np.minimum(mintab[:, k, :-half], mintab[:, k - 1, half:], out=mintab[:, k, :-half])
+    hs = np.zeros((P.shape[0], Mx + 60), np.float64)
+    hs[:, :Mx] = P
+    for i in range(Mx - 1, -1, -60):  # suffix sums with stride 60, 60 lanes at a time
+        lo = max(i - 59, 0)
+        hs[:, lo : i + 1] += hs[:, lo + 60 : i + 61]
+    return TypeMarkets(
+        instance_type,
+        tuple(zones),
+        float(series[0].on_demand),
+        P,
+        M,
+        maxtab,
+        mintab,
+        hs,
+        start,
+        source,
+    )
+
+
+def _first_above(tm: TypeMarkets, c, pos, thr):
+    """First minute ``m >= pos`` with ``prices[c, m] > thr`` (``Mx`` if none): binary lifting."""
+    Mx = tm.padded
+    pos = np.minimum(np.asarray(pos, np.int64), Mx)
+    for k in reversed(range(tm.maxtab.shape[1])):
+        step = 1 << k
+        ok = (pos + step <= Mx) & (tm.maxtab[c, k, np.minimum(pos, Mx - 1)] <= thr)
+        pos = np.where(ok, pos + step, pos)
+    return pos
+
+
+def _first_below(tm: TypeMarkets, c, pos, thr):
+    """First minute ``m >= pos`` with ``prices[c, m] < thr`` (``Mx`` if none)."""
+    Mx = tm.padded
+    pos = np.minimum(np.asarray(pos, np.int64), Mx)
+    for k in reversed(range(tm.mintab.shape[1])):
+        step = 1 << k
+        ok = (pos + step <= Mx) & (tm.mintab[c, k, np.minimum(pos, Mx - 1)] >= thr)
+        pos = np.where(ok, pos + step, pos)
+    return pos
+
+
+def _bid_of(price, bid: str, on_demand: float):
+    if bid == "on_demand":
+        return np.full_like(np.asarray(price, np.float64), on_demand) if np.ndim(price) else on_demand
+    step = aggressive_step(on_demand)
+    return np.ceil(np.asarray(price, np.float64) / step - 1e-6) * step
+
+
+def mttf_minutes(tm: TypeMarkets, bid: str) -> np.ndarray:
+    """``float64[C]``: each class's mean spot lifetime (minutes, notice + warning) over the
+    minutes of the real history at which the class is usable under ``bid``, censored at the
+    history's end: the MTTF of the checkpointing scheme's Young/Daly interval (Flint's
+    MTTF-based frequency). A class never usable gets the whole history."""
+    _check_bid(bid)
+    M = tm.minutes
+    thr = tm.thresholds(bid)
+    warn = td.AWS_WARNING_S / 60.0
+    out = np.empty(tm.prices.shape[0])
+    m = np.arange(M, dtype=np.int64)
+    for c in range(tm.prices.shape[0]):
+        p = tm.prices[c, :M]
+        ok = p < thr
+        if not ok.any():
+            out[c] = float(M)
+            continue
+        b = _bid_of(p[ok], bid, tm.on_demand)
+        cc = np.full(int(ok.sum()), c)
+        n = _first_above(tm, cc, m[ok] + 1, b)
+        out[c] = float(np.mean(np.minimum(n, M) - m[ok] + warn))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The plain Python event loop (the specification)
+
+
+def _scan_above(P, c, pos, thr):
+    row = P[c]
+    if pos >= row.shape[0]:
+        return row.shape[0]
+    hit = np.flatnonzero(row[pos:] > thr)
+    return int(pos + hit[0]) if hit.size else row.shape[0]
+
+
+def _scan_below(P, c, pos, thr):
+    row = P[c]
+    if pos >= row.shape[0]:
+        return row.shape[0]
+    hit = np.flatnonzero(row[pos:] < thr)
+    return int(pos + hit[0]) if hit.size else row.shape[0]
+
+
+def _ceil(x: float) -> float:
+    return float(math.ceil(x))
+
+
+def run_reference(
+    tm: TypeMarkets,
+    start: int,
+    home: int,
+    work_h: float,
+    bid: str,
+    policy: str,
+    model: ProgressModel,
+    *,
+    switching: bool = True,
+    mttf: np.ndarray | None = None,
+    max_segments: int = 100_000,
+) -> dict:
+    """One scenario as a plain Python event loop: the job of ``work_h`` compute-hours started
+    at minute ``start`` in class ``home`` (see the module docstring for the rules).
+
+    Returns ``{"cost": relative to N on-demand machines, "runtime": minutes / (startup + 60
+    work_h), "minutes", "dollars", "revocations", "switches", "overran"}``."""
+    _check_bid(bid)
+    _check_policy(policy)
+    P = tm.prices
+    C = P.shape[0]
+    od = tm.on_demand
+    thr = tm.thresholds(bid)
+    N, Rn = model.machines, model.reliable
+    S, wn = model.startup_min, model.warning_min
+    s = int(start)
+    if not 0 <= s < tm.minutes:
+        raise ValueError(f"start must be a minute in [0, {tm.minutes}), got {start}")
+    if not 0 <= home < C:
+        raise ValueError(f"home must be a class in [0, {C}), got {home}")
+    step = aggressive_step(od)
+
+    def bid_at(c, m):
+        return od if bid == "on_demand" else math.ceil(float(P[c, m]) / step - 1e-6) * step
+
+    def spot_bill(c, i0, hours, b):
+        if bid == "aggressive":
+            return b * hours
+        total = 0.0
+        for k in range(int(hours)):
+            total += float(P[c, i0 + 60 * k])
+        return total
+
+    R = work_h * 60.0
+    t = 0.0
+    dollars = 0.0
+    nrev = nsw = 0
+    first = True
+    end = None
+    if policy == "checkpoint":
+        if mttf is None:
+            mttf = mttf_minutes(tm, bid)
+        delta = model.checkpoint_min
+        for _ in range(max_segments):
+            a = s + int(t)
+            pick = _NONE
+            if first and float(P[home, a]) < thr:
+                pick = home
+            else:
+                best = math.inf
+                for c in range(C):
+                    p = float(P[c, a])
+                    if p < thr:
+                        ch = p if bid == "on_demand" else bid_at(c, a)
+                        if ch < best:
+                            best, pick = ch, c
+            first = False
+            up = t + S
+            if pick == _NONE:  # on demand to the end, no checkpoints
+                dollars += N * od * _ceil(R / 60.0)
+                end = up + R
+                break
+            b = bid_at(pick, a)
+            n = _scan_above(P, pick, a + 1, b)
+            rev = (n - s) + wn if n < P.shape[1] else math.inf
+            if rev <= up:
+                nrev += 1
+                t = rev
+                continue
+            tau = math.sqrt(2.0 * delta * float(mttf[pick]))
+            fin = up + R + delta * (_ceil(R / tau) - 1.0)
+            if fin <= rev:
+                dollars += N * spot_bill(pick, s + int(up), _ceil((fin - up) / 60.0), b)
+                end = fin
+                break
+            e = rev - up
+            R -= math.floor(e / (tau + delta)) * tau
+            dollars += N * spot_bill(pick, s + int(up), math.floor(e / 60.0), b)
+            nrev += 1
+            t = rev
+        else:
+            raise RuntimeError(f"no end after {max_segments} segments")
+    else:
+        full, rel = model.tierml_rates
+        # the previous fleet works at rho0 until u0, then the reliable machines alone; at the
+        # start nothing runs until the reliable machines are up (S)
+        rho0, u0 = 0.0, S
+
+        def startup(R, t, e):
+            """Progress over [t, e) while new machines start: (R left, finish time or None)."""
+            cut = max(min(e, u0), t)
+            if rho0 > 0 and R <= rho0 * (cut - t):
+                return R, t + R / rho0
+            R -= rho0 * (cut - t)
+            if R <= rel * (e - cut):
+                return R, cut + R / rel
+            return R - rel * (e - cut), None
+
+        for _ in range(max_segments):
+            a = s + int(t)
+            heads = []
+            for c in range(C):
+                p = float(P[c, a])
+                bc = bid_at(c, a)
+                heads.append((bc - p) / bc if p < thr else -math.inf)
+            pick = _NONE
+            if first and heads[home] > -math.inf:
+                pick = home
+            elif switching:
+                bh = -math.inf
+                for c in range(C):
+                    if heads[c] > bh:
+                        bh, pick = heads[c], c
+            elif heads[home] > -math.inf:
+                pick = home
+            first = False
+            up = t + S
+            if pick == _NONE:  # fall back to on-demand until a class is usable again
+                R, fin0 = startup(R, t, up)
+                if fin0 is not None:
+                    end = fin0
+                    break
+                v = P.shape[1]
+                for c in range(C) if switching else (home,):
+                    v = min(v, _scan_below(P, c, s + int(up), thr))
+                v = (v - s) if v < P.shape[1] else math.inf
+                fin = up + R / full
+                if fin <= v:
+                    dollars += (N - Rn) * od * _ceil((fin - up) / 60.0)
+                    end = fin
+                    break
+                dollars += (N - Rn) * od * _ceil((v + S - up) / 60.0)
+                R -= full * (v - up)
+                t, rho0, u0 = v, full, v + S
+                continue
+            b = bid_at(pick, a)
+            n = _scan_above(P, pick, a + 1, b)
+            rev = (n - s) + wn if n < P.shape[1] else math.inf
+            R, fin0 = startup(R, t, min(up, rev))
+            if fin0 is not None:  # done before the new machines run: the request is cancelled
+                end = fin0
+                break
+            if rev <= up:  # revoked before running: costs nothing, the previous fleet goes on
+                nrev += 1
+                t = rev
+                continue
+            fin = up + R / full
+            g = math.inf
+            if switching:
+                gm = _scan_above(P, pick, s + int(up), model.switch_ratio * b)
+                g = (gm - s) if gm < P.shape[1] else math.inf
+            n_rel = (n - s) if n < P.shape[1] else math.inf
+            if g < n_rel and g < fin:
+                gi = s + int(g)
+                bh, best = -math.inf, _NONE
+                for c in range(C):
+                    p = float(P[c, gi])
+                    if p < thr:
+                        bc = bid_at(c, gi)
+                        h = (bc - p) / bc
+                        if h > bh:
+                            bh, best = h, c
+                if best != _NONE and best != pick:  # proactive switch to a higher-MTTF class
+                    R -= full * (g - up)
+                    k = _ceil((g + S - up) / 60.0)
+                    hours = math.floor((rev - up) / 60.0) if rev < up + 60.0 * k else k
+                    dollars += (N - Rn) * spot_bill(pick, s + int(up), hours, b)
+                    nsw += 1
+                    t, rho0, u0 = g, full, rev
+                    continue
+            if model.flush_min <= wn:  # end-of-life flush during the warning
+                done = fin <= rev - model.flush_min
+                lost_R = R - full * max(rev - model.flush_min - up, 0.0)
+            else:  # effective failure: roll back to the BackupPS state
+                done = fin <= rev
+                lost_R = R - full * max(rev - up - model.rollback_min, 0.0)
+            if done:
+                dollars += (N - Rn) * spot_bill(pick, s + int(up), _ceil((fin - up) / 60.0), b)
+                end = fin
+                break
+            R = lost_R
+            dollars += (N - Rn) * spot_bill(pick, s + int(up), math.floor((rev - up) / 60.0), b)
+            nrev += 1
+            t, rho0, u0 = rev, 0.0, rev
+        else:
+            raise RuntimeError(f"no end after {max_segments} segments")
+        dollars += Rn * od * _ceil((end - S) / 60.0)
+    base = N * od * work_h
+    return {
+        "cost": dollars / base,
+        "runtime": end / (S + 60.0 * work_h),
+        "minutes": end,
+        "dollars": dollars,
+        "revocations": nrev,
+        "switches": nsw,
+        "overran": bool(s + end > tm.minutes),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The vectorised sweep
+
+
+def _bill_vec(tm, c, i0, hours, b, bid):
+    """Spot bills of machines started at minute ``i0`` for ``hours`` whole hours (per machine)."""
+    if bid == "aggressive":
+        return b * hours
+    h = hours.astype(np.int64)
+    return tm.hour_sums[c, i0] - tm.hour_sums[c, i0 + 60 * h]
+
+
+def run_vectorised(
+    tm: TypeMarkets,
+    starts: Any,
+    homes: Any,
+    work_h: Any,
+    bid: str,
+    policy: str,
+    model: ProgressModel,
+    *,
+    switching: bool = True,
+    mttf: np.ndarray | None = None,
+    max_segments: int = 100_000,
+) -> dict:
+    """Many scenarios of one instance type, bid and policy at once (arrays ``starts``,
+    ``homes``, ``work_h`` broadcast together): the same semantics as :func:`run_reference`,
+    each result an array (``cost``, ``runtime``, ``minutes``, ``dollars``, ``revocations``,
+    ``switches``, ``overran``)."""
+    _check_bid(bid)
+    _check_policy(policy)
+    s, home, W = np.broadcast_arrays(
+        np.asarray(starts, np.int64), np.asarray(homes, np.int64), np.asarray(work_h, np.float64)
+    )
+    s, home, W = s.ravel().copy(), home.ravel().copy(), W.ravel().copy()
+    n = s.size
+    P = tm.prices
+    C, Mx = P.shape
+    if n and (s.min() < 0 or s.max() >= tm.minutes):
+        raise ValueError(f"starts must be minutes in [0, {tm.minutes})")
+    if n and (home.min() < 0 or home.max() >= C):
+        raise ValueError(f"homes must be classes in [0, {C})")
+    if n and not (np.all(np.isfinite(W)) and W.min() > 0):
+        raise ValueError("work_h must be finite and > 0")
+    od = tm.on_demand
+    thr = tm.thresholds(bid)
+    step = aggressive_step(od)
+    N, Rn = model.machines, model.reliable
+    S, wn = model.startup_min, model.warning_min
+    full, rel = model.tierml_rates
+    if policy == "checkpoint" and mttf is None:
+        mttf = mttf_minutes(tm, bid)
+    delta = model.checkpoint_min
+
+    def bids_of(p):
+        return np.full_like(p, od) if bid == "on_demand" else np.ceil(p / step - 1e-6) * step
+
+    R = W * 60.0
+    t = np.zeros(n)
+    dollars = np.zeros(n)
+    nrev = np.zeros(n, np.int64)
+    nsw = np.zeros(n, np.int64)
+    end = np.full(n, np.nan)
+    first = np.ones(n, bool)
+    rho0 = np.zeros(n)
+    u0 = np.full(n, S)
+    act = np.arange(n)
+    inf = math.inf
+    for _ in range(max_segments):
+        if act.size == 0:
+            break
+        sa, ha = s[act], home[act]
+        ta, Ra, fa = t[act], R[act], first[act]
+        a = sa + ta.astype(np.int64)
+        P3 = P[:, a].T
+        usable = P3 < thr
+        rows = np.arange(act.size)
+        home_ok = usable[rows, ha]
+        up = ta + S
+        fin_now = np.full(act.size, np.nan)  # completion time in this segment (nan: not yet)
+        add = np.zeros(act.size)
+        next_t = np.full(act.size, np.nan)
+        if policy == "checkpoint":
+            charge = np.where(usable, P3 if bid == "on_demand" else bids_of(P3), inf)
+            cheapest = np.argmin(charge, axis=1)
+            pick = np.where(fa & home_ok, ha, np.where(usable.any(axis=1), cheapest, _NONE))
+            first[act] = False
+            ond = pick == _NONE
+            # on demand to the end
+            add = np.where(ond, N * od * np.ceil(Ra / 60.0), add)
+            fin_now = np.where(ond, up + Ra, fin_now)
+            sp = np.flatnonzero(~ond)
+            if sp.size:
+                c = pick[sp]
+                ai = a[sp]
+                b = bids_of(P[c, ai])
+                nn = _first_above(tm, c, ai + 1, b)
+                rev = np.where(nn < Mx, (nn - sa[sp]) + wn, inf)
+                upi = up[sp]
+                early = rev <= upi
+                tau = np.sqrt(2.0 * delta * mttf[c])
+                Rs = Ra[sp]
+                fin = upi + Rs + delta * (np.ceil(Rs / tau) - 1.0)
+                done = ~early & (fin <= rev)
+                revd = ~early & ~done
+                i0 = sa[sp] + upi.astype(np.int64)
+                hours = np.where(done, np.ceil((fin - upi) / 60.0), np.floor((rev - upi) / 60.0))
+                hours = np.where(early, 0.0, hours)
+                bill = np.where(early, 0.0, N * _bill_vec(tm, c, i0, np.where(np.isfinite(hours), hours, 0.0), b, bid))
+                add[sp] = bill
+                fin_now[sp] = np.where(done, fin, np.nan)
+                e = rev - upi
+                Rnew = np.where(revd, Rs - np.floor(e / (tau + delta)) * tau, Rs)
+                R[act[sp]] = Rnew
+                next_t[sp] = np.where(done, np.nan, rev)
+                nrev[act[sp]] += (early | revd).astype(np.int64)
+        else:
+            bids3 = bids_of(P3)
+            heads = np.where(usable, (bids3 - P3) / bids3, -inf)
+            best = np.argmax(heads, axis=1)
+            if switching:
+                other = np.where(usable.any(axis=1), best, _NONE)
+            else:
+                other = np.where(home_ok, ha, _NONE)
+            pick = np.where(fa & home_ok, ha, other)
+            first[act] = False
+            r0, uu = rho0[act], u0[act]
+
+            def startup(Rv, tv, ev, r0v, uv):
+                cut = np.maximum(np.minimum(ev, uv), tv)
+                p1 = r0v * (cut - tv)
+                ca = (r0v > 0) & (Rv <= p1)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    fa_ = tv + Rv / r0v
+                R1 = Rv - p1
+                p2 = rel * (ev - cut)
+                cb = ~ca & (R1 <= p2)
+                fb = cut + R1 / rel
+                fin0 = np.where(ca, fa_, np.where(cb, fb, np.nan))
+                return np.where(ca | cb, Rv, R1 - p2), fin0
+
+            fb_ = np.flatnonzero(pick == _NONE)
+            if fb_.size:
+                upi = up[fb_]
+                R1, fin0 = startup(Ra[fb_], ta[fb_], upi, r0[fb_], uu[fb_])
+                d0 = ~np.isnan(fin0)
+                v = np.full(fb_.size, Mx, np.int64)
+                ipos = sa[fb_] + upi.astype(np.int64)
+                for c in range(C) if switching else (None,):
+                    cc = np.full(fb_.size, c) if c is not None else ha[fb_]
+                    v = np.minimum(v, _first_below(tm, cc, ipos, thr))
+                v = np.where(v < Mx, (v - sa[fb_]).astype(np.float64), inf)
+                fin = upi + R1 / full
+                done = ~d0 & (fin <= v)
+                cont = ~d0 & ~done
+                with np.errstate(invalid="ignore"):
+                    add[fb_] = np.where(
+                        done,
+                        (N - Rn) * od * np.ceil((fin - upi) / 60.0),
+                        np.where(cont, (N - Rn) * od * np.ceil((v + S - upi) / 60.0), 0.0),
+                    )
+                fin_now[fb_] = np.where(d0, fin0, np.where(done, fin, np.nan))
+                R[act[fb_]] = np.where(cont, R1 - full * (v - upi), R1)
+                next_t[fb_] = np.where(cont, v, np.nan)
+                rho0[act[fb_]] = np.where(cont, full, r0[fb_])
+                u0[act[fb_]] = np.where(cont, v + S, uu[fb_])
+            sp = np.flatnonzero(pick != _NONE)
+            if sp.size:
+                c = pick[sp]
+                ai, si, upi, ti = a[sp], sa[sp], up[sp], ta[sp]
+                b = bids_of(P[c, ai])
+                nn = _first_above(tm, c, ai + 1, b)
+                rev = np.where(nn < Mx, (nn - si) + wn, inf)
+                R1, fin0 = startup(Ra[sp], ti, np.minimum(upi, rev), r0[sp], uu[sp])
+                d0 = ~np.isnan(fin0)
+                early = ~d0 & (rev <= upi)
+                live = ~d0 & ~early
+                fin = upi + R1 / full
+                if switching:
+                    gm = _first_above(tm, c, si + upi.astype(np.int64), model.switch_ratio * b)
+                    g = np.where(gm < Mx, (gm - si).astype(np.float64), inf)
+                else:
+                    g = np.full(sp.size, inf)
+                n_rel = np.where(nn < Mx, (nn - si).astype(np.float64), inf)
+                trig = live & (g < n_rel) & (g < fin)
+                sw = np.zeros(sp.size, bool)
+                if trig.any():
+                    tg = np.flatnonzero(trig)
+                    gi = si[tg] + g[tg].astype(np.int64)
+                    Pg = P[:, gi].T
+                    ug = Pg < thr
+                    bg = bids_of(Pg)
+                    hg = np.where(ug, (bg - Pg) / bg, -inf)
+                    bestg = np.where(ug.any(axis=1), np.argmax(hg, axis=1), _NONE)
+                    sw[tg] = (bestg != _NONE) & (bestg != c[tg])
+                if model.flush_min <= wn:
+                    done = live & ~sw & (fin <= rev - model.flush_min)
+                    with np.errstate(invalid="ignore"):
+                        lost_R = R1 - full * np.maximum(rev - model.flush_min - upi, 0.0)
+                else:
+                    done = live & ~sw & (fin <= rev)
+                    with np.errstate(invalid="ignore"):
+                        lost_R = R1 - full * np.maximum(rev - upi - model.rollback_min, 0.0)
+                revd = live & ~sw & ~done
+                with np.errstate(invalid="ignore"):
+                    k = np.ceil((g + S - upi) / 60.0)
+                    hsw = np.where(rev < upi + 60.0 * k, np.floor((rev - upi) / 60.0), k)
+                    hours = np.where(
+                        sw, hsw, np.where(done, np.ceil((fin - upi) / 60.0), np.floor((rev - upi) / 60.0))
+                    )
+                billed = sw | done | revd
+                hours = np.where(billed, hours, 0.0)
+                i0 = si + upi.astype(np.int64)
+                add[sp] = np.where(billed, (N - Rn) * _bill_vec(tm, c, i0, hours, b, bid), 0.0)
+                fin_now[sp] = np.where(d0, fin0, np.where(done, fin, np.nan))
+                with np.errstate(invalid="ignore"):
+                    R[act[sp]] = np.where(sw, R1 - full * (g - upi), np.where(revd, lost_R, R1))
+                next_t[sp] = np.where(sw, g, np.where(early | revd, rev, np.nan))
+                rho0[act[sp]] = np.where(sw, full, np.where(revd, 0.0, r0[sp]))
+                u0[act[sp]] = np.where(sw | revd, rev, uu[sp])
+                nrev[act[sp]] += (early | revd).astype(np.int64)
+                nsw[act[sp]] += sw.astype(np.int64)
+        dollars[act] += add
+        fin_mask = ~np.isnan(fin_now)
+        end[act[fin_mask]] = fin_now[fin_mask]
+        t[act[~fin_mask]] = next_t[~fin_mask]
+        act = act[~fin_mask]
+    else:
+        raise RuntimeError(f"{act.size} scenarios did not end after {max_segments} segments")
+    if policy == "tierml":
+        dollars += Rn * od * np.ceil((end - S) / 60.0)
+    base = N * od * W
+    return {
+        "cost": dollars / base,
+        "runtime": end / (S + 60.0 * W),
+        "minutes": end,
+        "dollars": dollars,
+        "revocations": nrev,
+        "switches": nsw,
+        "overran": s + end > tm.minutes,
+    }
