@@ -167,11 +167,9 @@ class JobsView(NamedTuple):
     profiled: np.ndarray | None = None
     oracle_batch_size: np.ndarray | None = None
 
-    def __len__(self) -> int:  # the number of jobs (not of fields)
-        return int(self.ids.shape[0])
-
     @property
     def num_jobs(self) -> int:
+        """The number of jobs (``len(view)`` is the number of fields, as for any NamedTuple)."""
         return int(self.ids.shape[0])
 
 
@@ -180,7 +178,7 @@ class Policy(Protocol):
     """A scheduling policy.
 
     ``name``: its name; ``adaptive``: whether jobs choose their batch size (Pollux) or keep
-    the user's. ``allocate(jobs, cluster, now, rng)`` returns ``int[len(jobs), cluster.nodes]``,
+    the user's. ``allocate(jobs, cluster, now, rng)`` returns ``int[jobs.num_jobs, cluster.nodes]``,
     the GPUs of each job on each node (column sums at most ``cluster.gpus_per_node``). A
     policy with state (Tiresias' queues) also defines ``reset()``, called by :func:`simulate`
     before the first decision.
