@@ -85,6 +85,7 @@ __all__ = [
     "aggressive_step",
     "build_markets",
     "default_model",
+    "markets_from_grid",
     "mttf_minutes",
     "run_reference",
     "run_vectorised",
@@ -282,6 +283,37 @@ def build_markets(
         raise ValueError(f"the {instance_type} markets share less than 2 minutes of history")
     grid = start + (np.arange(M) * 60).astype("timedelta64[s]")
     P = np.stack([np.asarray(s.price_at(grid), np.float64) for s in series])
+    return markets_from_grid(
+        P, float(series[0].on_demand), instance_type=instance_type, zones=zones, pad_min=pad_min,
+        start=start, source=source,
+    )
+
+
+def markets_from_grid(
+    prices: Any,
+    on_demand: float,
+    *,
+    instance_type: str = "synthetic",
+    zones: tuple[str, ...] | None = None,
+    pad_min: int = 60 * 64,
+    start: Any = None,
+    source: str = "grid",
+) -> TypeMarkets:
+    """A :class:`TypeMarkets` from a ``[C, M]`` array of per-minute prices (USD/h): the classes'
+    markets on the grid (tests and controlled markets; :func:`build_markets` for the data)."""
+    P = np.asarray(prices, np.float64)
+    if P.ndim != 2 or P.shape[0] < 1 or P.shape[1] < 2:
+        raise ValueError(f"prices must be [classes >= 1, minutes >= 2], got shape {P.shape}")
+    if not np.all(np.isfinite(P)) or P.min() < 0:
+        raise ValueError("prices must be finite and >= 0")
+    if not (isinstance(on_demand, (int, float)) and math.isfinite(on_demand) and on_demand > 0):
+        raise ValueError(f"on_demand must be a finite price > 0, got {on_demand!r}")
+    if isinstance(pad_min, bool) or not isinstance(pad_min, (int, np.integer)) or pad_min < 0:
+        raise ValueError(f"pad_min must be an int >= 0, got {pad_min!r}")
+    zones = tuple(f"class{c}" for c in range(P.shape[0])) if zones is None else tuple(zones)
+    if len(zones) != P.shape[0]:
+        raise ValueError(f"zones must name the {P.shape[0]} classes, got {len(zones)}")
+    M = P.shape[1]
     P = np.concatenate([P, np.repeat(P[:, -1:], pad_min, axis=1)], axis=1)
     P = P.astype(np.float32).astype(np.float64)  # the tables hold float32: the same values everywhere
     Mx = P.shape[1]
@@ -302,18 +334,7 @@ def build_markets(
     for i in range(Mx - 1, -1, -60):  # suffix sums with stride 60, 60 lanes at a time
         lo = max(i - 59, 0)
         hs[:, lo : i + 1] += hs[:, lo + 60 : i + 61]
-    return TypeMarkets(
-        instance_type,
-        tuple(zones),
-        float(series[0].on_demand),
-        P,
-        M,
-        maxtab,
-        mintab,
-        hs,
-        start,
-        source,
-    )
+    return TypeMarkets(instance_type, zones, float(on_demand), P, M, maxtab, mintab, hs, start, source)
 
 
 def _first_above(tm: TypeMarkets, c, pos, thr):
@@ -342,7 +363,8 @@ def _bid_of(price, bid: str, on_demand: float):
     if bid == "on_demand":
         return np.full_like(np.asarray(price, np.float64), on_demand) if np.ndim(price) else on_demand
     step = aggressive_step(on_demand)
-    return np.ceil(np.asarray(price, np.float64) / step - 1e-6) * step
+    p = np.asarray(price, np.float64)
+    return np.maximum(np.ceil(p / step - 1e-6) * step, p)
 
 
 def mttf_minutes(tm: TypeMarkets, bid: str) -> np.ndarray:
@@ -389,6 +411,13 @@ def _scan_below(P, c, pos, thr):
     return int(pos + hit[0]) if hit.size else row.shape[0]
 
 
+def _check_in_grid(a, Mx):
+    if a >= Mx - 1:
+        raise RuntimeError(
+            f"a scenario reached minute {int(a)} of the {Mx}-minute padded grid: give a longer pad_min"
+        )
+
+
 def _ceil(x: float) -> float:
     return float(math.ceil(x))
 
@@ -427,7 +456,10 @@ def run_reference(
     step = aggressive_step(od)
 
     def bid_at(c, m):
-        return od if bid == "on_demand" else math.ceil(float(P[c, m]) / step - 1e-6) * step
+        if bid == "on_demand":
+            return od
+        p = float(P[c, m])
+        return max(math.ceil(p / step - 1e-6) * step, p)
 
     def spot_bill(c, i0, hours, b):
         if bid == "aggressive":
@@ -449,6 +481,7 @@ def run_reference(
         delta = model.checkpoint_min
         for _ in range(max_segments):
             a = s + int(t)
+            _check_in_grid(a, P.shape[1])
             pick = _NONE
             if first and float(P[home, a]) < thr:
                 pick = home
@@ -504,6 +537,7 @@ def run_reference(
 
         for _ in range(max_segments):
             a = s + int(t)
+            _check_in_grid(a, P.shape[1])
             heads = []
             for c in range(C):
                 p = float(P[c, a])
@@ -658,7 +692,7 @@ def run_vectorised(
     delta = model.checkpoint_min
 
     def bids_of(p):
-        return np.full_like(p, od) if bid == "on_demand" else np.ceil(p / step - 1e-6) * step
+        return np.full_like(p, od) if bid == "on_demand" else np.maximum(np.ceil(p / step - 1e-6) * step, p)
 
     R = W * 60.0
     t = np.zeros(n)
@@ -677,6 +711,7 @@ def run_vectorised(
         sa, ha = s[act], home[act]
         ta, Ra, fa = t[act], R[act], first[act]
         a = sa + ta.astype(np.int64)
+        _check_in_grid(a.max(), Mx)
         P3 = P[:, a].T
         usable = P3 < thr
         rows = np.arange(act.size)
@@ -844,3 +879,119 @@ def run_vectorised(
         "switches": nsw,
         "overran": s + end > tm.minutes,
     }
+
+
+# --------------------------------------------------------------------------------------
+# The Fig 12 sweep
+
+
+def _stats(x: np.ndarray) -> dict:
+    x = np.asarray(x, np.float64)
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std()),
+        "p95": float(np.percentile(x, 95)),
+    }
+
+
+def sweep(
+    spot: Mapping[tuple[str, str], Any] | None = None,
+    *,
+    stride: int = 1,
+    work_hours: tuple[float, ...] = (2.0, 8.0, 20.0),
+    instance_types: tuple[str, ...] = td.SPOT_INSTANCE_TYPES,
+    zones: tuple[str, ...] = td.SPOT_ZONES,
+    bids: tuple[str, ...] = BIDS,
+    model: ProgressModel | None = None,
+    source: str = "embedded",
+    keep: bool = False,
+) -> dict:
+    """The Fig 12 sweep: every ``stride``-th start minute ``s`` with ``s + 60 W`` within the
+    history x zones (home classes) x instance types x job lengths ``W`` x bids x policies
+    (``"tierml"``, ``"checkpoint"`` and the ablation ``"tierml_noswitch"``), vectorised
+    (:func:`run_vectorised`).
+
+    Returns ``{"cells": [{zone, instance_type, work_h, bid, policy, n, cost: {mean, std, p95},
+    runtime: {...}, revocations, switches, overran}], "scenarios", "minutes": {type: M},
+    "mttf_min": {type: {bid: [per zone]}}}`` (``keep``: also the per-scenario arrays under
+    ``"raw"``, keyed like the cells)."""
+    model = default_model() if model is None else model
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
+        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
+    for w in work_hours:
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise ValueError(f"work_hours must be finite and > 0, got {w!r}")
+    pad = int(60 * (3 * max(work_hours) + 4))
+    cells, raw, minutes, mttfs = [], {}, {}, {}
+    total = 0
+    for it in instance_types:
+        tm = build_markets(it, spot, zones=zones, pad_min=pad, source=source)
+        minutes[it] = tm.minutes
+        mttfs[it] = {b: mttf_minutes(tm, b).tolist() for b in bids}
+        for w in work_hours:
+            last = tm.minutes - int(math.ceil(60 * w))
+            if last <= 0:
+                raise ValueError(f"the {it} history ({tm.minutes} min) is shorter than a {w} h job")
+            st = np.arange(0, last, stride, dtype=np.int64)
+            S_, H_ = np.meshgrid(st, np.arange(len(zones)), indexing="ij")
+            for b in bids:
+                mt = np.asarray(mttfs[it][b])
+                for pol, polname, swi in (
+                    ("tierml", "tierml", True),
+                    ("tierml", "tierml_noswitch", False),
+                    ("checkpoint", "checkpoint", True),
+                ):
+                    out = run_vectorised(tm, S_, H_, w, b, pol, model, switching=swi, mttf=mt)
+                    total += S_.size
+                    for zi, z in enumerate(zones):
+                        sel = H_.ravel() == zi
+                        cell = {
+                            "zone": z,
+                            "instance_type": it,
+                            "work_h": float(w),
+                            "bid": b,
+                            "policy": polname,
+                            "n": int(sel.sum()),
+                            "cost": _stats(out["cost"][sel]),
+                            "runtime": _stats(out["runtime"][sel]),
+                            "revocations": float(out["revocations"][sel].mean()),
+                            "switches": float(out["switches"][sel].mean()),
+                            "overran": int(out["overran"][sel].sum()),
+                        }
+                        cells.append(cell)
+                        if keep:
+                            raw[(z, it, float(w), b, polname)] = {k: v[sel] for k, v in out.items()}
+    res = {"cells": cells, "scenarios": total, "minutes": minutes, "mttf_min": mttfs, "stride": stride}
+    if keep:
+        res["raw"] = raw
+    return res
+
+
+def summarise(cells: list[dict], *, by: tuple[str, ...] = ("zone", "work_h", "bid", "policy")) -> list[dict]:
+    """Pool cells over the keys not in ``by`` (weighted by ``n``): mean cost and runtime, the
+    pooled standard deviation (``sqrt`` of the pooled second moment minus the mean squared) and
+    the mean of the cells' 95th percentiles (``p95``, the percentile itself needs the raw
+    scenarios)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        groups.setdefault(tuple(c[k] for k in by), []).append(c)
+    out = []
+    for key, cs in groups.items():
+        n = np.array([c["n"] for c in cs], np.float64)
+        row = dict(zip(by, key))
+        row["n"] = int(n.sum())
+        for what in ("cost", "runtime"):
+            m = np.array([c[what]["mean"] for c in cs])
+            sd = np.array([c[what]["std"] for c in cs])
+            mean = float((n * m).sum() / n.sum())
+            second = float((n * (sd**2 + m**2)).sum() / n.sum())
+            row[what] = {
+                "mean": mean,
+                "std": math.sqrt(max(second - mean**2, 0.0)),
+                "p95": float(np.mean([c[what]["p95"] for c in cs])),
+            }
+        row["revocations"] = float((n * np.array([c["revocations"] for c in cs])).sum() / n.sum())
+        row["switches"] = float((n * np.array([c["switches"] for c in cs])).sum() / n.sum())
+        row["overran"] = int(sum(c["overran"] for c in cs))
+        out.append(row)
+    return out

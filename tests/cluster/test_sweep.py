@@ -1,0 +1,229 @@
+"""scarjax.cluster.sweep: the vectorised Fig 12 sweep equals the plain Python event loop, and
+the bills follow AWS's 2015 hourly rules (TierML Sec 3.4 / 4.7)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scarjax.cluster import sweep as sw
+
+MODEL = sw.default_model()
+KEYS = ("cost", "runtime", "minutes", "dollars", "revocations", "switches", "overran")
+
+
+def _volatile(seed=0, minutes=4000, od=0.21):
+    """Three classes whose prices wander around the on-demand price: revocations, switches,
+    fall-backs and aggressive bids all happen."""
+    rng = np.random.default_rng(seed)
+    P = np.empty((3, minutes))
+    for c in range(3):
+        level = rng.uniform(0.02, 0.15)
+        p, out = level, []
+        for _ in range(minutes):
+            if rng.random() < 0.02:
+                p = level * rng.uniform(0.5, 1.5)
+            if rng.random() < 0.004 * (c + 1):
+                p = od * rng.uniform(0.7, 3.0)
+            out.append(round(p, 4))
+        P[c] = out
+    return sw.markets_from_grid(P, od, pad_min=60 * 64)
+
+
+VOL = _volatile()
+REAL = sw.build_markets("c3.xlarge", pad_min=60 * 64)  # the embedded April 2015 extract
+
+
+def check_agree(vec: dict, refs: list[dict], rtol=1e-9):
+    """Every scenario's vectorised result equals the reference's (costs to ``rtol``)."""
+    for i, ref in enumerate(refs):
+        for k in KEYS:
+            v, r = vec[k][i], ref[k]
+            ok = (v == r) if k in ("revocations", "switches", "overran") else math.isclose(v, r, rel_tol=rtol, abs_tol=1e-12)
+            if not ok:
+                raise AssertionError(f"vectorised and reference disagree on scenario {i}: {k} {v!r} != {r!r}")
+
+
+def check_runtime_at_least_on_demand(res: dict):
+    """No policy beats the full on-demand fleet's runtime (start-up + 60 W at rate 1)."""
+    bad = np.flatnonzero(np.asarray(res["runtime"]) < 1.0 - 1e-12)
+    if bad.size:
+        raise AssertionError(f"runtime below the on-demand fleet's for scenarios {bad[:5].tolist()}")
+
+
+def _run_both(tm, starts, homes, works, bid, policy, switching):
+    vec = sw.run_vectorised(tm, starts, homes, works, bid, policy, MODEL, switching=switching)
+    refs = [
+        sw.run_reference(tm, int(s), int(h), float(w), bid, policy, MODEL, switching=switching)
+        for s, h, w in zip(starts, homes, works)
+    ]
+    return vec, refs
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    real=st.booleans(),
+    bid=st.sampled_from(sw.BIDS),
+    policy=st.sampled_from(sw.POLICIES),
+    switching=st.booleans(),
+)
+def test_vectorised_equals_reference_on_random_scenarios(seed, real, bid, policy, switching):
+    tm = REAL if real else VOL
+    rng = np.random.default_rng(seed)
+    n = 12
+    starts = rng.integers(0, tm.minutes, n)
+    homes = rng.integers(0, 3, n)
+    works = rng.choice([0.5, 2.0, 8.0, 20.0], n)
+    vec, refs = _run_both(tm, starts, homes, works, bid, policy, switching)
+    check_agree(vec, refs)
+    check_runtime_at_least_on_demand(vec)
+
+
+def test_random_scenarios_exercise_every_branch():
+    """The volatile market drives revocations, proactive switches and on-demand fall-backs, so
+    the equality test above covers them (checked here on a fixed draw)."""
+    rng = np.random.default_rng(7)
+    n = 40
+    starts, homes, works = rng.integers(0, VOL.minutes, n), rng.integers(0, 3, n), rng.choice([2.0, 8.0], n)
+    seen = {}
+    for bid in sw.BIDS:
+        for policy in sw.POLICIES:
+            vec, refs = _run_both(VOL, starts, homes, works, bid, policy, True)
+            check_agree(vec, refs)
+            seen[(bid, policy)] = vec
+    t = seen[("on_demand", "tierml")]
+    assert t["revocations"].sum() > 0 and t["switches"].sum() > 0
+    assert seen[("aggressive", "checkpoint")]["revocations"].sum() > seen[("on_demand", "checkpoint")]["revocations"].sum()
+    assert np.any(t["cost"] > 0.5)  # some on-demand fall-back
+
+
+def test_agreement_check_catches_a_planted_difference():
+    starts, homes, works = np.array([100, 2000]), np.array([0, 2]), np.array([2.0, 8.0])
+    vec, refs = _run_both(VOL, starts, homes, works, "on_demand", "tierml", True)
+    vec = {k: np.array(v, copy=True) for k, v in vec.items()}
+    vec["dollars"][1] *= 1.001
+    with pytest.raises(AssertionError, match="disagree on scenario 1: dollars"):
+        check_agree(vec, refs)
+    vec["dollars"][1] /= 1.001
+    vec["switches"][0] += 1
+    with pytest.raises(AssertionError, match="disagree on scenario 0: switches"):
+        check_agree(vec, refs)
+
+
+def test_runtime_check_catches_a_planted_speed_up():
+    with pytest.raises(AssertionError, match=r"runtime below the on-demand fleet's for scenarios \[1\]"):
+        check_runtime_at_least_on_demand({"runtime": np.array([1.0, 0.9, 1.2])})
+
+
+# --------------------------------------------------------------------------------------
+# Billing invariants on controlled markets
+
+
+def check_dollars(got: float, expected: float, what: str):
+    """``got`` equals ``expected`` (to float32 prices: the grid holds float32 values)."""
+    if not math.isclose(got, expected, rel_tol=1e-6):
+        raise AssertionError(f"{what}: billed {got!r}, expected {expected!r}")
+
+
+def _both_dollars(tm, start, home, w, bid, policy, switching=True):
+    vec = sw.run_vectorised(tm, [start], [home], [w], bid, policy, MODEL, switching=switching)
+    ref = sw.run_reference(tm, start, home, w, bid, policy, MODEL, switching=switching)
+    check_agree(vec, [ref])
+    return ref
+
+
+def test_calm_market_user_ended_partial_hour_is_billed_in_full():
+    """No revocation: the last partial hour is charged (the user ends the machines)."""
+    N, R, S, od, p = MODEL.machines, MODEL.reliable, MODEL.startup_min, 0.21, 0.05
+    tm = sw.markets_from_grid(np.full((3, 3000), p), od)
+    full, _ = MODEL.tierml_rates
+    w = 2.0
+    run_min = 60 * w / full  # 121.9 min: three billed hours, the third partial
+    r = _both_dollars(tm, 10, 1, w, "on_demand", "tierml")
+    check_dollars(r["dollars"], (N - R) * p * math.ceil(run_min / 60) + R * od * math.ceil(run_min / 60), "tierml calm")
+    assert math.isclose(r["minutes"], S + run_min)
+    mttf = sw.mttf_minutes(tm, "on_demand")
+    tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[1])
+    ck_min = 60 * w + MODEL.checkpoint_min * (math.ceil(60 * w / tau) - 1)
+    r = _both_dollars(tm, 10, 1, w, "on_demand", "checkpoint")
+    check_dollars(r["dollars"], N * p * math.ceil(ck_min / 60), "checkpoint calm")
+    # the aggressive bid charges the bid: 0.05 rounds up to a nickel, 0.05
+    r = _both_dollars(tm, 10, 1, w, "aggressive", "checkpoint")
+    check_dollars(r["dollars"], N * 0.05 * math.ceil(ck_min / 60), "checkpoint calm, aggressive")
+
+
+def test_provider_revocation_never_bills_the_partial_hour():
+    """All classes spike above the bid at minute 100 (notice), revoked at 102: the checkpointing
+    job has run 97 min on spot and pays one hour, not two; then it restarts on demand."""
+    N, S, od, p = MODEL.machines, MODEL.startup_min, 0.21, 0.05
+    P = np.full((3, 4000), p)
+    P[:, 100:400] = 0.5
+    tm = sw.markets_from_grid(P, od)
+    mttf = sw.mttf_minutes(tm, "on_demand")
+    tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[0])
+    ran = 102 - S
+    saved = math.floor(ran / (tau + MODEL.checkpoint_min)) * tau
+    left = 120 - saved
+    r = _both_dollars(tm, 0, 0, 2.0, "on_demand", "checkpoint")
+    check_dollars(r["dollars"], N * p * 1 + N * od * math.ceil(left / 60), "checkpoint revoked")
+    assert r["revocations"] == 1 and math.isclose(r["minutes"], 102 + S + left)
+    # TierML: 63 spot machines pay one hour, then fall back to on demand until minute 400
+    full, rel = MODEL.tierml_rates
+    w = 8.0
+    r = _both_dollars(tm, 0, 0, w, "on_demand", "tierml")
+    done = full * (102 - MODEL.flush_min - S) + rel * S  # spot fleet, then the reliable alone during start-up
+    assert r["revocations"] == 1
+    left = 60 * w - done - full * (400 - 107)  # on demand from 107 to the spot's return at 400
+    spot_up = 400 + S
+    od_hours = math.ceil((spot_up - 107) / 60)
+    fin = spot_up + left / full
+    expected = (N - 1) * p * 1 + (N - 1) * od * od_hours + (N - 1) * p * math.ceil((fin - spot_up) / 60)
+    expected += 1 * od * math.ceil((fin - S) / 60)
+    check_dollars(r["dollars"], expected, "tierml revoked, fall-back")
+
+
+def test_prices_above_on_demand_fall_back_to_on_demand():
+    od = 0.21
+    tm = sw.markets_from_grid(np.full((3, 3000), 0.5), od)
+    w = 8.0
+    r = _both_dollars(tm, 0, 0, w, "on_demand", "checkpoint")
+    assert r["cost"] == pytest.approx(1.0) and r["revocations"] == 0
+    r = _both_dollars(tm, 0, 0, w, "on_demand", "tierml")
+    full, _ = MODEL.tierml_rates
+    hours = math.ceil(60 * w / full / 60)
+    assert r["cost"] == pytest.approx((MODEL.machines * od * hours) / (MODEL.machines * od * w))
+
+
+def test_bill_check_catches_a_planted_partial_hour():
+    with pytest.raises(AssertionError, match="checkpoint revoked: billed 6.4, expected 3.2"):
+        check_dollars(6.4, 3.2, "checkpoint revoked")
+
+
+def test_sweep_cells_and_bad_arguments():
+    res = sw.sweep(stride=2000, instance_types=("r3.large",), work_hours=(2.0,))
+    assert {c["policy"] for c in res["cells"]} == {"tierml", "tierml_noswitch", "checkpoint"}
+    assert len(res["cells"]) == 3 * 2 * 3  # zones x bids x policies
+    assert all(c["n"] > 0 and c["cost"]["p95"] >= c["cost"]["mean"] * 0 for c in res["cells"])
+    rows = sw.summarise(res["cells"], by=("bid", "policy"))
+    assert len(rows) == 6 and all(r["n"] == res["cells"][0]["n"] * 3 for r in rows)
+    with pytest.raises(ValueError, match="bid must be one of"):
+        sw.run_vectorised(VOL, [0], [0], [2.0], "low", "tierml", MODEL)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        sw.run_reference(VOL, 0, 0, 2.0, "on_demand", "flint", MODEL)
+    with pytest.raises(ValueError, match="starts must be minutes"):
+        sw.run_vectorised(VOL, [VOL.minutes], [0], [2.0], "on_demand", "tierml", MODEL)
+    with pytest.raises(ValueError, match="reliable in"):
+        sw.ProgressModel(machines=4, reliable=4)
+    with pytest.raises(ValueError, match="stride must be"):
+        sw.sweep(stride=0)
+
+
+def test_progress_model_stages_follow_the_ratio_thresholds():
+    m = sw.default_model()
+    assert m.stage(2, 1) == 1 and m.stage(3, 1) == 2 and m.stage(15, 1) == 2 and m.stage(16, 1) == 3
+    full, rel = m.tierml_rates
+    assert full == pytest.approx(63 / 64) and rel == pytest.approx(1 / 64)
+    assert m.fleet_rate(8, 1) == pytest.approx(0.9 * 9 / 64)
