@@ -47,4 +47,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.pollux_throughput",
     "experiments.pollux_adaptive",
     "experiments.proteus",  # C2 (issue 14)
+    "experiments.tierml_fig12",  # C1 (issue 14)
 )
