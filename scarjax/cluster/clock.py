@@ -42,9 +42,9 @@ Pieces:
    ``scarjax.core.run_one`` of ``unit`` steps from the current state inside one jitted
    ``lax.scan``: the result depends on the global step only, not on the cutting, and a
    redone step (rework after a restore with ``restore(state, step)``) draws the same
-   minibatch. ``steps`` must be a multiple of ``unit``. The compiled programs are cached
-   per number of units in ``{1, 2, 4, ..., 64}`` (a run is split into 64-unit chunks and a
-   binary remainder), so any length costs at most 7 compilations per algorithm. With
+   minibatch. ``steps`` must be a multiple of ``unit``. One program per (algorithm, unit,
+   workers) is compiled: a scan over 32 units, those past the requested count masked off
+   (``lax.cond``), called once per 32 units. With
    ``hooks`` given, ``train`` is exactly the design's call (one ``scarjax.run``, hook state
    alive for that call only, keys depending on the cut).
 2. ``Ledger`` times are on the market's clock (``market.start_time_s + elapsed``), since a
@@ -403,74 +403,85 @@ class Ledger:
                 out[i] = float(hourly_bill(e.start, t1, e.price, r, e.billing))
         return out
 
-    def _costs(self, t: float) -> list[tuple[_Entry, float]]:
-        res = []
-        for e in self._entries:
-            if e.stop is not None:
-                res.append((e, e.charged))
-            else:
-                end = max(float(t), e.start)
-                res.append((e, float(self._charge([e], [end], [False])[0])))
-        return res
+    def _charge_at(self, e: _Entry, t: float) -> float:
+        """The entry's charge as of ``t``: 0 if it starts at or after ``t``; its charge if it
+        stopped by ``t``; else billed as stopped by the user at ``t``."""
+        if e.start >= t:
+            return 0.0
+        if e.stop is not None and e.stop <= t:
+            return e.charged
+        return float(self._charge([e], [float(t)], [False])[0])
 
     def cost(self, t: float) -> float:
-        """USD of everything so far; machines still running are billed as if the user
-        stopped them at ``t`` (a begun hour is charged in full)."""
-        return float(sum(c for _, c in self._costs(t)))
+        """USD of everything up to ``t`` (the job's cost had it ended at ``t``): machines
+        stopped by then at their charge, machines running at ``t`` billed as if the user
+        stopped them at ``t`` (a begun hour is charged in full), later ones not at all."""
+        return float(sum(self._charge_at(e, float(t)) for e in self._entries))
 
     def cost_curve(self, times: Any) -> np.ndarray:
         """:meth:`cost` at each of ``times`` (vectorised over times for fixed prices)."""
         times = np.asarray(times, np.float64)
         total = np.zeros_like(times)
         for e in self._entries:
-            if e.stop is not None:
-                total += e.charged
-            elif isinstance(e.price, mk.PriceSeries):
-                end = np.maximum(times, e.start)
-                total += np.asarray(mk.bill(e.start, end, e.price, False, e.billing), np.float64)
+            after = times > e.start
+            done = after & (times >= (e.stop if e.stop is not None else np.inf))
+            mid = after & ~done
+            total += np.where(done, e.charged if e.charged is not None else 0.0, 0.0)
+            if not mid.any():
+                continue
+            if isinstance(e.price, mk.PriceSeries):
+                part = np.asarray(mk.bill(e.start, np.maximum(times, e.start), e.price, False, e.billing), np.float64)
             else:
-                total += hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
+                part = hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
+            total += np.where(mid, part, 0.0)
         return total
 
     def free_seconds(self, t: float) -> float:
-        """Machine-seconds of free computing: the used part of the last partial hour of each
-        provider-revoked machine under hourly billing."""
+        """Machine-seconds of free computing up to ``t``: the used part of the last partial
+        hour of each machine the provider revoked by ``t``, under hourly billing."""
         return float(sum(
-            _free_seconds(e.start, e.stop, e.revoked, e.billing) for e in self._entries if e.stop is not None
+            _free_seconds(e.start, e.stop, e.revoked, e.billing) for e in self._entries
+            if e.stop is not None and e.stop <= t
         ))
 
     def machine_seconds(self, t: float) -> dict[str, float]:
-        """Machine-seconds used so far, by tier."""
+        """Machine-seconds used up to ``t``, by tier."""
         out = {k: 0.0 for k in TIERS}
         for e in self._entries:
-            end = e.stop if e.stop is not None else max(float(t), e.start)
-            out[e.tier] += end - e.start
+            end = min(e.stop if e.stop is not None else np.inf, float(t))
+            out[e.tier] += max(end - e.start, 0.0)
         return out
 
     def by_tier(self, t: float) -> dict[str, float]:
         """:meth:`cost` split by tier (``'reliable'``, ``'transient'``)."""
         out = {k: 0.0 for k in TIERS}
-        for e, c in self._costs(t):
-            out[e.tier] += c
+        for e in self._entries:
+            out[e.tier] += self._charge_at(e, float(t))
         return out
 
 
 # --------------------------------------------------------------------------------------
 # Real training, interval by interval
 
-_CHUNK = 64  # units per cached program (plus a binary remainder: 1, 2, 4, ..., 32)
+_BLOCK = 32  # units per call of the one cached program (fewer are masked off inside it)
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5))
+@functools.partial(jax.jit, static_argnums=(5,))
 def _train_units(algorithm, key, state, start, n_units, static):
     unit, workers = static
 
     def body(st, i):
-        k = jax.random.fold_in(key, start + i * unit)
-        new, tr = core.run_one(algorithm, k, None, st, (), (unit, False, workers))
-        return core.State(*new), tr.loss[1:]
+        def go(s):
+            k = jax.random.fold_in(key, start + i * unit)
+            new, tr = core.run_one(algorithm, k, None, s, (), (unit, False, workers))
+            return core.State(*new), tr.loss[1:]
 
-    st, losses = jax.lax.scan(body, core.State(*state), jnp.arange(n_units, dtype=jnp.int32))
+        def skip(s):
+            return s, jnp.zeros((unit,), jnp.float32)
+
+        return jax.lax.cond(i < n_units, go, skip, st)
+
+    st, losses = jax.lax.scan(body, core.State(*state), jnp.arange(_BLOCK, dtype=jnp.int32))
     return st, losses.reshape(-1)
 
 
@@ -525,13 +536,13 @@ class Trainer:
             raise ValueError(f"steps must be a multiple of unit={self.unit} (and the trainer at a multiple), "
                              f"got steps={steps} at step {self.step}")
         n = steps // self.unit
-        sizes = [_CHUNK] * (n // _CHUNK) + [1 << b for b in reversed(range(6)) if (n % _CHUNK) >> b & 1]
         out = []
-        for m in sizes:
-            st, losses = _train_units(self.algorithm, self.key, self.state, jnp.int32(self.step), m,
+        while n > 0:
+            m = min(n, _BLOCK)
+            st, losses = _train_units(self.algorithm, self.key, self.state, jnp.int32(self.step), jnp.int32(m),
                                       (self.unit, workers))
-            self.state, self.step = st, self.step + m * self.unit
-            out.append(np.asarray(losses, np.float64))
+            self.state, self.step, n = st, self.step + m * self.unit, n - m
+            out.append(np.asarray(losses, np.float64)[: m * self.unit])
         res = np.concatenate(out)
         if not np.all(np.isfinite(res)):
             raise FloatingPointError(f"training diverged: non-finite loss at step {self.step - steps + int(np.argmin(np.isfinite(res)))}")
@@ -609,8 +620,13 @@ class Outcome(NamedTuple):
 @dataclasses.dataclass
 class ClusterRun:
     """What every policy returns: one point per recorded step (``time_s`` elapsed since the
-    job's start, cumulative ``dollars``, ``loss`` after it, global ``steps`` done), events
-    ``(t, kind, detail)``, the cost by tier and the free machine-seconds."""
+    job's start, ``dollars`` the job's cost had it ended there (:meth:`Ledger.cost`), ``loss``
+    after it, global ``steps`` done), events ``(t, kind, detail)``, the cost by tier and the
+    free machine-seconds at the end, and the :class:`Ledger` itself (not in JSON).
+
+    ``dollars`` is "the bill if the user stopped every machine now": under hourly billing it
+    may *drop* where the provider revokes a machine (its begun partial hour becomes free), so
+    a loss-vs-dollars curve can step back there; it is monotone between revocations."""
 
     policy: str
     time_s: np.ndarray
@@ -622,6 +638,7 @@ class ClusterRun:
     free_seconds: float
     end_s: float = 0.0
     meta: dict = dataclasses.field(default_factory=dict)
+    ledger: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_target(self, target_loss: float) -> Outcome:
         """The first point with ``loss <= target_loss``; if none, a censored outcome at the
@@ -699,7 +716,7 @@ class Recorder:
         dollars = self.ledger.cost_curve(self.t0 + t)
         t_end = self.t0 + float(end_s)
         return ClusterRun(self.policy, t, dollars, loss, steps, list(self.events), self.ledger.by_tier(t_end),
-                          self.ledger.free_seconds(t_end), float(end_s), dict(meta))
+                          self.ledger.free_seconds(t_end), float(end_s), dict(meta), self.ledger)
 
 
 # --------------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_ledger_hand_checked_and_free_seconds():
     led.stop("a", 5400.0, revoked=True)  # 1.5 h, provider: 1 hour billed, 1800 s free
     assert led.free_seconds(5400.0) == pytest.approx(1800.0)
     assert led.by_tier(5400.0) == pytest.approx({"transient": 1.0, "reliable": 6.0})
-    np.testing.assert_allclose(led.cost_curve([10.0, 3600.0, 3602.0]), [4.0, 4.0, 7.0])
+    np.testing.assert_allclose(led.cost_curve([10.0, 3600.0, 3602.0]), [4.0, 4.0, 8.0])  # as of t: a user stop
     led.stop("b", 7200.0)
     assert led.cost(1e6) == pytest.approx(7.0)
     with pytest.raises(ValueError, match="machine_id 'b' is not running"):
