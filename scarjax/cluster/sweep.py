@@ -236,9 +236,10 @@ class TypeMarkets:
         """A price is usable under ``bid`` iff it is below this (the charge < on-demand)."""
         _check_bid(bid)
         if bid == "on_demand":
-            return float(self.on_demand)
+            return _r32(self.on_demand)
         step = aggressive_step(self.on_demand)
-        return (math.ceil(self.on_demand / step - 1e-9) - 1) * step + 1e-7
+        top = np.float32((math.ceil(self.on_demand / step - 1e-9) - 1) * step)
+        return float(np.nextafter(top, np.float32(np.inf)))  # p < thr  <=>  p <= top
 
 
 def _check_bid(bid):
@@ -341,6 +342,7 @@ def _first_above(tm: TypeMarkets, c, pos, thr):
     """First minute ``m >= pos`` with ``prices[c, m] > thr`` (``Mx`` if none): binary lifting."""
     Mx = tm.padded
     pos = np.minimum(np.asarray(pos, np.int64), Mx)
+    thr = np.asarray(thr, np.float64)  # not a weak Python float: compare in float64
     for k in reversed(range(tm.maxtab.shape[1])):
         step = 1 << k
         ok = (pos + step <= Mx) & (tm.maxtab[c, k, np.minimum(pos, Mx - 1)] <= thr)
@@ -352,6 +354,7 @@ def _first_below(tm: TypeMarkets, c, pos, thr):
     """First minute ``m >= pos`` with ``prices[c, m] < thr`` (``Mx`` if none)."""
     Mx = tm.padded
     pos = np.minimum(np.asarray(pos, np.int64), Mx)
+    thr = np.asarray(thr, np.float64)  # not a weak Python float: compare in float64
     for k in reversed(range(tm.mintab.shape[1])):
         step = 1 << k
         ok = (pos + step <= Mx) & (tm.mintab[c, k, np.minimum(pos, Mx - 1)] >= thr)
@@ -359,12 +362,20 @@ def _first_below(tm: TypeMarkets, c, pos, thr):
     return pos
 
 
+def _r32(x):
+    """``x`` rounded to float32 (as float64): prices, bids and thresholds are compared at the
+    precision of the grid's float32 prices, so a price equal to a bid is never above it."""
+    if np.ndim(x):
+        return np.asarray(x, np.float64).astype(np.float32).astype(np.float64)
+    return float(np.float32(x))
+
+
 def _bid_of(price, bid: str, on_demand: float):
     if bid == "on_demand":
-        return np.full_like(np.asarray(price, np.float64), on_demand) if np.ndim(price) else on_demand
+        return np.full_like(np.asarray(price, np.float64), _r32(on_demand)) if np.ndim(price) else _r32(on_demand)
     step = aggressive_step(on_demand)
     p = np.asarray(price, np.float64)
-    return np.maximum(np.ceil(p / step - 1e-6) * step, p)
+    return _r32(np.maximum(np.ceil(p / step - 1e-6) * step, p))
 
 
 def mttf_minutes(tm: TypeMarkets, bid: str) -> np.ndarray:
@@ -457,9 +468,9 @@ def run_reference(
 
     def bid_at(c, m):
         if bid == "on_demand":
-            return od
+            return _r32(od)
         p = float(P[c, m])
-        return max(math.ceil(p / step - 1e-6) * step, p)
+        return _r32(max(math.ceil(p / step - 1e-6) * step, p))
 
     def spot_bill(c, i0, hours, b):
         if bid == "aggressive":
@@ -587,7 +598,7 @@ def run_reference(
             fin = up + R / full
             g = math.inf
             if switching:
-                gm = _scan_above(P, pick, s + int(up), model.switch_ratio * b)
+                gm = _scan_above(P, pick, s + int(up), _r32(model.switch_ratio * b))
                 g = (gm - s) if gm < P.shape[1] else math.inf
             n_rel = (n - s) if n < P.shape[1] else math.inf
             if g < n_rel and g < fin:
@@ -692,7 +703,7 @@ def run_vectorised(
     delta = model.checkpoint_min
 
     def bids_of(p):
-        return np.full_like(p, od) if bid == "on_demand" else np.maximum(np.ceil(p / step - 1e-6) * step, p)
+        return _bid_of(p, bid, od) if bid == "aggressive" else np.full_like(p, _r32(od))
 
     R = W * 60.0
     t = np.zeros(n)
@@ -817,7 +828,7 @@ def run_vectorised(
                 live = ~d0 & ~early
                 fin = upi + R1 / full
                 if switching:
-                    gm = _first_above(tm, c, si + upi.astype(np.int64), model.switch_ratio * b)
+                    gm = _first_above(tm, c, si + upi.astype(np.int64), _r32(model.switch_ratio * b))
                     g = np.where(gm < Mx, (gm - si).astype(np.float64), inf)
                 else:
                     g = np.full(sp.size, inf)

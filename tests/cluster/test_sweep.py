@@ -33,7 +33,8 @@ def _volatile(seed=0, minutes=4000, od=0.21):
 
 
 VOL = _volatile()
-REAL = sw.build_markets("c3.xlarge", pad_min=60 * 64)  # the embedded April 2015 extract
+# the embedded April 2015 extract: a volatile type, and one whose prices sit at on-demand exactly
+REAL = {t: sw.build_markets(t, pad_min=60 * 64) for t in ("c3.xlarge", "r3.large")}
 
 
 def check_agree(vec: dict, refs: list[dict], rtol=1e-9):
@@ -65,13 +66,13 @@ def _run_both(tm, starts, homes, works, bid, policy, switching):
 @settings(max_examples=12, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
-    real=st.booleans(),
+    real=st.sampled_from([None, "c3.xlarge", "r3.large"]),
     bid=st.sampled_from(sw.BIDS),
     policy=st.sampled_from(sw.POLICIES),
     switching=st.booleans(),
 )
 def test_vectorised_equals_reference_on_random_scenarios(seed, real, bid, policy, switching):
-    tm = REAL if real else VOL
+    tm = REAL[real] if real else VOL
     rng = np.random.default_rng(seed)
     n = 12
     starts = rng.integers(0, tm.minutes, n)
@@ -227,3 +228,19 @@ def test_progress_model_stages_follow_the_ratio_thresholds():
     full, rel = m.tierml_rates
     assert full == pytest.approx(63 / 64) and rel == pytest.approx(1 / 64)
     assert m.fleet_rate(8, 1) == pytest.approx(0.9 * 9 / 64)
+
+
+def test_a_price_equal_to_the_bid_neither_revokes_nor_counts_as_usable():
+    """Prices are float32 on the grid: a price equal to the on-demand bid (0.175 is not a float32)
+    must not revoke, and is not below on-demand (no spot use at the on-demand price)."""
+    od = 0.175
+    P = np.full((3, 3000), 0.1)
+    P[:, 200:] = od
+    tm = sw.markets_from_grid(P, od)
+    r = _both_dollars(tm, 0, 0, 8.0, "on_demand", "checkpoint")
+    assert r["revocations"] == 0
+    tm = sw.markets_from_grid(np.full((3, 3000), od), od)
+    r = _both_dollars(tm, 0, 0, 2.0, "on_demand", "checkpoint")
+    assert r["cost"] == pytest.approx(1.0)  # on demand: spot at the on-demand price is not cheaper
+    r = _both_dollars(tm, 0, 0, 8.0, "on_demand", "tierml")
+    assert r["switches"] == 0 and r["revocations"] == 0 and r["cost"] == pytest.approx((64 * 9) / (64 * 8))
