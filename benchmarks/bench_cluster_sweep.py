@@ -59,44 +59,50 @@ def main(argv=None) -> dict:
     pad = int(60 * (3 * max(works) + 4))
     markets = {it: sw.build_markets(it, pad_min=pad) for it in td.SPOT_INSTANCE_TYPES}
     mttf = {(it, b): sw.mttf_minutes(tm, b) for it, tm in markets.items() for b in sw.BIDS}
-    combos, batches = [], []
+    combos, batches = [], []  # one vectorised call per (type, bid, policy), all job lengths at once
     for it, tm in markets.items():
+        parts = []
         for w in works:
             st = np.arange(0, tm.minutes - int(60 * w), args.stride, dtype=np.int64)
             S_, H_ = np.meshgrid(st, np.arange(3), indexing="ij")
-            for b in sw.BIDS:
-                for pol in sw.POLICIES:
-                    combos.append((it, w, b, pol))
-                    batches.append((S_.ravel(), H_.ravel()))
-    sizes = np.array([s.size for s, _ in batches])
+            parts.append((S_.ravel(), H_.ravel(), np.full(S_.size, w)))
+        batch = tuple(np.concatenate(x) for x in zip(*parts))
+        for b in sw.BIDS:
+            for pol in sw.POLICIES:
+                combos.append((it, b, pol))
+                batches.append(batch)
+    sizes = np.array([s.size for s, _, _ in batches])
     total = int(sizes.sum())
     rng = np.random.default_rng(0)
     pick = np.sort(rng.choice(total, size=min(args.loop_n, total), replace=False))
     owner = np.searchsorted(np.cumsum(sizes), pick, side="right")
     local = pick - np.concatenate([[0], np.cumsum(sizes)])[owner]
-    sample = [(combos[o], int(batches[o][0][i]), int(batches[o][1][i]), o, i) for o, i in zip(owner, local)]
+    sample = [
+        (combos[o], int(batches[o][0][i]), int(batches[o][1][i]), float(batches[o][2][i]), o, i)
+        for o, i in zip(owner, local)
+    ]
 
     def vectorised():
         return [
             sw.run_vectorised(markets[it], s, h, w, b, pol, model, mttf=mttf[(it, b)])
-            for (it, w, b, pol), (s, h) in zip(combos, batches)
+            for (it, b, pol), (s, h, w) in zip(combos, batches)
         ]
 
     def loop():
         return [
             sw.run_reference(markets[it], s, h, w, b, pol, model, mttf=mttf[(it, b)])
-            for (it, w, b, pol), s, h, _, _ in sample
+            for (it, b, pol), s, h, w, _, _ in sample
         ]
 
     vec_out = vectorised()  # warm-up, and the results the loop is checked against
     loop_out = loop()
     diff = 0.0
-    for (_, _, _, o, i), ref in zip(sample, loop_out):
+    for (_, _, _, _, o, i), ref in zip(sample, loop_out):
         for k in ("dollars", "minutes"):
             v = float(vec_out[o][k][i])
             diff = max(diff, abs(v - ref[k]) / max(abs(ref[k]), 1e-12))
         if vec_out[o]["revocations"][i] != ref["revocations"] or vec_out[o]["switches"][i] != ref["switches"]:
-            raise AssertionError(f"vectorised and loop disagree on {combos[o]} start {batches[o][0][i]}")
+            raise AssertionError(f"vectorised and loop disagree on {combos[o]} start {batches[o][0][i]} job {batches[o][2][i]} h")
     rates = {"vectorised": [], "loop": []}
     load0 = _loadavg()
     for _ in range(args.rounds):

@@ -338,28 +338,30 @@ def markets_from_grid(
     return TypeMarkets(instance_type, zones, float(on_demand), P, M, maxtab, mintab, hs, start, source)
 
 
-def _first_above(tm: TypeMarkets, c, pos, thr):
-    """First minute ``m >= pos`` with ``prices[c, m] > thr`` (``Mx`` if none): binary lifting."""
-    Mx = tm.padded
+def _lift(tab: np.ndarray, c, pos, thr, above: bool):
+    """Binary lifting over a sparse table ``tab[c, k, i]`` (max or min of ``prices[c, i : i +
+    2**k]``): skip every block that holds no minute on the wanted side of ``thr``."""
+    C, L, Mx = tab.shape
+    flat = tab.reshape(-1)
     pos = np.minimum(np.asarray(pos, np.int64), Mx)
     thr = np.asarray(thr, np.float64)  # not a weak Python float: compare in float64
-    for k in reversed(range(tm.maxtab.shape[1])):
+    base = np.asarray(c, np.int64) * (L * Mx)
+    for k in reversed(range(L)):
         step = 1 << k
-        ok = (pos + step <= Mx) & (tm.maxtab[c, k, np.minimum(pos, Mx - 1)] <= thr)
-        pos = np.where(ok, pos + step, pos)
+        v = flat.take(base + k * Mx + np.minimum(pos, Mx - 1))
+        ok = (pos + step <= Mx) & ((v <= thr) if above else (v >= thr))
+        pos = pos + ok * step
     return pos
+
+
+def _first_above(tm: TypeMarkets, c, pos, thr):
+    """First minute ``m >= pos`` with ``prices[c, m] > thr`` (``Mx`` if none)."""
+    return _lift(tm.maxtab, c, pos, thr, True)
 
 
 def _first_below(tm: TypeMarkets, c, pos, thr):
     """First minute ``m >= pos`` with ``prices[c, m] < thr`` (``Mx`` if none)."""
-    Mx = tm.padded
-    pos = np.minimum(np.asarray(pos, np.int64), Mx)
-    thr = np.asarray(thr, np.float64)  # not a weak Python float: compare in float64
-    for k in reversed(range(tm.mintab.shape[1])):
-        step = 1 << k
-        ok = (pos + step <= Mx) & (tm.mintab[c, k, np.minimum(pos, Mx - 1)] >= thr)
-        pos = np.where(ok, pos + step, pos)
-    return pos
+    return _lift(tm.mintab, c, pos, thr, False)
 
 
 def _r32(x):
@@ -952,23 +954,29 @@ def sweep(
         tm = build_markets(it, spot, zones=zones, pad_min=pad, source=source)
         minutes[it] = tm.minutes
         mttfs[it] = {b: mttf_minutes(tm, b).tolist() for b in bids}
+        starts, homes, works = [], [], []
         for w in work_hours:
             last = tm.minutes - int(math.ceil(60 * w))
             if last <= 0:
                 raise ValueError(f"the {it} history ({tm.minutes} min) is shorter than a {w} h job")
             st = np.arange(0, last, stride, dtype=np.int64)
             S_, H_ = np.meshgrid(st, np.arange(len(zones)), indexing="ij")
-            for b in bids:
-                mt = np.asarray(mttfs[it][b])
-                for pol, polname, swi in (
-                    ("tierml", "tierml", True),
-                    ("tierml", "tierml_noswitch", False),
-                    ("checkpoint", "checkpoint", True),
-                ):
-                    out = run_vectorised(tm, S_, H_, w, b, pol, model, switching=swi, mttf=mt)
-                    total += S_.size
+            starts.append(S_.ravel())
+            homes.append(H_.ravel())
+            works.append(np.full(S_.size, float(w)))
+        S_, H_, W_ = np.concatenate(starts), np.concatenate(homes), np.concatenate(works)
+        for b in bids:
+            mt = np.asarray(mttfs[it][b])
+            for pol, polname, swi in (
+                ("tierml", "tierml", True),
+                ("tierml", "tierml_noswitch", False),
+                ("checkpoint", "checkpoint", True),
+            ):
+                out = run_vectorised(tm, S_, H_, W_, b, pol, model, switching=swi, mttf=mt)
+                total += S_.size
+                for w in work_hours:
                     for zi, z in enumerate(zones):
-                        sel = H_.ravel() == zi
+                        sel = (H_ == zi) & (W_ == float(w))
                         cell = {
                             "zone": z,
                             "instance_type": it,
