@@ -241,6 +241,20 @@ def mixed_fleet(workers: int, fast: float, *, slow_ratio: float = 0.5, **kwargs:
 _CHUNK = 32
 
 
+@jax.jit(static_argnums=(3,))
+def _draw_generations_jit(process, key, g0, workers):
+    def one(i):
+        return mk.sample_lifetimes(process, jax.random.fold_in(key, i), workers).lifetime
+
+    return jax.vmap(one)(g0 + jnp.arange(_CHUNK))
+
+
+def _draw_generations(process, key, g0, workers):
+    """Lifetimes ``[_CHUNK, workers]`` of generations ``g0 ...`` (one compiled program per
+    process type and worker count; the process's numbers are traced)."""
+    return _draw_generations_jit(process, key, g0, workers)
+
+
 def down_intervals(process: Any, key: jax.Array, workers: int, horizon_s: float,
                    restart_s: float | None = 180.0) -> list[np.ndarray]:
     """When each worker slot is away: per worker an array ``[k, 2]`` of ``(revoked_at, back_at)``.
@@ -259,12 +273,10 @@ def down_intervals(process: Any, key: jax.Array, workers: int, horizon_s: float,
         return [np.zeros((0, 2)) for _ in range(workers)]
     start = np.zeros(workers)
     g = 0
-    draw = jax.jit(jax.vmap(lambda k: mk.sample_lifetimes(process, k, workers).lifetime))
     chunk = np.zeros((0, workers))
     while np.any(start <= horizon_s):
         if g % _CHUNK == 0:  # _CHUNK generations per call: one compilation, same draws as one by one
-            keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(g, g + _CHUNK))
-            chunk = np.asarray(draw(keys), float)
+            chunk = np.asarray(_draw_generations(process, key, g, workers), float)
         life = chunk[g % _CHUNK]
         for m in range(workers):
             if start[m] > horizon_s:
