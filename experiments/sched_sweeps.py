@@ -1,0 +1,371 @@
+"""Pollux's sensitivity and fairness sweeps (thesis Sec 3.5.3, Figs 3.12 and 3.13).
+
+* **Job load** (Fig 3.13a): workloads sampled from the Philly trace at 0.5x, 1x, 1.5x and 2x
+  the artifact's rate of 20 jobs/h (:func:`scarjax.sched.workload.sample_workload`: seed
+  ``k`` at load 1 is the artifact's ``workload-k``; its other loads are drawn the same way),
+  average JCT and makespan of Pollux, Tiresias and Optimus.
+* **Scheduling interval** (Fig 3.13b): Pollux with intervals from 30 s to 8 min.
+* **Interference** (Fig 3.13c): distributed jobs sharing a node slowed by 0, 25 or 50%, with
+  PolluxSched's interference avoidance on and off.
+* **Finish-time fairness** (Fig 3.12; Mahajan et al., Themis): ``rho = JCT shared / JCT
+  isolated``, the isolated JCT being the job alone on an equal share of the cluster, ``G /
+  N`` GPUs with ``N`` the time-average number of active jobs during its life (packed on
+  whole nodes, at least one GPU; the job keeps the policy's batch-size mode: adaptive under
+  Pollux, the user's batch size otherwise, at most ``batch_size / min_local_bsz`` GPUs).
+  Pollux with ``p = 1, -1, -10`` beside Tiresias and Optimus.
+
+The reference numbers are the artifact's own simulator runs (``simulator/results-jobload``,
+``results-period``, ``results-inter`` of petuum/adaptdl osdi21-artifact, the mean JCT over
+its 8 workloads) and the thesis' statements for Fig 3.12.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from experiments import _common, _plot
+
+NAME = "sched_sweeps"
+DESCRIPTION = "Pollux Figs 3.12-3.13: job load 0.5-2x, interval 30 s-8 min, interference avoidance, finish-time fairness p=1,-1,-10"
+
+#: Mean JCT (s) over the artifact's 8 workloads (``results-jobload/<policy>-<load>/summary.json``).
+REFERENCE_LOAD = {
+    "pollux": {0.5: 1533.9765625, 1.0: 2751.13359375, 1.5: 3685.4078125, 2.0: 5289.199609375},
+    "tiresias": {0.5: 2091.4921875, 1.0: 4038.18203125, 1.5: 6182.35, 2.0: 10039.5171875},
+    "optimus": {0.5: 2395.3640625, 1.0: 5681.93359375, 1.5: 7234.6135416666675, 2.0: 9721.039453125},
+}
+#: Pollux mean JCT (s) per scheduling interval (``results-period/pollux-<interval>``; 60 s: jobload 1.0).
+REFERENCE_INTERVAL = {30.0: 2729.1203125, 60.0: 2751.13359375, 120.0: 2805.8671875, 240.0: 2968.54921875,
+                      480.0: 3354.1765625000003}
+#: Pollux mean JCT (s) with interference avoidance on/off per slowdown (``results-inter``; with
+#: avoidance no two distributed jobs share a node, so the artifact plots the 0% run for all).
+REFERENCE_INTERFERENCE = {("on", 0.0): 2751.13359375, ("on", 0.25): 2751.13359375, ("on", 0.5): 2751.13359375,
+                          ("off", 0.0): 2757.93359375, ("off", 0.25): 3177.1234375, ("off", 0.5): 3903.0570312500004}
+THESIS_FAIRNESS = ("Fig 3.12: Pollux p = -1 gives the best fairness, 99% of jobs rho < 2; p = 1 a long tail "
+                   "(rho > 4) like Tiresias; Optimus better than Tiresias; p = -10 slightly worse than -1; "
+                   "max-rho improvements 1.5x and 5.4x over Tiresias and Optimus")
+POLICIES = ("pollux", "tiresias", "optimus")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    loads: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)
+    seeds: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)  # workload seeds (the artifact's 8 workloads)
+    policies: tuple[str, ...] = POLICIES
+    intervals_s: tuple[float, ...] = (30.0, 60.0, 120.0, 240.0, 480.0)
+    interference: tuple[tuple[str, float], ...] = (("on", 0.0), ("on", 0.25), ("on", 0.5), ("off", 0.0),
+                                                   ("off", 0.25), ("off", 0.5))
+    fairness_p: tuple[float, ...] = (1.0, -1.0, -10.0)
+    sweep_seeds: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)  # workloads of the interval/interference/fairness sweeps
+    duration_hours: int = 8
+    exclude_apps: tuple[str, ...] = ()
+    nodes: int = 16
+    gpus_per_node: int = 4
+    population: int = 100
+    generations: int = 100
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> "Config":
+        # One-hour windows (20 x load jobs) without ImageNet, a short genetic search, the
+        # extremes of each sweep.
+        return cls(loads=(0.5, 2.0), seeds=(1,), policies=("pollux", "tiresias"), intervals_s=(60.0, 480.0),
+                   interference=(("on", 0.5), ("off", 0.5)), fairness_p=(1.0, -1.0), sweep_seeds=(1,),
+                   duration_hours=1, exclude_apps=("imagenet",), population=20, generations=10)
+
+
+def _policy(name: str, config, **ga):
+    if name == "pollux":
+        from scarjax.sched.pollux import GAConfig, PolluxPolicy
+
+        return PolluxPolicy(GAConfig(pop_size=config.population, generations=config.generations, **ga))
+    if name == "tiresias":
+        from scarjax.sched.tiresias import TiresiasPolicy
+
+        return TiresiasPolicy()
+    if name == "optimus":
+        from scarjax.sched.optimus import OptimusPolicy
+
+        return OptimusPolicy()
+    raise ValueError(f"policy must be one of {POLICIES}, got {name!r}")
+
+
+def _workload(load: float, seed: int, config):
+    from scarjax.sched.workload import sample_workload
+
+    w = sample_workload(load, seed=seed, duration_hours=config.duration_hours)
+    if config.exclude_apps:
+        keep = ~np.isin(w.application, list(config.exclude_apps))
+        w = type(w)(name=w.name[keep], time=w.time[keep], application=w.application[keep],
+                    num_replicas=w.num_replicas[keep], batch_size=w.batch_size[keep],
+                    source=f"{w.source} without {list(config.exclude_apps)}")
+    return w
+
+
+def _stats(res) -> dict:
+    jct = res.jcts
+    done = np.isfinite(jct)
+    comp = np.array([np.nan if j.completion_s is None else j.completion_s for j in res.jobs])
+    return {"avg_jct_s": float(np.mean(jct[done])), "p99_jct_s": float(np.percentile(jct[done], 99)),
+            "makespan_s": float(np.nanmax(comp)), "n_jobs": len(res.jobs), "n_unfinished": int(res.n_unfinished),
+            "restarts_per_job": float(np.mean([j.restarts for j in res.jobs]))}
+
+
+class FixedShare:
+    """A one-job policy: the job always holds ``gpus`` GPUs packed on whole nodes (the
+    isolated, equally partitioned cluster of finish-time fairness)."""
+
+    name = "fixed-share"
+
+    def __init__(self, gpus: int, adaptive: bool):
+        self.gpus, self.adaptive = int(gpus), bool(adaptive)
+
+    def allocate(self, jobs, cluster, now, rng) -> np.ndarray:
+        from scarjax.sched.simulator import packed_placement
+
+        n = jobs.num_jobs
+        out = np.zeros((n, cluster.nodes), np.int64)
+        if n:
+            row = packed_placement(self.gpus, cluster.gpus_per_node)
+            out[0, :len(row)] = row
+        return out
+
+
+def mean_active_jobs(submit: np.ndarray, completion: np.ndarray) -> np.ndarray:
+    """``float[J]``: for each job, the time-average number of jobs active (submitted, not
+    complete) while it was (its own included)."""
+    s, c = np.asarray(submit, float), np.asarray(completion, float)
+    edges = np.unique(np.concatenate([s, c]))
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    active = ((s[None, :] <= mid[:, None]) & (mid[:, None] < c[None, :])).sum(axis=1)
+    width = np.diff(edges)
+    out = np.empty(s.size)
+    for j in range(s.size):
+        m = (mid >= s[j]) & (mid < c[j])
+        out[j] = float((active[m] * width[m]).sum() / width[m].sum()) if width[m].sum() > 0 else 1.0
+    return out
+
+
+def finish_time_fairness(res, workload, policy_adaptive: bool, cluster, apps, cache: dict) -> np.ndarray:
+    """``rho`` per completed job of ``res`` (module docstring); ``cache`` holds isolated JCTs
+    by ``(app, gpus, adaptive, batch size)``."""
+    from scarjax.sched.simulator import Cluster, simulate
+
+    jct = res.jcts
+    submit = np.array([j.submit_s for j in res.jobs])
+    comp = submit + jct
+    n_bar = mean_active_jobs(submit, np.where(np.isfinite(comp), comp, np.nanmax(comp)))
+    g = cluster.nodes * cluster.gpus_per_node
+    rho = np.full(jct.size, np.nan)
+    for i, job in enumerate(res.jobs):
+        if not np.isfinite(jct[i]):
+            continue
+        a = apps.names.index(job.app)
+        bsz = int(workload.batch_size[i])
+        cap = g if policy_adaptive else max(1, bsz // int(apps.min_local_bsz[a]))
+        if policy_adaptive:
+            cap = min(cap, max(1, int(apps.max_batch_size[a]) // int(apps.min_local_bsz[a])))
+        k = int(np.clip(np.floor(g / n_bar[i]), 1, min(cap, g)))
+        key = (job.app, k, policy_adaptive, bsz)
+        if key not in cache:
+            from scarjax.data.pollux_sim import Workload
+
+            solo = Workload(name=np.array([job.app]), time=np.zeros(1), application=np.array([job.app]),
+                            num_replicas=np.array([k]), batch_size=np.array([bsz]), source="isolated")
+            r = simulate(solo, FixedShare(k, policy_adaptive), cluster=Cluster(
+                nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node, interval_s=cluster.interval_s,
+                restart_penalty_s=cluster.restart_penalty_s), apps=apps, record_timeline=False)
+            cache[key] = float(r.jcts[0])
+        rho[i] = jct[i] / cache[key]
+    return rho
+
+
+def _rho_stats(rho: np.ndarray) -> dict:
+    r = rho[np.isfinite(rho)]
+    return {"share_below_2": float(np.mean(r < 2)), "share_above_4": float(np.mean(r > 4)),
+            "median": float(np.median(r)), "p99": float(np.percentile(r, 99)), "max": float(r.max()),
+            "rho": np.sort(r).tolist()}
+
+
+@_common.recorded(NAME)
+def run(config: Config, out_dir) -> dict:
+    from scarjax.sched.apps import load_apps
+    from scarjax.sched.simulator import Cluster, simulate
+
+    t0 = time.perf_counter()
+    apps = load_apps()
+    base = Cluster(nodes=config.nodes, gpus_per_node=config.gpus_per_node)
+    out: dict = {"config": dataclasses.asdict(config)}
+
+    load = {}
+    for pol in config.policies:
+        load[pol] = {}
+        for L in config.loads:
+            per = [_stats(simulate(_workload(L, s, config), _policy(pol, config), cluster=base, apps=apps,
+                                   seed=config.seed)) for s in config.seeds]
+            load[pol][str(L)] = {"per_workload": per, "avg_jct_s": float(np.mean([p["avg_jct_s"] for p in per])),
+                                 "makespan_s": float(np.mean([p["makespan_s"] for p in per]))}
+    out["load"] = load
+
+    sweep_w = {s: _workload(1.0, s, config) for s in config.sweep_seeds}
+    interval = {}
+    for dt in config.intervals_s:
+        cl = dataclasses.replace(base, interval_s=float(dt))
+        per = [_stats(simulate(w, _policy("pollux", config), cluster=cl, apps=apps, seed=config.seed))
+               for w in sweep_w.values()]
+        interval[str(float(dt))] = {"per_workload": per, "avg_jct_s": float(np.mean([p["avg_jct_s"] for p in per]))}
+    out["interval"] = interval
+
+    inter = {}
+    for mode, slow in config.interference:
+        cl = dataclasses.replace(base, interference=float(slow))
+        per = [_stats(simulate(w, _policy("pollux", config, interference_avoidance=(mode == "on")), cluster=cl,
+                               apps=apps, seed=config.seed)) for w in sweep_w.values()]
+        inter[f"{mode}/{float(slow)}"] = {"avoidance": mode, "slowdown": float(slow), "per_workload": per,
+                                          "avg_jct_s": float(np.mean([p["avg_jct_s"] for p in per]))}
+    out["interference"] = inter
+
+    fair, cache = {}, {}
+    variants = [(f"pollux p={p:g}", "pollux", {"p": float(p)}) for p in config.fairness_p]
+    variants += [(b, b, {}) for b in config.policies if b != "pollux"]
+    for label, pol, ga in variants:
+        rhos, stats = [], []
+        for w in sweep_w.values():
+            policy = _policy(pol, config, **ga)
+            res = simulate(w, policy, cluster=base, apps=apps, seed=config.seed)
+            rhos.append(finish_time_fairness(res, w, policy.adaptive, base, apps, cache))
+            stats.append(_stats(res))
+        rho = np.concatenate(rhos)
+        fair[label] = {**_rho_stats(rho), "avg_jct_s": float(np.mean([s["avg_jct_s"] for s in stats])),
+                       "p99_jct_s": float(np.mean([s["p99_jct_s"] for s in stats])),
+                       "makespan_s": float(np.mean([s["makespan_s"] for s in stats]))}
+    out["fairness"] = fair
+    out["reference"] = {"load": {p: {str(k): v for k, v in d.items()} for p, d in REFERENCE_LOAD.items()},
+                        "interval": {str(k): v for k, v in REFERENCE_INTERVAL.items()},
+                        "interference": {f"{m}/{s}": v for (m, s), v in REFERENCE_INTERFERENCE.items()}}
+    out["comparable"] = (config.duration_hours == 8 and not config.exclude_apps and config.nodes == 16
+                         and config.gpus_per_node == 4)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def plot(res: dict, out_dir) -> list:
+    """(a) avg JCT vs job load per policy, (b) Pollux avg JCT vs interval, (c) interference
+    avoidance on/off per slowdown, (d) CDF of finish-time fairness; artifact's means dashed."""
+    ref = res["reference"]
+    fig, axes = _plot.figure(1, 4, panel=(4.2, 3.4))
+    ax = axes[0, 0]
+    for k, (pol, d) in enumerate(res["load"].items()):
+        xs = sorted(d, key=float)
+        ax.plot([float(x) for x in xs], [d[x]["avg_jct_s"] / 3600 for x in xs], "o-", color=f"C{k}", label=pol)
+        r = ref["load"].get(pol, {})
+        ax.plot([float(x) for x in sorted(r, key=float)], [r[x] / 3600 for x in sorted(r, key=float)], "--",
+                color=f"C{k}", alpha=0.5)
+    ax.set_xlabel("relative job load")
+    ax.set_ylabel("avg JCT (hours)")
+    ax.set_title("(a) job load (dashed: artifact)")
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    xs = sorted(res["interval"], key=float)
+    ax.plot([float(x) / 60 for x in xs], [res["interval"][x]["avg_jct_s"] / 3600 for x in xs], "o-", label="ours")
+    rx = sorted(ref["interval"], key=float)
+    ax.plot([float(x) / 60 for x in rx], [ref["interval"][x] / 3600 for x in rx], "--", alpha=0.6, label="artifact")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("scheduling interval (min)")
+    ax.set_ylabel("Pollux avg JCT (hours)")
+    ax.set_title("(b) scheduling interval")
+    ax.legend(fontsize=7)
+    ax = axes[0, 2]
+    items = list(res["interference"].values())
+    labels = [f"{d['avoidance']}\n{d['slowdown']:.0%}" for d in items]
+    x = np.arange(len(items))
+    ax.bar(x - 0.2, [d["avg_jct_s"] / 3600 for d in items], 0.4, label="ours")
+    ax.bar(x + 0.2, [ref["interference"].get(f"{d['avoidance']}/{d['slowdown']}", np.nan) / 3600 for d in items],
+           0.4, alpha=0.5, hatch="//", label="artifact")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("Pollux avg JCT (hours)")
+    ax.set_title("(c) avoidance / slowdown")
+    ax.legend(fontsize=7)
+    ax = axes[0, 3]
+    for k, (label, d) in enumerate(res["fairness"].items()):
+        r = np.asarray(d["rho"], float)
+        ax.step(r, np.arange(1, r.size + 1) / max(r.size, 1), where="post", color=f"C{k}", label=label)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("finish-time fairness rho")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("(d) Fig 3.12 fairness")
+    ax.legend(fontsize=7)
+    return [_plot.save(fig, out_dir, NAME)]
+
+
+def report(res: dict) -> str:
+    c, ref = res["config"], res["reference"]
+    note = "" if res["comparable"] else (
+        f" **Quick mode** ({c['duration_hours']}-hour windows, {len(c['seeds'])} workload(s)"
+        f"{', without ' + ', '.join(c['exclude_apps']) if c['exclude_apps'] else ''}, population "
+        f"{c['population']} x {c['generations']} generations): the artifact's means are for 8-hour, 8-workload "
+        "runs and are shown for orientation only.")
+    lines = ["## Pollux sweeps: job load, interval, interference, fairness (Figs 3.12-3.13)", "",
+             f"{c['nodes']} x {c['gpus_per_node']} GPUs; workloads sampled with seeds {list(c['seeds'])} (load "
+             f"sweep) and {list(c['sweep_seeds'])} (other sweeps, load 1).{note}", "",
+             "### Job load (Fig 3.13a): mean of the workloads' avg JCT (s)", "",
+             "| load | " + " | ".join(f"{p} | artifact" for p in res["load"]) + " |",
+             "|---|" + "---:|---:|" * len(res["load"])]
+    loads = sorted(next(iter(res["load"].values())), key=float)
+    for L in sorted(set(loads) | set(ref["load"]["pollux"]), key=float):
+        cells = []
+        for p, d in res["load"].items():
+            a = ref["load"].get(p, {}).get(str(float(L)))
+            cells += [f"{d[L]['avg_jct_s']:.0f}" if L in d else "-", "-" if a is None else f"{a:.0f}"]
+        lines.append(f"| {float(L):g}x | " + " | ".join(cells) + " |")
+    if "pollux" in res["load"]:
+        for b in [p for p in res["load"] if p != "pollux"]:
+            ours = [res["load"]["pollux"][L]["avg_jct_s"] / res["load"][b][L]["avg_jct_s"] - 1 for L in loads]
+            theirs = [ref["load"]["pollux"][str(float(L))] / ref["load"][b][str(float(L))] - 1 for L in loads]
+            lines.append(f"\nPollux vs {b} per load: ours " + ", ".join(f"{v:+.0%}" for v in ours)
+                         + "; artifact " + ", ".join(f"{v:+.0%}" for v in theirs) + ".")
+    lines += ["", "### Scheduling interval (Fig 3.13b): Pollux avg JCT (s)", "", "| interval | ours | artifact |",
+              "|---|---:|---:|"]
+    for dt in sorted(set(res["interval"]) | set(ref["interval"]), key=float):
+        a, d = ref["interval"].get(dt), res["interval"].get(dt)
+        ours = "-" if d is None else f"{d['avg_jct_s']:.0f}"
+        lines.append(f"| {float(dt):g} s | {ours} | {'-' if a is None else f'{a:.0f}'} |")
+    lines += ["", "### Interference (Fig 3.13c): Pollux avg JCT (s)", "", "| avoidance | slowdown | ours | artifact |",
+              "|---|---:|---:|---:|"]
+    for key in list(ref["interference"]) + [k for k in res["interference"] if k not in ref["interference"]]:
+        a, d = ref["interference"].get(key), res["interference"].get(key)
+        mode, slow = key.split("/")
+        ours = "-" if d is None else f"{d['avg_jct_s']:.0f}"
+        lines.append(f"| {mode} | {float(slow):.0%} | {ours} | {'-' if a is None else f'{a:.0f}'} |")
+    lines += ["", "### Finish-time fairness (Fig 3.12)", "",
+              "| policy | jobs rho < 2 | rho > 4 | median rho | p99 rho | max rho | avg JCT (s) | p99 JCT (s) | makespan (s) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, d in res["fairness"].items():
+        lines.append(f"| {label} | {d['share_below_2']:.0%} | {d['share_above_4']:.0%} | {d['median']:.2f} | "
+                     f"{d['p99']:.2f} | {d['max']:.2f} | {d['avg_jct_s']:.0f} | {d['p99_jct_s']:.0f} | "
+                     f"{d['makespan_s']:.0f} |")
+    f = res["fairness"]
+    if "pollux p=-1" in f:
+        extra = [f"max-rho of {b} / Pollux p=-1: {f[b]['max'] / f['pollux p=-1']['max']:.1f}x"
+                 for b in ("tiresias", "optimus") if b in f]
+        if extra:
+            lines.append("\n" + "; ".join(extra) + ".")
+    lines += ["", f"Thesis {THESIS_FAIRNESS}. Our isolated JCT gives the job floor(G / N) GPUs packed on whole "
+              "nodes (N the time-average number of active jobs during its life) in the same simulator; Themis' "
+              "definition leaves the share's placement open, so rho values are comparable in shape, not "
+              "digit for digit."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    cfg = Config.quick() if "--quick" in sys.argv else Config()
+    r = run(cfg, "/tmp/sched_sweeps_out")
+    print(report(r))
+    print(r["seconds"])

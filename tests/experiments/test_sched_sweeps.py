@@ -1,0 +1,57 @@
+"""experiments/sched_sweeps: finish-time fairness helpers and a tiny run end to end."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from experiments import sched_sweeps as m
+
+
+def test_mean_active_jobs_hand_checked():
+    # job 0 alone on [0, 10), then with job 1 on [10, 20); job 1 alone on [20, 40)
+    n = m.mean_active_jobs([0.0, 10.0], [20.0, 40.0])
+    np.testing.assert_allclose(n, [1.5, (2 * 10 + 1 * 20) / 30])
+
+
+def check_rho(rho: dict) -> None:
+    r = np.asarray(rho["rho"], float)
+    assert np.all(np.diff(r) >= 0), "rho is not sorted"
+    assert rho["max"] == pytest.approx(r.max()), "max rho is not the largest rho"
+    assert rho["share_below_2"] == pytest.approx(np.mean(r < 2)), "share_below_2 does not count rho < 2"
+
+
+def _check_run(tmp_path, cfg, labels):
+    m.run(cfg, tmp_path)
+    saved = json.loads((tmp_path / "results" / "sched_sweeps.json").read_text())
+    assert set(saved["load"]) == set(cfg.policies) and set(saved["load"][cfg.policies[0]]) == {"0.5"}
+    n = len(m._workload(0.5, 1, cfg))  # 20 jobs/h x 0.5 x 1 h, ImageNet dropped
+    assert 5 <= n <= 10 and saved["load"][cfg.policies[0]]["0.5"]["per_workload"][0]["n_jobs"] == n
+    assert set(saved["fairness"]) == set(labels)
+    for d in saved["fairness"].values():
+        check_rho(d)
+        assert len(d["rho"]) == len(m._workload(1.0, 1, cfg)) and min(d["rho"]) > 0
+    assert (tmp_path / "paper_figs" / "sched_sweeps.png").stat().st_size > 10_000
+    text = m.report(saved)
+    for needed in ("2091", "10040", "3354", "3903", "99% of jobs rho < 2", "Quick mode"):
+        assert needed in text, needed
+    bad = dict(next(iter(saved["fairness"].values())), max=0.0)
+    with pytest.raises(AssertionError, match="max rho is not the largest"):
+        check_rho(bad)
+    return saved
+
+
+def test_sched_sweeps_baselines_end_to_end(tmp_path):
+    cfg = dataclasses.replace(m.Config.quick(), loads=(0.5,), policies=("tiresias", "optimus"), intervals_s=(),
+                              interference=(), fairness_p=())
+    saved = _check_run(tmp_path, cfg, ["tiresias", "optimus"])
+    assert saved["interval"] == {} and saved["interference"] == {}
+
+
+@pytest.mark.slow
+def test_sched_sweeps_quick_with_pollux(tmp_path):
+    cfg = dataclasses.replace(m.Config.quick(), loads=(0.5,), intervals_s=(60.0,), interference=(("off", 0.5),),
+                              fairness_p=(-1.0,), population=10, generations=4)
+    saved = _check_run(tmp_path, cfg, ["pollux p=-1", "tiresias"])
+    assert set(saved["interval"]) == {"60.0"} and set(saved["interference"]) == {"off/0.5"}
