@@ -1,0 +1,256 @@
+"""Litz elasticity on the cluster clock: scale out and in mid-run without restarting (thesis
+Ch 4, Sec 4.3-4.5.1; issue 14 policy 7).
+
+Litz over-partitions a job into ``E`` *executors* (micro-tasks over data and worker state) and
+its parameters into ``P`` *PShards*; nodes run worker threads that execute the executors and
+server threads that hold the PShards. Elasticity moves executors and PShards between nodes
+(Sec 4.4): the computation itself (which executors exist, what each computes from which
+parameters, in which order) does not depend on the number of nodes. Here:
+
+* **Training** is real and independent of the node count: :class:`scarjax.cluster.clock.Trainer`
+  over the ``E`` executors (worker mode with ``E`` workers when the algorithm has one; else the
+  plain loop), advanced in intervals between scaling events. The trainer is cut-invariant
+  (each iteration's keys come from its global index), so an elastic run reaches exactly the
+  state of a static run after the same iterations: nothing is restarted, redone or lost (the
+  tests compare the parameters bit for bit). This mirrors :mod:`scarjax.ps.elastic`'s
+  guarantee for server and worker changes ("a segmented run with these events equals the
+  uninterrupted run").
+* **Time** per iteration on ``N`` nodes comes from the job's
+  :class:`~scarjax.cluster.clock.StepTime` (e.g. :func:`litz_step_time`: executors divided over
+  the nodes' worker threads, Fig 4.2's over-partitioning overhead, plus a fixed per-iteration
+  part), and a scaling event costs a *migration* pause: the executors and PShards that change
+  node (a minimal-move rebalance, :func:`rebalance`: leaving nodes' units go to the least loaded
+  remaining ones, joining nodes take units from the most loaded, as
+  :func:`scarjax.ps.elastic.remove_servers` / ``add_servers`` do with blocks) are serialised
+  and sent at ``bandwidth`` bytes/s, node pairs in parallel (Sec 4.5.1: 2.0 Gbps; LDA's
+  stateful executors ≈ 4.6 GiB per node, MLR's stateless workers only move PShards).
+* **Ideal scale-out** (Sec 4.5.1, after Pundir et al.): the time at which the scale-out was
+  triggered plus the time a static run on the new node count takes for the remaining
+  iterations (:func:`ideal_time`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from scarjax import _validate as va
+from scarjax.cluster import clock
+
+__all__ = [
+    "LitzSpec",
+    "litz_step_time",
+    "placement",
+    "rebalance",
+    "migration_s",
+    "elastic",
+    "ideal_time",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class LitzSpec:
+    """How a Litz job is partitioned and what moving it costs.
+
+    Attributes:
+      executors: ``E`` executors (micro-task partitions; fixed for the whole run).
+      pshards: ``P`` parameter shards.
+      param_bytes: bytes of all parameters (split evenly over the PShards).
+      executor_bytes: bytes of all executors' state (0 for stateless workers: MLR; LDA's
+        token-topic assignments are large), split evenly over the executors.
+      bandwidth: bytes/s between a pair of nodes (Sec 4.5.1: 2.0 Gbps = 2.5e8 B/s).
+      latency_s: fixed cost of a scaling event (coordination, process start).
+    """
+
+    executors: int
+    pshards: int
+    param_bytes: float = 0.0
+    executor_bytes: float = 0.0
+    bandwidth: float = 2.5e8
+    latency_s: float = 1.0
+
+    def __post_init__(self):
+        va.check_int("executors", self.executors, lo=1)
+        va.check_int("pshards", self.pshards, lo=1)
+        va.check_real("param_bytes", self.param_bytes, lo=0.0, scalar=True)
+        va.check_real("executor_bytes", self.executor_bytes, lo=0.0, scalar=True)
+        va.check_real("bandwidth", self.bandwidth, lo=0.0, lo_open=True, scalar=True)
+        va.check_real("latency_s", self.latency_s, lo=0.0, scalar=True)
+
+
+def litz_step_time(compute_s: float, fixed_s: float, executors: int, *, threads_per_node: int = 1,
+                   overhead_per_executor: float = 0.0) -> clock.StepTime:
+    """Seconds per iteration on ``N`` nodes: ``compute_s · ceil(E / (N · threads)) / (E / threads)
+    · (1 + overhead) + fixed_s``: the executors' work divided over the nodes' worker threads in
+    whole executors (an over-partitioned job balances to within one executor), the
+    over-partitioning overhead ``overhead_per_executor · (E / (N · threads) − 1)`` (Fig 4.2: MLR
+    ×1.11 at 16 executors per thread), and a per-iteration part ``fixed_s`` that does not shrink
+    with the nodes (synchronisation, parameter traffic). ``t(1 node) = compute_s + fixed_s``."""
+    va.check_real("compute_s", compute_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("fixed_s", fixed_s, lo=0.0, scalar=True)
+    E = va.check_int("executors", executors, lo=1)
+    th = va.check_int("threads_per_node", threads_per_node, lo=1)
+    va.check_real("overhead_per_executor", overhead_per_executor, lo=0.0, scalar=True)
+    c, f, o = float(compute_s), float(fixed_s), float(overhead_per_executor)
+
+    def fn(nodes):
+        slots = np.asarray(nodes, np.int64) * th
+        per = np.ceil(E / slots)
+        return c * per / (E / th) * (1.0 + o * np.maximum(E / slots - 1.0, 0.0)) + f
+
+    return clock.StepTime(fn, f"litz(E={E},c={c:g},f={f:g})")
+
+
+def placement(units: int, nodes: int) -> np.ndarray:
+    """A balanced assignment of ``units`` (executors or PShards) to ``nodes``: unit ``i`` on node
+    ``i mod nodes``."""
+    units, nodes = va.check_int("units", units, lo=1), va.check_int("nodes", nodes, lo=1)
+    return np.arange(units) % nodes
+
+
+def rebalance(assign: Any, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Minimal-move rebalance of ``assign`` (node of each unit, nodes ``0..N-1``) onto nodes
+    ``0..nodes-1``: units on removed nodes (``>= nodes``) move to the least loaded remaining
+    nodes; when nodes join, units leave the most loaded nodes for the least loaded until every
+    node holds ``floor`` or ``ceil`` of the mean. Returns ``(new_assign, moved)`` (a bool mask of
+    the units that changed node). Nothing is dropped: every unit keeps exactly one node."""
+    a = np.asarray(assign, np.int64).copy()
+    nodes = va.check_int("nodes", nodes, lo=1)
+    if a.ndim != 1 or a.size == 0 or np.any(a < 0):
+        raise ValueError(f"assign must be a non-empty 1-D array of node indices >= 0, got {assign!r}")
+    old = a.copy()
+    load = np.bincount(a[a < nodes], minlength=nodes)
+    for i in np.flatnonzero(a >= nodes):  # leaving nodes: to the least loaded
+        j = int(np.argmin(load))
+        a[i] = j
+        load[j] += 1
+    hi = -(-a.size // nodes)
+    lo = a.size // nodes
+    while load.max() > hi or (load.min() < lo):  # joining nodes: from the most loaded
+        src, dst = int(np.argmax(load)), int(np.argmin(load))
+        i = int(np.flatnonzero(a == src)[-1])
+        a[i] = dst
+        load[src] -= 1
+        load[dst] += 1
+    return a, a != old
+
+
+def migration_s(spec: LitzSpec, old_nodes: int, new_nodes: int) -> float:
+    """Seconds a scaling event from ``old_nodes`` to ``new_nodes`` pauses the job: the moved
+    executors' and PShards' bytes, sent at ``bandwidth`` with node pairs in parallel (the
+    busiest node's traffic), plus ``latency_s``."""
+    if not isinstance(spec, LitzSpec):
+        raise TypeError(f"spec must be a LitzSpec, got {type(spec).__name__}")
+    old_nodes, new_nodes = va.check_int("old_nodes", old_nodes, lo=1), va.check_int("new_nodes", new_nodes, lo=1)
+    if old_nodes == new_nodes:
+        return 0.0
+    busiest = 0.0
+    traffic = np.zeros(max(old_nodes, new_nodes))
+    for units, total in ((spec.executors, spec.executor_bytes), (spec.pshards, spec.param_bytes)):
+        a0 = placement(units, old_nodes)
+        a1, moved = rebalance(a0, new_nodes)
+        per = total / units
+        np.add.at(traffic, a0[moved], per)  # sent
+        np.add.at(traffic, a1[moved], per)  # received
+    busiest = float(traffic.max()) if traffic.size else 0.0
+    return spec.latency_s + busiest / spec.bandwidth
+
+
+def _check_schedule(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    out = []
+    last = -math.inf
+    for item in schedule:
+        if len(item) != 2:
+            raise ValueError(f"schedule entries must be (time_s, nodes), got {item!r}")
+        t, n = float(item[0]), va.check_int("schedule nodes", item[1], lo=1)
+        if not t >= 0 or t < last:
+            raise ValueError(f"schedule times must be >= 0 and non-decreasing, got {schedule!r}")
+        last = t
+        out.append((t, n))
+    return out
+
+
+def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, horizon_s: float,
+            spec: LitzSpec, schedule: Sequence[tuple[float, int]] = (), tier: str = "reliable",
+            policy: str = "litz") -> clock.ClusterRun:
+    """Run ``job`` on ``job.workers`` nodes, changing to ``nodes`` at each ``(time_s, nodes)`` of
+    ``schedule`` without restarting (module docstring), until ``job.target_loss``,
+    ``job.max_steps`` or ``horizon_s``.
+
+    A scaling event requested at ``t`` takes effect at the end of the iteration in progress,
+    then pauses the job for :func:`migration_s`; nodes are billed (``market``, ``tier``; default
+    on-demand m4.4xlarge-like $0.8/h per node, per second) from when they join to when they
+    leave. Returns a :class:`~scarjax.cluster.clock.ClusterRun` (one point per iteration,
+    ``'scale'`` events; ``meta['nodes']`` per point) with ``final_state`` (the trained state)
+    attached.
+    """
+    if not isinstance(job, clock.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    if not isinstance(spec, LitzSpec):
+        raise TypeError(f"spec must be a LitzSpec, got {type(spec).__name__}")
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    sched = _check_schedule(schedule)
+    if market is None:
+        market = clock.Market(clock.MachineType("m4.4xlarge", 0.8), None, billing="per_second")
+    if not isinstance(market, clock.Market):
+        raise TypeError(f"market must be a scarjax.cluster.clock.Market or None, got {type(market).__name__}")
+    workers = spec.executors if job.algorithm.has_workers else None
+    trainer = clock.Trainer(job.algorithm, key, workers=workers)
+    ledger = clock.Ledger()
+    price = market.price(tier)
+    nodes = int(job.workers)
+    for i in range(nodes):
+        ledger.start(i, 0.0, price=price, tier=tier, billing=market.billing)
+    rec = clock.Recorder(policy, ledger, market.start_time_s)
+    rec.point(0.0, trainer.loss(), 0)
+    node_hist = [nodes]
+    t, loss = 0.0, math.inf
+    pending = list(sched)
+    while trainer.step < job.max_steps and t < horizon_s:
+        # iterations until the next requested event (it takes effect at an iteration's end)
+        dt = float(job.step_time(nodes))
+        if pending:
+            n_it = max(1, int(math.ceil((pending[0][0] - t) / dt - 1e-9)))
+        else:
+            n_it = job.max_steps - trainer.step
+        n_it = min(n_it, job.max_steps - trainer.step, max(1, int(math.ceil((horizon_s - t) / dt))))
+        losses = trainer.train(n_it)
+        hit = np.flatnonzero(losses <= job.target_loss)
+        if hit.size:  # stop at the target (the rest of the interval is not needed)
+            losses = losses[: hit[0] + 1]
+        step0 = trainer.step - n_it
+        t = rec.interval(t, dt, losses, step0)
+        node_hist += [nodes] * losses.size
+        loss = float(losses[-1])
+        if hit.size:
+            break
+        while pending and pending[0][0] <= t + 1e-9:
+            _, new = pending.pop(0)
+            if new == nodes:
+                continue
+            pause = migration_s(spec, nodes, new)
+            for i in range(new, nodes):  # leaving nodes are stopped after the migration
+                ledger.stop(i, t + pause)
+            for i in range(nodes, new):  # joining nodes are billed from the start of the migration
+                ledger.start(i, t, price=price, tier=tier, billing=market.billing)
+            rec.event(t, "scale", f"{nodes} -> {new} nodes at step {trainer.step}, migration {pause:.1f} s")
+            t += pause
+            nodes = new
+    run = rec.finish(t, nodes=node_hist, final_loss=loss)
+    run.final_state = trainer.state
+    return run
+
+
+def ideal_time(static_new: clock.ClusterRun, trigger_s: float, trigger_step: int, target_loss: float) -> float:
+    """Sec 4.5.1's ideal scale-out time: ``trigger_s`` plus the time the static run on the new
+    node count takes from step ``trigger_step`` to the target (``inf`` if it never gets there)."""
+    o = static_new.to_target(target_loss)
+    if not o.reached:
+        return math.inf
+    steps = np.asarray(static_new.steps)
+    i = int(np.searchsorted(steps, trigger_step))
+    t_at = float(static_new.time_s[min(i, steps.size - 1)]) if trigger_step > 0 else 0.0
+    return float(trigger_s + o.time_s - t_at)
