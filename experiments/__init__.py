@@ -50,4 +50,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.tierml_fig12",  # C1 (issue 14)
     "experiments.sched_main", "experiments.sched_sweeps",  # S3 (issue 15)
     "experiments.sync_on_the_fly",  # D (issue 14)
+    "experiments.litz_elasticity",  # D (issue 14)
 )
