@@ -92,6 +92,7 @@ def run(config: Config, out_dir) -> dict:
         "config": dataclasses.asdict(cfg),
         "data": source,
         "model": dataclasses.asdict(model),
+        "calibration": model.calibration,
         "scenarios": res["scenarios"],
         "minutes": res["minutes"],
         "mttf_min": res["mttf_min"],
@@ -198,10 +199,12 @@ def report(results: dict) -> str:
     h = results["headline"]
     od, ag = h["on_demand"], h["aggressive"]
     cfg = results["config"]
+    starts = "every start minute" if cfg["stride"] == 1 else f"every {cfg['stride']}th start minute"
     lines = [
         f"## TierML Fig 12: cost vs on-demand over every start minute ({NAME})",
         "",
-        f"**Setting.** Spot prices: {results['data']}, every {cfg['stride']}-th start minute "
+        f"**Setting.** Spot prices: {results['data']}, "
+        f"{starts} "
         f"({results['scenarios']:,} scenarios: 3 zones × 5 instance types × jobs of "
         f"{', '.join(f'{w:g}' for w in cfg['work_hours'])} compute-hours × 2 bids × 3 policies). "
         f"{cfg['machines']} machines; TierML 1 reliable + {cfg['machines'] - 1} spot. Calibrated progress "
@@ -253,7 +256,9 @@ def report(results: dict) -> str:
         "aggressive bids). Checkpointing's weakness in the paper is that overhead; on calm markets the "
         "two policies cost about the same, and TierML also pays its reliable on-demand machine (1/64 of "
         "the fleet, ≈1.6% of the on-demand cost) and, on a proactive switch, the old fleet's current "
-        "billing hour. (2) Our classes for switching are the same type's three zones (equal machines), "
+        "billing hour. Measured MTTFs (minutes, per zone): "
+        + "; ".join(f"{t} {min(v['on_demand']):.0f}–{max(v['on_demand']):.0f}" for t, v in results["mttf_min"].items())
+        + " (BidOnDemand). (2) Our classes for switching are the same type's three zones (equal machines), "
         "and both policies start in the scenario's zone; the paper's classes were two sizes of c4 in one "
         "zone. (3) Machines kept after a switch are billed but their extra work is not counted "
         "(conservative for TierML). (4) Hourly billing and TierML's 63 workers: a 2 h job takes 2 h 2 min "

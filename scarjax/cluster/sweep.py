@@ -161,6 +161,23 @@ class ProgressModel:
         if self.fleet_rate(self.machines - self.reliable, self.reliable) <= 0 or self.fleet_rate(0, self.reliable) <= 0:
             raise ValueError("stage efficiencies must make every fleet's rate > 0")
 
+    @property
+    def calibration(self) -> dict[str, str]:
+        """Where each constant comes from: all are stated measurements (TierML, AWS, Marathe et
+        al. via TierML); none is fitted to scarjax training runs in this sweep."""
+        return {
+            "stage3_efficiency": "TierML Sec 3.2 / Fig 9: stage 3 (no workers on reliable machines) 'near ideal' scaling",
+            "stage2_efficiency": "TierML Sec 3.2: ActivePS configuration below ideal at high ratios (stated 0.9; unused at 63:1)",
+            "stage1_efficiency": "TierML Sec 3.2: ParamServs on reliable machines, ideal at small ratios (1.0; used for the reliable machine alone)",
+            "stage3_ratio": "TierML Sec 3.2: no workers on reliable machines beyond 15:1",
+            "startup_min": "TierML Sec 3.3: average spot request queuing delay 5 minutes (Marathe et al.)",
+            "warning_min": "AWS two-minute termination notice (TierML Sec 2.3)",
+            "checkpoint_min": "stated: 4 min, Young/Daly overhead sqrt(2 delta / MTTF) = 18% (TierML Sec 4.7, MF) at MTTF 4 h",
+            "flush_min": "TierML Fig 11: a 13% blip of one iteration at the end-of-life flush (0.5 min stated, generous)",
+            "rollback_min": "stated: BackupPS lag lost without a usable warning (not reached with AWS's 2-minute notice)",
+            "switch_ratio": "stated: look for a higher-MTTF class when the price passes 80% of the bid (TierML Sec 3.4)",
+        }
+
     def stage(self, transient: int, reliable: int) -> int:
         """TierML's stage (Sec 3.2) for a transient:reliable ratio."""
         ratio = transient / reliable
