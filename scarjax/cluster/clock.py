@@ -266,17 +266,28 @@ class Market:
     # revocations and start-up ---------------------------------------------------------
     def revocations(self, key: jax.Array, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
         """``(lifetime, warning)`` float64 ``[n]`` seconds from market time ``t`` for ``n``
-        transient machines bought then (``inf``: never revoked; no process: all ``inf``)."""
+        transient machines bought then (``inf``: never revoked; no process: all ``inf``).
+        One jitted program per (process structure, n)."""
+        n = va.check_int("n", n, lo=1)
         if self.process is None:
             return np.full(n, np.inf), np.full(n, np.inf)
-        rev = mk.sample_lifetimes(self.process, key, int(n), float(t))
-        return np.asarray(rev.lifetime, np.float64), np.asarray(rev.warning, np.float64)
+        life, warn = _sample_revocations(self.process, key, n, jnp.float32(t))
+        return np.asarray(life, np.float64), np.asarray(warn, np.float64)
 
     def startup_s(self, key: jax.Array, n: int) -> np.ndarray:
         """``float64[n]`` start-up delays of ``n`` new machines (0 without a ``startup``)."""
+        n = va.check_int("n", n, lo=1)
         if self.startup is None:
             return np.zeros(n)
-        return np.asarray(self.startup.sample(key, int(n)), np.float64)
+        return np.asarray(_sample_startup(self.startup, key, n), np.float64)
+
+    def purchase(self, key: jax.Array, counter: int, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(startup_s, lifetime_s)`` float64 ``[n]`` for the ``counter``-th purchase of ``n``
+        machines at market time ``t``: one jitted program draws both from ``fold_in(key,
+        counter)`` (start-up from its first half, lifetimes from its second)."""
+        n = va.check_int("n", n, lo=1)
+        up, life = _sample_purchase(self.process, self.startup, key, jnp.int32(counter), n, jnp.float32(t))
+        return np.asarray(up, np.float64), np.asarray(life, np.float64)
 
     @property
     def bulk(self) -> bool:
@@ -297,6 +308,30 @@ class Market:
             return float(np.mean(np.asarray(p.lifetimes_s, np.float64)))
         life, _ = self.revocations(jax.random.key(0), 2048, self.start_time_s)
         return float(np.mean(life))
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _sample_revocations(process, key, n, t):
+    rev = mk.sample_lifetimes(process, key, n, t)
+    return rev.lifetime, rev.warning
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _sample_startup(startup, key, n):
+    return startup.sample(key, n)
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _sample_purchase(process, startup, key, counter, n, t):
+    k_up, k_life = jax.random.split(jax.random.fold_in(key, counter))
+    up = jnp.zeros((n,), jnp.float32) if startup is None else startup.sample(k_up, n)
+    life = jnp.full((n,), jnp.inf, jnp.float32) if process is None else mk.sample_lifetimes(process, k_life, n, t).lifetime
+    return up, life
+
+
+@jax.jit
+def _init_state(algorithm, key):
+    return core.State(*algorithm.init(jax.random.split(key, 3)[0], algorithm.data))
 
 
 # --------------------------------------------------------------------------------------
@@ -514,7 +549,7 @@ class Trainer:
         self.unit = va.check_int("unit", unit, lo=1)
         self.workers = None if workers is None else va.check_int("workers", workers, lo=1)
         if init_state is None:
-            init_state = core.State(*algorithm.init(jax.random.split(self.key, 3)[0], algorithm.data))
+            init_state = _init_state(algorithm, self.key)
         else:
             core._check_initial(algorithm, init_state)
             init_state = core.State(*init_state)

@@ -1,0 +1,584 @@
+"""Three policies on the cluster clock (issue 14 Sec 3, items 1-3): on-demand only,
+checkpoint-restart on transient machines, and SCAR's partial recovery.
+
+Each is ``policy(job, market, *, key, horizon_s, **options) -> ClusterRun`` and trains the
+job for real (:class:`~scarjax.cluster.clock.Trainer`); ``key`` draws the market (revocations,
+start-up delays), ``train_key`` (default 0) the training (initialisation, minibatches), so two
+policies on one ``train_key`` train the same job. A run ends at the first step whose loss is
+``<= job.target_loss`` (then every machine is stopped by the user), at ``job.max_steps`` or at
+``horizon_s`` (censored).
+
+**The fleet.** ``job.workers`` machines, each a data-parallel worker and the parameter
+server of a share of the blocks (a random assignment of the rows of every parameter,
+:func:`scarjax.scar.partition.build`, ``num_servers = workers``; Litz/SCAR's co-located
+servers). An iteration on ``m`` live machines takes ``job.step_time(m) / machine.speed``
+seconds; a machine revoked during an iteration aborts it (the step is rerun). The training
+itself is the algorithm's plain loop (the global batch does not shrink with the fleet, it
+is spread over the live machines): the fleet changes the *time* of a step, the policies'
+recoveries change the *state*.
+
+**Buying machines** (``_buy``): the cheapest option at that moment: a transient machine at
+the spot price if one is granted (a price-driven market: price ``<=`` bid) and cheaper than
+on-demand, else an on-demand one. New machines run after the market's start-up delay
+(sampled per machine; the job waits for the slowest) and are billed from then. A transient
+machine's lifetime is drawn when it is requested (``market.revocations``): from its start
+for parametric/empirical processes, from the request time for price-driven and replayed
+ones (their revocations are absolute times on the market's clock).
+
+1. :func:`on_demand` - ``workers`` reliable machines, never revoked.
+2. :func:`checkpoint_restart` - transient machines, a full checkpoint every ``K`` steps,
+   ``K`` the Young/Daly interval ``tau = sqrt(2 delta MTTF)`` (Young 1974; Daly 2006's first
+   order; TierML Sec 4.5's and Flint's comparison scheme) in steps, with ``delta =
+   job.checkpoint_s`` and MTTF the job's mean time to its first revocation
+   (``market.mttf_s() / workers`` for independent machines, ``market.mttf_s()`` for a bulk
+   process). A checkpoint blocks training for ``delta``; one interrupted by a revocation is
+   lost. On a revocation the job stops, the revoked machines are replaced on the cheapest
+   option (start-up delay), the state is read back (``job.restore_s``) and the steps since
+   the last checkpoint are redone for real (:meth:`Trainer.restore` to the checkpoint's
+   state and step: the redone steps draw the same minibatches). Warnings are not used.
+3. :func:`scar` - SCAR (thesis Sec 5.4): a running checkpoint updated every ``round(r K)``
+   steps with the fraction ``r`` of the blocks that changed most (``'priority'``,
+   :func:`scarjax.scar.checkpoint.select`), each write costing ``r delta`` (the same data per
+   ``K`` steps as the full checkpoints). A revocation loses the revoked machines' blocks:
+   they are recovered from the running checkpoint (:func:`scarjax.scar.faults.recover`,
+   ``'partial'``; reading them costs ``job.restore_s`` times the lost share) and training
+   goes on, on the surviving machines, until the replacements join after their start-up
+   delay. A bulk revocation loses every block: partial recovery of all of them (from blocks
+   saved at different steps) while the job waits for the new machines.
+
+**Monte-Carlo** (:func:`scarjax.cluster.clock.simulate_trials`, the ``run_trials``
+attributes). The clock of both transient policies depends on the market draw only (never on
+the losses: a run is cut at the target afterwards), so each trial first plans its clock on
+the host: a NumPy event loop over revocations, start-ups and checkpoints, no training (this
+needs host control flow: price lookups, the cheapest-option choice and variable numbers of
+events per trial; it costs microseconds per event). Then:
+
+* checkpoint-restart needs *no* per-trial training at all: a restore reloads the exact state
+  of the last checkpoint and the redone steps draw the same minibatches, so every trial's
+  loss at global step ``k`` is the reliable run's (bit for bit; tested against the host
+  path). One real run to ``max_steps`` serves all trials; the plans map its steps to time.
+* SCAR's trajectory depends on which blocks are lost when: all trials are one
+  :func:`scarjax.run_trials` program whose write hook takes the priority checkpoints and
+  recovers the blocks of the servers each trial's plan revokes at each step (``hook_args``:
+  padded per-trial arrays of revocation steps and servers). Same semantics as the host path
+  (checkpoint, then recovery, at a step's write point); the floats may differ from it by
+  rounding (``vmap``), and minibatch draws differ (``run_trials``' per-trial keys come from
+  ``train_key``); the discrete schedule is identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import _validate as va
+from scarjax import core
+from scarjax import trials as _trials
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+from scarjax.hooks import Hook
+from scarjax.scar import checkpoint as sck
+from scarjax.scar import faults as sfl
+from scarjax.scar import partition as spt
+
+__all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps"]
+
+_EPS = 1e-9
+
+
+def young_daly_s(checkpoint_s: float, mttf_s: float) -> float:
+    """The Young/Daly checkpoint interval ``sqrt(2 delta MTTF)`` seconds (``inf`` when the
+    MTTF is infinite or the checkpoint free)."""
+    va.check_real("checkpoint_s", checkpoint_s, lo=0.0, scalar=True)
+    va.check_real("mttf_s", mttf_s, lo=0.0, lo_open=True, scalar=True, allow_inf=True)
+    if not math.isfinite(mttf_s):
+        return math.inf
+    return math.sqrt(2.0 * checkpoint_s * mttf_s)
+
+
+def checkpoint_interval_steps(job: ck.Job, market: ck.Market) -> float:
+    """``K``: the Young/Daly interval of the job on ``market`` in steps of the full fleet
+    (at least 1; ``inf``: never revoked)."""
+    mttf = market.mttf_s()
+    if not market.bulk:
+        mttf = mttf / job.workers
+    tau = young_daly_s(job.checkpoint_s, mttf)
+    if not math.isfinite(tau):
+        return math.inf
+    dt = job.step_time(job.workers) / market.machine.speed
+    return float(max(1, round(tau / dt)))
+
+
+# --------------------------------------------------------------------------------------
+# The fleet (host)
+
+
+class _Fleet:
+    """Machine slots, their tiers and revocation times (elapsed seconds), the ledger."""
+
+    def __init__(self, job, market, key, prefer_transient=True):
+        self.job, self.market, self.key = job, market, key
+        self.M = job.workers
+        self.ledger = ck.Ledger()
+        self.t0 = float(market.start_time_s)
+        self.mid = [None] * self.M
+        self.tier = [None] * self.M
+        self.death = np.full(self.M, np.inf)  # elapsed time of revocation (inf: never)
+        self.ready = np.full(self.M, np.inf)  # elapsed time it runs (inf: not bought)
+        self.buys = 0
+        self.prefer_transient = prefer_transient
+        self.events: list = []
+
+    def option(self, t):
+        m = self.market
+        if not self.prefer_transient:
+            return "reliable"
+        if m.transient_available(self.t0 + t) and m.price_at("transient", self.t0 + t) < m.machine.on_demand_price:
+            return "transient"
+        return "reliable"
+
+    def buy(self, slots, t):
+        """Request machines for ``slots`` at ``t``; returns when the last one runs."""
+        slots = list(slots)
+        if not slots:
+            return t
+        tier = self.option(t)
+        up, life = self.market.purchase(self.key, self.buys, self.M, t + self.t0)
+        up, life = up[: len(slots)], life[: len(slots)]
+        self.buys += 1
+        if tier == "transient":
+            absolute = isinstance(self.market.process, (mk.PriceDriven, mk.Replay))
+            death = t + life if absolute else t + up + life
+            death = np.maximum(death, t + up)
+        else:
+            death = np.full(len(slots), np.inf)
+        price = self.market.price(tier)
+        for i, s in enumerate(slots):
+            self.mid[s] = f"{tier[0]}{self.buys}.{s}"
+            self.tier[s] = tier
+            self.ready[s] = t + up[i]
+            self.death[s] = death[i]
+            self.ledger.start(self.mid[s], self.t0 + t + up[i], price=price, tier=tier, billing=self.market.billing)
+        self.events.append((t, "request", f"{len(slots)} {tier} at {self.market.price_at(tier, self.t0 + t):.4g} $/h"))
+        return float(t + up.max())
+
+    def revoke(self, slot):
+        d = float(self.death[slot])
+        self.ledger.stop(self.mid[slot], self.t0 + d, revoked=True)
+        self.events.append((d, "revocation", self.mid[slot]))
+        self.death[slot] = np.inf
+        self.ready[slot] = np.inf
+        self.mid[slot] = None
+
+    def live(self, t):
+        return np.array([self.mid[s] is not None and self.ready[s] <= t + _EPS for s in range(self.M)])
+
+    def next_death(self):
+        owned = np.array([m is not None for m in self.mid])
+        return float(self.death[owned].min()) if owned.any() else math.inf
+
+    def stop_all(self, t):
+        for s in range(self.M):
+            if self.mid[s] is not None:
+                # a machine still starting is billed only from its start (0 if after t)
+                self.ledger.stop(self.mid[s], self.t0 + max(t, self.ready[s]), revoked=False)
+                self.mid[s] = None
+
+
+@dataclasses.dataclass
+class _Plan:
+    ops: list  # ('train', t, dt, n) | ('save',) | ('rollback',) | ('ckpt', step) | ('lose', servers tuple)
+    fleet: _Fleet
+    end_s: float
+    meta: dict
+
+
+def _dt(job, market, m):
+    return job.step_time(m) / market.machine.speed
+
+
+def _chunk(n_max, granularity):
+    return int(min(n_max, granularity))
+
+
+# --------------------------------------------------------------------------------------
+# Executing a plan with real training, cut at the target
+
+
+class _Replay:
+    """A trainer stand-in serving a precomputed loss curve (checkpoint-restart's trials)."""
+
+    def __init__(self, curve):
+        self.curve, self.step = curve, 0
+
+    def train(self, n):
+        out = self.curve[self.step:self.step + n]
+        self.step += n
+        return out
+
+    def snapshot(self):
+        return None
+
+    def restore(self, state, step):
+        self.step = step
+
+
+def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target=True) -> ck.ClusterRun:
+    fleet = plan.fleet
+    rec = ck.Recorder(policy, fleet.ledger, fleet.t0)
+    snap = (trainer.snapshot(), trainer.step)
+    end = plan.end_s
+    hit = False
+    for op in plan.ops:
+        kind = op[0]
+        if kind == "train":
+            _, t, dt, n = op
+            step0 = trainer.step
+            losses = trainer.train(n)
+            rec.interval(t, dt, losses, step0)
+            below = np.nonzero(losses <= job.target_loss)[0]
+            if stop_at_target and below.size:
+                end, hit = t + (int(below[0]) + 1) * dt, True
+                break
+        elif kind == "save":
+            snap = (trainer.snapshot(), trainer.step)
+        elif kind == "rollback":
+            trainer.restore(*snap)
+        elif kind == "ckpt":
+            scar_ctx.checkpoint(trainer, op[1])
+        elif kind == "lose":
+            scar_ctx.lose(trainer, op[1])
+    for e in fleet.events:
+        if e[0] <= end + _EPS:
+            rec.event(*e)
+    if hit:
+        rec.event(end, "target", f"loss <= {job.target_loss:g}")
+    run = rec.finish(end, **plan.meta)
+    # points after the end (the rest of a cut interval) are dropped
+    keep = run.time_s <= end + _EPS
+    for f in ("time_s", "dollars", "loss", "steps"):
+        setattr(run, f, getattr(run, f)[keep])
+    return run
+
+
+# --------------------------------------------------------------------------------------
+# 1. On-demand
+
+
+def on_demand(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+              granularity: int = 25, stop_at_target: bool = True) -> ck.ClusterRun:
+    """Policy 1: ``job.workers`` on-demand (reliable) machines until the target, the step
+    budget or the horizon. ``granularity``: steps per training call (the cut-off's
+    resolution is one step whatever it is)."""
+    _check(job, market, horizon_s, granularity)
+    fleet = _Fleet(job, market, core._as_key(key), prefer_transient=False)
+    t = fleet.buy(range(job.workers), 0.0)
+    dt = _dt(job, market, job.workers)
+    ops, step = [], 0
+    while step < job.max_steps and t + dt <= horizon_s + _EPS:
+        n = _chunk(min(job.max_steps - step, math.floor((horizon_s - t) / dt + _EPS)), granularity)
+        ops.append(("train", t, dt, n))
+        t, step = t + n * dt, step + n
+    fleet.stop_all(t)
+    plan = _Plan(ops, fleet, t, {"workers": job.workers})
+    return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
+
+
+def _check(job, market, horizon_s, granularity):
+    if not isinstance(job, ck.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    if not isinstance(market, ck.Market):
+        raise TypeError(f"market must be a scarjax.cluster.clock.Market, got {type(market).__name__}")
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_int("granularity", granularity, lo=1)
+
+
+# --------------------------------------------------------------------------------------
+# 2. Checkpoint-restart
+
+
+def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity):
+    fleet = _Fleet(job, market, key)
+    M, delta = job.workers, float(job.checkpoint_s)
+    t = fleet.buy(range(M), 0.0)
+    dt = _dt(job, market, M)
+    ops, step, ck_step, rework = [], 0, 0, 0
+    while step < job.max_steps and t < horizon_s:
+        td = fleet.next_death()
+        if td <= t + _EPS or (math.isfinite(K) and step == ck_step + K and step < job.max_steps and t + delta > td):
+            # a revocation (possibly during a checkpoint's write: the write is lost)
+            t = max(t, td)
+            for s in np.nonzero(fleet.death <= t + _EPS)[0]:
+                fleet.revoke(int(s))
+            if step > ck_step:
+                fleet.events.append((t, "rework", f"{step - ck_step} steps back to {ck_step}"))
+                rework += step - ck_step
+            ops.append(("rollback",))
+            step = ck_step
+            dead = [s for s in range(M) if fleet.mid[s] is None]
+            t = fleet.buy(dead, t) + float(job.restore_s)
+            fleet.events.append((t, "restart", f"from step {ck_step}"))
+            continue
+        if math.isfinite(K) and step == ck_step + K and step < job.max_steps:
+            ops.append(("save",))
+            t += delta
+            ck_step = step
+            fleet.events.append((t, "checkpoint", f"step {step}"))
+            continue
+        left = job.max_steps - step
+        if math.isfinite(K):
+            left = min(left, ck_step + int(K) - step)
+        fit = math.floor((min(td, horizon_s) - t) / dt + _EPS)
+        n = _chunk(min(left, fit), granularity)
+        if n < 1:
+            if td <= horizon_s:
+                t = td  # the step in progress is lost with the machine
+                continue
+            break
+        ops.append(("train", t, dt, n))
+        t, step = t + n * dt, step + n
+    fleet.stop_all(t)
+    return _Plan(ops, fleet, t, {"interval_steps": K, "rework_steps": rework, "workers": M})
+
+
+def checkpoint_restart(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+                       interval_steps: float | None = None, granularity: int = 25,
+                       stop_at_target: bool = True) -> ck.ClusterRun:
+    """Policy 2: checkpoint-restart on transient machines at the Young/Daly interval (see
+    the module docstring). ``interval_steps``: override ``K`` (steps between full
+    checkpoints; default :func:`checkpoint_interval_steps`)."""
+    _check(job, market, horizon_s, granularity)
+    K = checkpoint_interval_steps(job, market) if interval_steps is None else float(va.check_int("interval_steps", interval_steps, lo=1))
+    plan = _plan_checkpoint_restart(job, market, core._as_key(key), float(horizon_s), K, granularity)
+    return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "checkpoint_restart",
+                    stop_at_target=stop_at_target)
+
+
+def _checkpoint_restart_trials(job, market, keys, *, horizon_s, train_key=0, interval_steps=None,
+                               granularity=25, stop_at_target=True):
+    """Trials of :func:`checkpoint_restart`: one real run shared by all (module docstring)."""
+    _check(job, market, horizon_s, granularity)
+    K = checkpoint_interval_steps(job, market) if interval_steps is None else float(interval_steps)
+    plans = [_plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity) for k in keys]
+    need = max([_furthest(p) for p in plans] + [1])
+    curve = ck.Trainer(job.algorithm, train_key).train(need)
+    return [_execute(p, _Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target) for p in plans]
+
+
+def _furthest(plan):
+    step, best = 0, 0
+    saved = 0
+    for op in plan.ops:
+        if op[0] == "train":
+            step += op[3]
+            best = max(best, step)
+        elif op[0] == "save":
+            saved = step
+        elif op[0] == "rollback":
+            step = saved
+    return best
+
+
+checkpoint_restart.run_trials = _checkpoint_restart_trials
+
+
+# --------------------------------------------------------------------------------------
+# 3. SCAR
+
+
+def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec):
+    fleet = _Fleet(job, market, key)
+    M, delta = job.workers, float(job.checkpoint_s)
+    I = math.inf if spec.period is None else int(sck.interval(spec))
+    t = fleet.buy(range(M), 0.0)
+    ops, step, last_ck, losses_events = [], 0, 0, 0
+    pending_loss = False
+    while step < job.max_steps and t < horizon_s:
+        # checkpoint due at this step boundary (before any recovery at it: the hook's order)
+        if math.isfinite(I) and step > 0 and step % I == 0 and last_ck != step:
+            ops.append(("ckpt", step))
+            t += fraction * delta
+            last_ck = step
+            fleet.events.append((t, "checkpoint", f"step {step}: {fraction:.3g} of the blocks"))
+            continue
+        td = fleet.next_death()
+        if td <= t + _EPS:
+            dead = [int(s) for s in np.nonzero(fleet.death <= t + _EPS)[0]]
+            for s in dead:
+                fleet.revoke(s)
+            ops.append(("lose", tuple(dead)))
+            losses_events += 1
+            t += float(job.restore_s) * len(dead) / M
+            fleet.events.append((t, "recovery", f"partial: blocks of servers {dead} at step {step}"))
+            fleet.buy(dead, t)
+            continue
+        live = fleet.live(t)
+        m = int(live.sum())
+        if m == 0:
+            waiting = fleet.ready[[fleet.mid[s] is not None for s in range(M)]]
+            t_next = min(float(waiting.min()) if waiting.size else math.inf, td)
+            if not math.isfinite(t_next) or t_next > horizon_s:
+                break
+            t = max(t, t_next)
+            continue
+        dt = _dt(job, market, m)
+        arrivals = [fleet.ready[s] for s in range(M) if fleet.mid[s] is not None and fleet.ready[s] > t + _EPS]
+        t_change = min([td] + arrivals)
+        left = job.max_steps - step
+        if math.isfinite(I):
+            left = min(left, I - step % I)
+        fit = math.floor((min(t_change, horizon_s) - t) / dt + _EPS)
+        n = _chunk(min(left, fit), granularity)
+        if n < 1:
+            if t_change <= horizon_s:
+                t = t_change  # a death aborts the step in progress; an arrival joins at once
+                continue
+            break
+        ops.append(("train", t, dt, n))
+        t, step = t + n * dt, step + n
+    fleet.stop_all(t)
+    return _Plan(ops, fleet, t, {"interval_steps": K, "checkpoint_every": I, "fraction": fraction,
+                                 "recoveries": losses_events, "workers": M})
+
+
+_PROGRAMS: dict = {}  # id(partition), id(spec) -> (partition, spec, programs); both cached by _scar_spec
+
+
+def _by_identity(kind, partition, spec, make):
+    k = (kind, id(partition), id(spec))
+    if k not in _PROGRAMS or _PROGRAMS[k][0] is not partition or _PROGRAMS[k][1] is not spec:
+        _PROGRAMS[k] = (partition, spec, make())
+    return _PROGRAMS[k][2]
+
+
+def _scar_programs(partition, spec, norm):
+    """Jitted checkpoint step and partial recovery for one (partition, spec): cached, so
+    repeated policy calls on one job compile once."""
+    def make():
+        step = jax.jit(lambda c, st, k, kk: sck.step(spec, c, st, partition, k, kk, norm)[0])
+        recover = jax.jit(lambda st, saved, failed: sfl.recover(
+            "partial", st, saved, partition, spt.server_blocks(partition, failed)))
+        return step, recover
+
+    return _by_identity("host", partition, spec, make)
+
+
+class _ScarHost:
+    """Host-side running checkpoint and partial recovery (scarjax.scar.checkpoint / faults)."""
+
+    def __init__(self, job, state, partition, spec, key):
+        self.partition, self.key = partition, key
+        self.ckpt = sck.init(state, partition, spec)
+        self._step, self._recover = _scar_programs(partition, spec, job.algorithm.norm)
+
+    def checkpoint(self, trainer, step):
+        self.ckpt = self._step(self.ckpt, trainer.state, jnp.int32(step), jax.random.fold_in(self.key, step))
+
+    def lose(self, trainer, servers):
+        failed = np.zeros(self.partition.num_servers, bool)
+        failed[list(servers)] = True
+        trainer.restore(core.State(*self._recover(trainer.state, self.ckpt.saved, jnp.asarray(failed))))
+
+
+def _scar_setup(job, market, fraction, strategy, partition_key):
+    va.check_real("fraction", fraction, lo=0.0, hi=1.0, lo_open=True, scalar=True)
+    va.check_choice("strategy", strategy, ("priority", "round_robin", "random"))
+    K = checkpoint_interval_steps(job, market)
+    partition, spec = _scar_spec(job.algorithm, job.workers, float(fraction), strategy, K, int(partition_key))
+    return K, partition, spec
+
+
+@functools.lru_cache(maxsize=64)
+def _scar_spec(algorithm, workers, fraction, strategy, K, partition_key):
+    """The partition (rows of every parameter on ``workers`` servers) and the checkpoint
+    spec, cached per job setting (the same objects: the compiled programs are reused)."""
+    st0 = jax.eval_shape(lambda: core.State(*algorithm.init(jax.random.key(0), algorithm.data)))
+    partition = spt.build(st0, "row", num_servers=workers, key=partition_key)
+    spec = sck.Checkpoint(strategy, fraction, int(K) if math.isfinite(K) else None)
+    return partition, spec
+
+
+def scar(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+         fraction: float = 0.25, strategy: str = "priority", granularity: int = 25, partition_key: int = 0,
+         stop_at_target: bool = True) -> ck.ClusterRun:
+    """Policy 3: SCAR partial recovery with priority running checkpoints (module docstring):
+    ``fraction`` ``r`` of the blocks saved every ``round(r K)`` steps (thesis Sec 5.4.2),
+    ``strategy`` the selection (``'priority'``: Sec 5.4.2's heuristic), blocks = rows of the
+    parameters on ``job.workers`` servers (random assignment from ``partition_key``)."""
+    _check(job, market, horizon_s, granularity)
+    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key)
+    plan = _plan_scar(job, market, core._as_key(key), float(horizon_s), K, float(fraction), granularity, spec)
+    trainer = ck.Trainer(job.algorithm, train_key)
+    ctx = _ScarHost(job, trainer.state, partition, spec, jax.random.fold_in(core._as_key(train_key), 7))
+    return _execute(plan, trainer, job, "scar", scar_ctx=ctx, stop_at_target=stop_at_target)
+
+
+def _scar_hook(partition, spec):
+    return _by_identity("hook", partition, spec, lambda: _make_scar_hook(partition, spec))
+
+
+def _make_scar_hook(partition, spec):
+    def factory(args):
+        rev_step, rev_server = args["step"], args["server"]  # int32[E] each, -1 padding
+
+        def init_fn(state, key):
+            return sck.init(state, partition, spec)
+
+        def apply(state, hstate, ctx):
+            hstate, _ = sck.step(spec, hstate, state, partition, ctx.step, ctx.key, ctx.algorithm.norm)
+            hit = (rev_step == ctx.step) & (rev_step >= 0)
+            failed = jnp.zeros((partition.num_servers,), bool).at[jnp.where(hit, rev_server, 0)].max(hit)
+            lost = spt.server_blocks(partition, failed)
+            rec = sfl.recover("partial", state, hstate.saved, partition, lost)
+            return rec, hstate
+
+        return Hook(point="write", init=init_fn, apply=apply, name="scar_cluster")
+
+    return factory
+
+
+def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, strategy="priority",
+                 granularity=25, partition_key=0, stop_at_target=True):
+    """Trials of :func:`scar` as one :func:`scarjax.run_trials` program (module docstring)."""
+    _check(job, market, horizon_s, granularity)
+    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key)
+    plans = [_plan_scar(job, market, k, float(horizon_s), K, float(fraction), granularity, spec) for k in keys]
+    n = len(plans)
+    events = []
+    for p in plans:
+        step, ev = 0, []
+        for op in p.ops:
+            if op[0] == "train":
+                step += op[3]
+            elif op[0] == "lose":
+                ev += [(step, s) for s in op[1]]
+        events.append(ev)
+    steps = job.max_steps  # one program per job (a plan never runs past max_steps)
+    E = max([len(e) for e in events] + [1])
+    rs = np.full((n, E), -1, np.int32)
+    rv = np.zeros((n, E), np.int32)
+    for i, ev in enumerate(events):
+        for j, (s, srv) in enumerate(ev):
+            rs[i, j], rv[i, j] = s, srv
+    tk = core._as_key(train_key)
+    init = ck.Trainer(job.algorithm, tk).state
+    tkeys = jnp.stack([jax.random.fold_in(tk, 1)] * n)
+    _, trace = _trials.run_trials(job.algorithm, _scar_hook(partition, spec), steps, tkeys,
+                                  hook_args={"step": jnp.asarray(rs), "server": jnp.asarray(rv)}, init_state=init)
+    curves = np.asarray(trace.loss[:, 1:], np.float64)
+    return [_execute(_strip(p), _Replay(curves[i]), job, "scar", stop_at_target=stop_at_target)
+            for i, p in enumerate(plans)]
+
+
+def _strip(plan):
+    """The plan without its state operations (already applied inside the trials' program)."""
+    return dataclasses.replace(plan, ops=[op for op in plan.ops if op[0] == "train"])
+
+
+scar.run_trials = _scar_trials

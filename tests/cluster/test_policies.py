@@ -1,0 +1,211 @@
+"""scarjax.cluster.policies: a rate-0 revocation process gives the reliable run bit for bit;
+determinism per key; the vectorised trials equal the host path; billing invariants of the
+runs' ledgers (a provider revocation never bills its partial hour; cost monotone in usage);
+a replayed trace's revocations are the trace's removals; Young/Daly interval."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+from scarjax.cluster import policies as po
+from scarjax.models import mlr
+
+HORIZON = 6 * 3600.0
+
+
+@functools.lru_cache(maxsize=None)
+def _alg():
+    return mlr.digits(lr=1.0, l2=1e-2)  # full batch: one compiled trainer for the whole file
+
+
+def _job(**kw):
+    base = dict(workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=60)
+    base.update(kw)
+    return ck.Job(_alg(), 0.8, ck.step_time_linear(40.0, 0.5), **base)
+
+
+def _market(process, **kw):
+    return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), process, startup=mk.fixed_startup(120.0), **kw)
+
+
+NEVER = mk.replay((np.zeros(8), np.full(8, np.inf)))  # rate 0: no node is ever removed
+OFTEN = mk.exponential(900.0)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_same_training(run, ref):
+    """The loss after every step (redone ones included) equals the reference run's after the
+    same global step, bit for bit."""
+    assert run.steps.size > 0, "empty run"
+    assert np.array_equal(ref.steps, np.arange(1, ref.steps.size + 1)), "the reference must run steps 1, 2, ..."
+    assert run.steps.max() <= ref.steps.size, "the run goes past the reference"
+    want = ref.loss[run.steps - 1]
+    bad = np.nonzero(run.loss != want)[0]
+    assert bad.size == 0, f"loss curves differ at step {int(run.steps[bad[0]])}: {run.loss[bad[0]]!r} vs {want[bad[0]]!r}"
+
+
+def check_free_partial_hours(run):
+    """Every machine the provider revoked is billed whole hours only (hourly billing), a
+    user-stopped one every begun hour; the run's totals are the ledger's."""
+    led = run.ledger
+    for e in led._entries:
+        if e.stop is None or e.billing != "hourly":
+            continue
+        dur = e.stop - e.start
+        hours = math.floor((dur + 1.0) / 3600.0) if e.revoked else math.ceil((dur - 1.0) / 3600.0)
+        assert e.charged == pytest.approx(e.price * max(hours, 0)), (
+            f"machine {e.machine_id} ({'revoked' if e.revoked else 'stopped'}) after {dur:.0f} s billed "
+            f"{e.charged} at {e.price}/h")
+    if not led.running:  # every machine stopped: the run's total is the sum of the charges
+        total = sum(e.charged for e in led._entries)
+        assert sum(run.cost_by_tier.values()) == pytest.approx(total), "the run's cost is not its ledger's"
+
+
+def check_replay(run, remove_s, t0=0.0):
+    """Every revocation in the run happens at a removal time of the trace."""
+    times = [t for t, kind, _ in run.events if kind == "revocation"]
+    assert times, "no revocation to check"
+    for t in times:
+        d = np.min(np.abs(np.asarray(remove_s) - (t0 + t)))
+        assert d <= 1e-3 * max(1.0, t0 + t), f"revocation at {t0 + t} s is not a removal of the trace (nearest {d:.3g} s off)"
+
+
+# ----------------------------------------------------------------------------- rate 0 == reliable
+
+
+def test_rate_zero_equals_reliable_bit_for_bit():
+    job = _job()
+    ref = po.on_demand(job, _market(None), key=0, horizon_s=HORIZON, stop_at_target=False)
+    assert ref.steps[-1] == job.max_steps
+    never = _market(NEVER)
+    for run in (
+        po.checkpoint_restart(job, never, key=1, horizon_s=HORIZON, stop_at_target=False),
+        po.checkpoint_restart(job, never, key=1, horizon_s=HORIZON, interval_steps=7, stop_at_target=False),
+        po.scar(job, never, key=1, horizon_s=HORIZON, stop_at_target=False),
+    ):
+        assert run.count("revocation") == 0
+        check_same_training(run, ref)
+    # checkpoint-restart's rework redoes the very same steps: even under revocations
+    cr = po.checkpoint_restart(job, _market(OFTEN), key=3, horizon_s=HORIZON, stop_at_target=False)
+    assert cr.count("rework") > 0
+    check_same_training(cr, ref)
+
+
+def test_same_training_check_catches_a_perturbed_run():
+    job = _job()
+    ref = po.on_demand(job, _market(None), key=0, horizon_s=HORIZON, stop_at_target=False)
+    hit = po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, stop_at_target=False)
+    assert hit.count("recovery") > 0
+    with pytest.raises(AssertionError, match="loss curves differ at step"):
+        check_same_training(hit, ref)
+
+
+# ----------------------------------------------------------------------------- determinism, trials
+
+
+def test_deterministic_per_key():
+    job, market = _job(), _market(OFTEN)
+    for pol in (po.checkpoint_restart, po.scar):
+        a = pol(job, market, key=5, horizon_s=HORIZON).to_json()
+        b = pol(job, market, key=5, horizon_s=HORIZON).to_json()
+        c = pol(job, market, key=6, horizon_s=HORIZON).to_json()
+        assert a == b
+        assert a["events"] != c["events"]
+
+
+def test_vectorised_checkpoint_restart_equals_host_path():
+    job, market = _job(), _market(OFTEN)
+    keys = jax.random.split(jax.random.key(11), 3)
+    fast = ck.simulate_trials(po.checkpoint_restart, job, market, 3, jax.random.key(11), horizon_s=HORIZON)
+    for k, f in zip(keys, fast):
+        h = po.checkpoint_restart(job, market, key=k, horizon_s=HORIZON)
+        assert f.to_json() == h.to_json()  # bit for bit: one shared real run
+    assert sum(f.count("rework") for f in fast) > 0
+
+
+@pytest.mark.slow
+def test_vectorised_scar_equals_host_path():
+    job, market = _job(), _market(OFTEN)
+    keys = jax.random.split(jax.random.key(11), 3)
+    fast = ck.simulate_trials(po.scar, job, market, 3, jax.random.key(11), horizon_s=HORIZON, stop_at_target=False)
+    for k, f in zip(keys, fast):
+        h = po.scar(job, market, key=k, horizon_s=HORIZON, stop_at_target=False)
+        assert f.events == h.events and np.array_equal(f.time_s, h.time_s) and np.array_equal(f.steps, h.steps)
+        np.testing.assert_allclose(f.loss, h.loss, rtol=1e-4)
+    assert sum(f.count("recovery") for f in fast) > 0
+
+
+# ----------------------------------------------------------------------------- billing
+
+
+def test_runs_bill_free_partial_hours_and_cost_monotone():
+    job = _job(max_steps=120)
+    runs = [po.checkpoint_restart(job, _market(OFTEN), key=k, horizon_s=HORIZON, stop_at_target=False)
+            for k in (1, 2)]
+    runs.append(po.on_demand(job, _market(None), key=0, horizon_s=HORIZON, stop_at_target=False))
+    assert any(r.free_seconds > 0 for r in runs)
+    for r in runs:
+        check_free_partial_hours(r)
+        # between provider revocations, the bill never decreases with usage
+        revs = sorted(t for t, k, _ in r.events if k == "revocation")
+        seg = np.searchsorted(revs, r.time_s, side="right")
+        for s in np.unique(seg):
+            d = r.dollars[seg == s]
+            assert np.all(np.diff(d) >= -1e-12), "the bill decreases with usage between revocations"
+    od = runs[-1]  # on-demand by hand: 4 machines x $0.2 x begun hours after the 120 s start-up
+    hours = math.ceil((od.end_s - 120.0) / 3600.0)
+    assert sum(od.cost_by_tier.values()) == pytest.approx(4 * 0.2 * hours)
+
+
+def test_billing_check_catches_a_billed_partial_hour():
+    run = po.checkpoint_restart(_job(), _market(OFTEN), key=3, horizon_s=HORIZON, stop_at_target=False)
+    e = next(e for e in run.ledger._entries if e.revoked and (e.stop - e.start) % 3600.0 > 1.0)
+    e.charged += e.price  # plant: the partial hour billed
+    with pytest.raises(AssertionError, match="revoked"):
+        check_free_partial_hours(run)
+
+
+# ----------------------------------------------------------------------------- replay, Young/Daly
+
+
+def test_trace_replay_equals_the_trace():
+    add = np.zeros(6)
+    remove = np.array([700.0, 1500.0, 2600.0, np.inf, np.inf, np.inf])
+    market = _market(mk.replay((add, remove)))
+    run = po.checkpoint_restart(_job(max_steps=200), market, key=2, horizon_s=HORIZON, stop_at_target=False)
+    check_replay(run, remove)
+    with pytest.raises(AssertionError, match="is not a removal of the trace"):
+        check_replay(run, remove + 5.0)
+
+
+@pytest.mark.slow
+def test_real_trace_replay_equals_the_trace():
+    from scarjax.data import transient as td
+
+    trace = td.load_aws_p3_trace()
+    _, a, r = trace.intervals()
+    t0 = float(np.median(r[np.isfinite(r)])) - 1800.0
+    m = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(trace), start_time_s=t0)
+    run = po.scar(_job(max_steps=200), m, key=0, horizon_s=HORIZON, stop_at_target=False)
+    assert run.count("revocation") > 0
+    check_replay(run, r, t0)
+
+
+def test_young_daly_interval():
+    assert po.young_daly_s(60.0, 450.0) == pytest.approx(math.sqrt(2 * 60 * 450))
+    job = _job()  # 4 machines of MTTF 1800 s: the job's MTTF is 450 s; a step takes 11 s
+    assert po.checkpoint_interval_steps(job, _market(mk.exponential(1800.0))) == round(math.sqrt(2 * 60 * 450) / 11.0)
+    bulk = _market(mk.exponential(1800.0, bulk=True))
+    assert po.checkpoint_interval_steps(job, bulk) == round(math.sqrt(2 * 60 * 1800) / 11.0)
+    assert po.checkpoint_interval_steps(job, _market(NEVER)) == math.inf
+    with pytest.raises(ValueError, match="mttf_s"):
+        po.young_daly_s(1.0, 0.0)
