@@ -1,0 +1,167 @@
+"""scarjax.cluster.syncfly: the flexible barrier on hand cases, flush vs drop, the Eq 5 barrier
+against a hand-computed gradient step, the checkpoint-recompute baseline, determinism, bills."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scarjax.cluster import market as mk
+from scarjax.cluster import syncfly as sf
+
+LAM = 0.8
+
+
+def check_barrier(fn) -> None:
+    """Hand cases of the flexible barrier (Sec III-B): sync at the first report with
+    cumulative progress > λ p(t-1); warm-up (no or non-positive reference) after r reports."""
+    t = np.arange(1.0, 6.0)
+    p = np.ones(5)
+    i = fn(t, p, 2.5, lam=LAM, warmup_reports=3)
+    assert i == 2, f"threshold 0.8 * 2.5 = 2.0 is exceeded at the third report (index 2), got {i}"
+    i = fn(t, p, 2.0, lam=LAM, warmup_reports=3)
+    assert i == 1, f"cumulative 2 > 1.6 at index 1, got {i}"
+    assert fn(t, p, None, lam=LAM, warmup_reports=3) == 2, "warm-up: the r-th report (index r-1)"
+    assert fn(t, p, -1.0, lam=LAM, warmup_reports=4) == 3, "a non-positive reference falls back to r reports"
+    assert fn(t, p, 100.0, lam=LAM, warmup_reports=3) is None, "never reached: None"
+    assert fn(t, np.array([0.5, -1.0, 3.0, 0.0, 0.0]), 2.5, lam=LAM, warmup_reports=3) == 2
+
+
+def test_flexible_barrier_hand_cases():
+    check_barrier(sf.flexible_barrier)
+
+
+def test_barrier_check_catches_planted_violation():
+    def geq(times, prog, prev, *, lam, warmup_reports):  # >= instead of > (and no warm-up rule)
+        if prev is None or prev <= 0:
+            return warmup_reports - 1
+        hit = np.flatnonzero(np.cumsum(prog) >= lam * prev)
+        return int(hit[0]) if hit.size else None
+
+    with pytest.raises(AssertionError, match=r"threshold 0.8 \* 2.5 = 2.0 is exceeded at the third report"):
+        check_barrier(geq)
+
+
+def test_flexible_barrier_validates():
+    with pytest.raises(ValueError, match="sorted"):
+        sf.flexible_barrier(np.array([2.0, 1.0]), np.ones(2), 1.0, warmup_reports=1)
+    with pytest.raises(ValueError, match="lam"):
+        sf.flexible_barrier(np.array([1.0]), np.ones(1), 1.0, lam=0.0, warmup_reports=1)
+    with pytest.raises(ValueError, match="finite"):
+        sf.flexible_barrier(np.array([1.0]), np.array([np.nan]), 1.0, warmup_reports=1)
+
+
+@pytest.fixture(scope="module")
+def lr8():
+    x, y = sf.synthetic_logistic(8, 3, seed=1)
+    return sf.logistic_regression(x, y, lr=0.5), x, y
+
+
+def _fleet():
+    return sf.Fleet((1.0, 1.0), report_points=2, sync_s=0.5)
+
+
+def check_flush(points_flush, points_drop) -> None:
+    assert points_flush == 5, f"flushing merges worker 0's 4 points and revoked worker 1's 1 point, got {points_flush}"
+    assert points_drop == 4, f"dropping merges only worker 0's 4 points, got {points_drop}"
+
+
+def test_flush_vs_drop_hand_case(lr8):
+    pb, x, y = lr8
+    # worker 1 revoked at 1.5 s (1 point done), never replaced; worker 0 reports at 2 s, 4 s
+    iv = [np.zeros((0, 2)), np.array([[1.5, np.inf]])]
+    runs = {f: sf.sync_on_the_fly(pb, _fleet(), intervals=iv, key=jax.random.key(0), horizon_s=4.6, flush=f)
+            for f in (True, False)}
+    check_flush(runs[True].meta["points"][1], runs[False].meta["points"][1])
+    assert runs[True].time_s[1] == pytest.approx(4.5), "warm-up barrier at the r-th report (4 s) + sync 0.5 s"
+    assert runs[True].count("revocation") == 1
+    # Eq 5 + Eq 3 by hand: the mean gradient over points 0-3 (worker 0) and 4 (worker 1's first)
+    xb = np.concatenate([x, np.ones((8, 1))], axis=1).astype(np.float32)
+    for f, idx in ((True, [0, 1, 2, 3, 4]), (False, [0, 1, 2, 3])):
+        def loss(w, idx=idx):
+            z = xb[idx] @ w
+            return jnp.mean(jnp.logaddexp(0.0, z) - y[idx] * z) + 0.5 * 1e-4 * jnp.sum(w * w)
+
+        w1 = -0.5 * jax.grad(loss)(jnp.zeros(4))
+        got = runs[f].final_state.params
+        np.testing.assert_allclose(np.asarray(got), np.asarray(w1), rtol=1e-5, atol=1e-7)
+    with pytest.raises(AssertionError, match="flushing merges"):
+        check_flush(runs[False].meta["points"][1], runs[False].meta["points"][1])
+
+
+def test_revoked_worker_replacement_resumes(lr8):
+    pb, _, _ = lr8
+    iv = [np.zeros((0, 2)), np.array([[1.5, 3.0]])]
+    run = sf.sync_on_the_fly(pb, _fleet(), intervals=iv, key=jax.random.key(0), horizon_s=60.0)
+    assert run.count("revocation") == 1
+    assert np.all(np.diff(run.time_s) > 0) and run.steps[-1] >= 3
+    assert all(p <= 8 for p in run.meta["points"]), "a point counts at most once per barrier"
+
+
+def test_determinism_and_same_draws_for_both_policies(lr8):
+    pb, _, _ = lr8
+    fleet = sf.mixed_fleet(2, 2.0, report_points=2, sync_s=0.5)
+    mkt = sf.m4_large_market(mk.exponential(20.0))
+    a = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(3), horizon_s=80.0)
+    b = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(3), horizon_s=80.0)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    np.testing.assert_array_equal(a.time_s, b.time_s)
+    c = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(4), horizon_s=80.0)
+    assert [e for e in a.events if e[1] == "revocation"] != [e for e in c.events if e[1] == "revocation"]
+    i1 = sf.down_intervals(mkt.process, jax.random.fold_in(jax.random.key(3), 1), 2, 80.0, 180.0)
+    i2 = sf.down_intervals(mkt.process, jax.random.fold_in(jax.random.key(3), 1), 2, 80.0, 180.0)
+    for u, v in zip(i1, i2):
+        np.testing.assert_array_equal(u, v)
+        assert np.all(u[:, 1] - u[:, 0] == pytest.approx(180.0))
+
+
+def test_down_intervals_never_replaced_and_none():
+    iv = sf.down_intervals(mk.exponential(10.0), jax.random.key(0), 3, 1000.0, None)
+    assert all(len(v) == 1 and np.isinf(v[0, 1]) for v in iv), "never replaced: one revocation, back at inf"
+    assert all(len(v) == 0 for v in sf.down_intervals(None, jax.random.key(0), 3, 1000.0))
+
+
+def test_checkpoint_recompute_recomputes_the_same_trajectory(lr8):
+    pb, _, _ = lr8
+    fleet = _fleet()  # iteration = 4 points / 1 pt/s + 0.5 s = 4.5 s
+    ref = sf.checkpoint_recompute(pb, fleet, key=jax.random.key(0), horizon_s=100.0, max_iterations=6)
+    iv = [np.zeros((0, 2)), np.array([[10.0, 20.0]])]  # during iteration 3 (9 s .. 13.5 s + checkpoint)
+    run = sf.checkpoint_recompute(pb, fleet, intervals=iv, key=jax.random.key(0), horizon_s=100.0,
+                                  checkpoint_every=2, checkpoint_s=1.0, restore_s=2.0, max_iterations=6)
+    kinds = [e[1] for e in run.events]
+    assert "revocation" in kinds and "restart" in kinds
+    restart_t = [e[0] for e in run.events if e[1] == "restart"][0]
+    assert restart_t == pytest.approx(22.0), "back at 20 s + restore 2 s"
+    # after the reload, iteration k has the same loss as in the uninterrupted run
+    for k, loss in zip(run.steps, run.loss):
+        assert loss == pytest.approx(float(ref.loss[int(k)]), rel=1e-6)
+    never = sf.checkpoint_recompute(pb, fleet, intervals=[np.zeros((0, 2)), np.array([[10.0, np.inf]])],
+                                    key=jax.random.key(0), horizon_s=100.0, target_loss=0.0)
+    assert never.count("stall") == 1 and not never.to_target(0.0).reached
+
+
+def test_bill_is_per_second_market_bill(lr8):
+    iv = [np.array([[10.0, 40.0], [100.0, 130.0]]), np.zeros((0, 2))]
+    got = sf._bill(iv, 200.0, 0.1)
+    want = float(np.sum(np.asarray(mk.bill(np.array([0.0, 40.0, 130.0, 0.0]), np.array([10.0, 100.0, 200.0, 200.0]),
+                                           0.1, scheme="per_second"), np.float64)))
+    assert got == pytest.approx(want, rel=1e-5)
+    np.testing.assert_allclose(sf.alive_seconds(iv, 200.0), [140.0, 200.0])
+
+
+def test_validation(lr8):
+    pb, _, _ = lr8
+    with pytest.raises(ValueError, match="speeds"):
+        sf.Fleet((1.0, -1.0))
+    with pytest.raises(ValueError, match="intervals"):
+        sf.sync_on_the_fly(pb, _fleet(), intervals=[np.zeros((0, 2))], key=jax.random.key(0), horizon_s=1.0)
+    with pytest.raises(TypeError, match="flush"):
+        sf.sync_on_the_fly(pb, _fleet(), key=jax.random.key(0), horizon_s=1.0, flush=1)
+    with pytest.raises(ValueError, match="y must be"):
+        sf.logistic_regression(np.zeros((3, 2)), np.array([0, 2, 1]))
+    with pytest.raises(ValueError, match="non-negative"):
+        sf.nmf([0], [0], [-1.0], (1, 1))
+    assert sf.young_daly_every(10.0, 10.0, 1000.0, 1) == 14  # sqrt(2 * 10 * 1000) = 141 s = 14 iterations
+    assert sf.young_daly_every(10.0, 10.0, math.inf, 1) >= 10**9
