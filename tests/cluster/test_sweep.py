@@ -54,10 +54,18 @@ def check_runtime_at_least_on_demand(res: dict):
         raise AssertionError(f"runtime below the on-demand fleet's for scenarios {bad[:5].tolist()}")
 
 
-def _run_both(tm, starts, homes, works, bid, policy, switching):
-    vec = sw.run_vectorised(tm, starts, homes, works, bid, policy, MODEL, switching=switching)
+# other models: stage 2 with 2 reliable machines; a flush longer than the warning (rollback path)
+MODELS = (
+    MODEL,
+    sw.ProgressModel(machines=16, reliable=2, checkpoint_min=1.0, startup_min=3.0),
+    sw.ProgressModel(flush_min=3.0, rollback_min=7.0, switch_ratio=0.6),
+)
+
+
+def _run_both(tm, starts, homes, works, bid, policy, switching, model=MODEL):
+    vec = sw.run_vectorised(tm, starts, homes, works, bid, policy, model, switching=switching)
     refs = [
-        sw.run_reference(tm, int(s), int(h), float(w), bid, policy, MODEL, switching=switching)
+        sw.run_reference(tm, int(s), int(h), float(w), bid, policy, model, switching=switching)
         for s, h, w in zip(starts, homes, works)
     ]
     return vec, refs
@@ -70,15 +78,16 @@ def _run_both(tm, starts, homes, works, bid, policy, switching):
     bid=st.sampled_from(sw.BIDS),
     policy=st.sampled_from(sw.POLICIES),
     switching=st.booleans(),
+    model=st.sampled_from(MODELS),
 )
-def test_vectorised_equals_reference_on_random_scenarios(seed, real, bid, policy, switching):
+def test_vectorised_equals_reference_on_random_scenarios(seed, real, bid, policy, switching, model):
     tm = REAL[real] if real else VOL
     rng = np.random.default_rng(seed)
     n = 12
     starts = rng.integers(0, tm.minutes, n)
     homes = rng.integers(0, 3, n)
     works = rng.choice([0.5, 2.0, 8.0, 20.0], n)
-    vec, refs = _run_both(tm, starts, homes, works, bid, policy, switching)
+    vec, refs = _run_both(tm, starts, homes, works, bid, policy, switching, model)
     check_agree(vec, refs)
     check_runtime_at_least_on_demand(vec)
 
@@ -97,6 +106,10 @@ def test_random_scenarios_exercise_every_branch():
             seen[(bid, policy)] = vec
     t = seen[("on_demand", "tierml")]
     assert t["revocations"].sum() > 0 and t["switches"].sum() > 0
+    for model in MODELS[1:]:  # stage 2 rates; the rollback path (flush longer than the warning)
+        vec, refs = _run_both(VOL, starts, homes, works, "on_demand", "tierml", True, model)
+        check_agree(vec, refs)
+        assert vec["revocations"].sum() > 0
     assert seen[("aggressive", "checkpoint")]["revocations"].sum() > seen[("on_demand", "checkpoint")]["revocations"].sum()
     assert np.any(t["cost"] > 0.5)  # some on-demand fall-back
 
@@ -228,6 +241,7 @@ def test_progress_model_stages_follow_the_ratio_thresholds():
     full, rel = m.tierml_rates
     assert full == pytest.approx(63 / 64) and rel == pytest.approx(1 / 64)
     assert m.fleet_rate(8, 1) == pytest.approx(0.9 * 9 / 64)
+    assert MODELS[1].tierml_rates == pytest.approx((0.9, 2 / 16))  # 14:2 is stage 2
 
 
 def test_a_price_equal_to_the_bid_neither_revokes_nor_counts_as_usable():
