@@ -14,9 +14,7 @@ proactive switching).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from pathlib import Path
 
 import numpy as np
 
