@@ -161,6 +161,27 @@ class ProgressModel:
         if self.fleet_rate(self.machines - self.reliable, self.reliable) <= 0 or self.fleet_rate(0, self.reliable) <= 0:
             raise ValueError("stage efficiencies must make every fleet's rate > 0")
 
+    @classmethod
+    def from_step_time(cls, step_time, *, machines: int = 64, reliable: int = 1, **kw) -> "ProgressModel":
+        """The stage rates from an iteration-time model ``step_time(M)`` (seconds per iteration
+        of the same global work over ``M`` workers, e.g. :func:`scarjax.cluster.clock.step_time_pollux`
+        with throughput parameters fitted to real runs, Eq 3.5-3.8): the fleet of ``n`` workers
+        works at ``t(machines) / t(n)`` of the full fleet, which sets ``stage3_efficiency`` (the
+        ``machines - reliable`` transient workers) and ``stage1_efficiency`` (the reliable machines
+        alone). Other constants as given (``**kw``)."""
+        if not callable(step_time):
+            raise TypeError(f"step_time must be callable (workers -> seconds), got {type(step_time).__name__}")
+        base = cls(machines=machines, reliable=reliable, **kw)
+        t = {m: float(step_time(m)) for m in (machines, machines - reliable, reliable)}
+        if not all(math.isfinite(v) and v > 0 for v in t.values()):
+            raise ValueError(f"step_time must give finite seconds > 0, got {t}")
+        n = machines - reliable
+        e3 = (t[machines] / t[n]) / (n / machines)
+        e1 = (t[machines] / t[reliable]) / (reliable / machines)
+        if base.stage(n, reliable) != 3:
+            raise ValueError("from_step_time calibrates stage 3: machines - reliable must exceed stage3_ratio * reliable")
+        return dataclasses.replace(base, stage3_efficiency=e3, stage1_efficiency=e1)
+
     @property
     def calibration(self) -> dict[str, str]:
         """Where each constant comes from: all are stated measurements (TierML, AWS, Marathe et

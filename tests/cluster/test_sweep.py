@@ -258,3 +258,20 @@ def test_a_price_equal_to_the_bid_neither_revokes_nor_counts_as_usable():
     assert r["cost"] == pytest.approx(1.0)  # on demand: spot at the on-demand price is not cheaper
     r = _both_dollars(tm, 0, 0, 8.0, "on_demand", "tierml")
     assert r["switches"] == 0 and r["revocations"] == 0 and r["cost"] == pytest.approx((64 * 9) / (64 * 8))
+
+
+def test_progress_model_from_an_iteration_time_model():
+    """``t(M) = c / M`` (ideal scaling) reproduces the stated rates; with a log-depth all-reduce
+    scaling is sublinear: 63 workers lose less than 1/64 of the fleet's rate, and the reliable
+    machine alone does more than 1/64."""
+    ideal = sw.ProgressModel.from_step_time(lambda m: 100.0 / m)
+    assert ideal.tierml_rates == pytest.approx(MODEL.tierml_rates)
+    sync = sw.ProgressModel.from_step_time(lambda m: 100.0 / m + 0.2 * math.log2(m))
+    full, rel = sync.tierml_rates
+    t = lambda m: 100.0 / m + 0.2 * math.log2(m)  # noqa: E731
+    assert full == pytest.approx(t(64) / t(63)) and rel == pytest.approx(t(64) / t(1))
+    assert full > 63 / 64 and rel > 1 / 64
+    with pytest.raises(TypeError, match="step_time must be callable"):
+        sw.ProgressModel.from_step_time(3.0)
+    with pytest.raises(ValueError, match="calibrates stage 3"):
+        sw.ProgressModel.from_step_time(lambda m: 1.0 / m, machines=8, reliable=1)
