@@ -237,7 +237,8 @@ def _guard_noise(eps: np.ndarray, v: np.ndarray, res: float, metric: str, floor:
             f"the baseline's {metric}{where} ({float(floor[i]):.3g}, where it stops converging)"
         )
     advice = (
-        "calibrate at an earlier iteration (or run in float64); pass floor=0 to override"
+        "calibrate at an earlier iteration (or run in float64; on a GPU, float32 matrix products default to "
+        "TF32: jax.default_matmul_precision('highest')); pass floor=0 to override"
     )
     if worst < _REFUSE_FACTOR:
         raise ValueError(f"{caller}: {what}; below {_REFUSE_FACTOR:g}× the measured rework is rounding noise: {advice}")

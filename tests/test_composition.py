@@ -6,6 +6,7 @@ import jax
 import numpy as np
 
 import scarjax
+from scarjax import testing as sxt
 from scarjax.scar import checkpoint, faults, partition
 from scarjax.perturb import precision, staleness
 from scarjax.models import mlr
@@ -36,4 +37,4 @@ def test_stale_precision_and_faults_compose_under_run_and_run_trials():
     assert np.all(np.asarray(traces.delta["scar"])[:, 9] > 0)
     for i in range(3):
         _, t_i = scarjax.run(alg, hooks, 14, keys[i], workers=4)
-        chex.assert_trees_all_close(scarjax.split_trials(traces, i), t_i, rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(scarjax.split_trials(traces, i), t_i, rtol=sxt.trial_rtol(), atol=1e-6)

@@ -74,7 +74,7 @@ def test_same_key_same_result_int_seed_and_trial_i_equals_run_i(model, qp, small
     # The QP's run is also compiled a second time (trace-time side effects); the MLR's
     # cached program runs twice (run-time randomness), sparing a second MLR compilation.
     res = sxt.check_determinism(alg, 12, hooks=h, trials=3, seed=11, settings=2, recompile=model == "qp")
-    assert res.examples == 2 and res.max_rel_diff <= sxt.TRIAL_RTOL == 1e-5
+    assert res.examples == 2 and res.max_rel_diff <= sxt.trial_rtol() and sxt.trial_rtol("cpu") == sxt.TRIAL_RTOL == 1e-5
     _, t3 = scarjax.run(alg, h, 12, jax.random.key(3))
     _, t4 = scarjax.run(alg, h, 12, jax.random.key(4))
     assert not np.array_equal(t3.loss, t4.loss)
@@ -85,6 +85,12 @@ def _fixed_point_alg():
                                optimum=2.0 * jnp.ones(3))
 
 
+# Bit-level numbers of the CPU backend: a GPU or TPU compiles the same program with other
+# fusions (measured on an H100: 1 ulp apart), so these exact comparisons are CPU claims.
+cpu_exact = pytest.mark.skipif(jax.default_backend() != "cpu", reason="bit-exact numbers of the CPU backend")
+
+
+@cpu_exact
 @pytest.mark.parametrize("model", ["qp", "fixed_point"])
 def test_trial_i_equals_run_i_bit_for_bit_without_batched_reductions(model, qp):
     """The documented exact case of run_trials' guarantee: no batched reduction enters the

@@ -23,6 +23,7 @@ from scarjax.models import quadratic
 from scarjax.perturb import staleness
 
 HERE = Path(__file__).resolve().parent
+needs_8 = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (forced host) devices")
 N = 21  # uneven: 8 devices x a block of 4 hold 32, so 11 trials are padding
 STEPS = 6
 SEED = 7
@@ -58,6 +59,7 @@ def _rel(a, b):
     return worst
 
 
+@needs_8
 def test_default_mesh_is_every_device_and_plan_pads_least():
     assert trials.trials_mesh().devices.size == len(jax.devices()) == 8
     assert trials._plan(13, 8, 100) == (16, 1)           # 3 padded trials
@@ -97,6 +99,7 @@ def noisy_results(qp, keys, one_device):
     return out
 
 
+@needs_8
 def test_fixed_vmap_size_bit_identical_across_meshes_chunks_and_padding(noisy_results):
     """With vmap_size fixed, every trial is the same bits on 8 devices (one chunk, 11
     padded), on one device in 6 chunks of 4, and on 8 devices in 2 chunks of 16."""
@@ -111,6 +114,7 @@ def test_fixed_vmap_size_bit_identical_across_meshes_chunks_and_padding(noisy_re
     assert 0 < fired.mean() < 1 and not np.all(fired == fired[0])  # trials differ
 
 
+@needs_8
 def test_discrete_outcomes_identical_and_floats_to_rounding_in_every_configuration(noisy_results):
     """Whatever the vmap width, mesh or chunks, the random numbers, hence which steps
     fire, are those of run(keys[i]); floats agree to rounding (a batched product sums in
@@ -124,6 +128,7 @@ def test_discrete_outcomes_identical_and_floats_to_rounding_in_every_configurati
             assert _rel(got, one) <= 1e-5
 
 
+@needs_8
 def test_without_batched_products_every_configuration_is_run_bit_for_bit(qp, keys, one_device):
     """The unperturbed QP (no trial-dependent product): 8 devices, one device, chunks
     of 5 and run(keys[i]) give the same bits."""
@@ -145,6 +150,7 @@ def test_factory_hook_args_are_split_padded_and_chunked_with_the_keys(qp):
     np.testing.assert_allclose(tr.point_delta["write"][:, 2], sizes, rtol=1e-5)
 
 
+@needs_8
 def test_explicit_mesh_uses_all_its_axes(qp, keys):
     """A parameter-server mesh ('server', 'worker') splits the trials over all its devices."""
     from scarjax import ps
@@ -202,6 +208,7 @@ def test_bad_options_name_the_argument(qp):
         trials.trials_mesh([])
 
 
+@needs_8
 def test_mesh_devices_from_create_device_mesh_keep_their_layout():
     """docs/multihost.md: make_mesh(devices=create_device_mesh(...)) keeps the given 2-D
     layout (it used to flatten the array's rows and fail), and a 1-D list keeps its order."""
@@ -225,6 +232,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@needs_8
 def test_two_processes_by_four_devices_equal_one_process(noisy_results, tmp_path):
     """2 processes x 4 CPU devices (jax.distributed, gloo), in 2 chunks: every process gets
     all 21 trials, bit-identical to this process's 8 devices (vmap_size fixed)."""

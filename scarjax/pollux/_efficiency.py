@@ -23,11 +23,14 @@ from scarjax.pollux._estimators import GradStats, noise_scale
 
 
 def _stat_efficiency(m, phi, m0):
-    # (phi + M0) / (phi + M); its limit 1 for phi = inf (noise-dominated gradient).
+    # (phi + M0) / (phi + M), kept <= 1 for M >= M0 under any rounding (a GPU may compute
+    # a / b as a * (1 / b), which put the ratio at M = M0 at 1 + 1 ulp on an H100). Its limit
+    # is 1 for phi = inf (noise-dominated gradient).
     m = jnp.asarray(m, jnp.result_type(float))
     inf = jnp.isinf(phi)
     phi_ = jnp.where(inf, 0.0, phi)
-    return jnp.where(inf, 1.0, (phi_ + m0) / (phi_ + m))
+    ratio = (phi_ + m0) / (phi_ + m)
+    return jnp.where(inf, 1.0, jnp.where(m >= m0, jnp.minimum(ratio, 1.0), ratio))
 
 
 def _check_eff_args(batch_size, phi, base_batch_size, allow_below_base: bool):

@@ -40,6 +40,8 @@ from scarjax.testing._convergence import (
 )
 from scarjax.testing._determinism import (
     TRIAL_RTOL,
+    ACCELERATOR_TRIAL_RTOL,
+    trial_rtol,
     DeterminismResult,
     Difference,
     assert_determinism,
@@ -89,5 +91,5 @@ __all__ = [
     # PGNS (Eq 3.2, App. A.1)
     "check_pgns_unbiased", "assert_pgns_unbiased", "PGNSResult",
     # determinism
-    "check_determinism", "assert_determinism", "DeterminismResult", "compare_runs", "Difference", "TRIAL_RTOL",
+    "check_determinism", "assert_determinism", "DeterminismResult", "compare_runs", "Difference", "TRIAL_RTOL", "ACCELERATOR_TRIAL_RTOL", "trial_rtol",
 ]
