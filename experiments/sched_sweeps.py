@@ -11,7 +11,8 @@
   isolated``, the isolated JCT being the job alone on an equal share of the cluster, ``G /
   N`` GPUs with ``N`` the time-average number of active jobs during its life (packed on
   whole nodes, at least one GPU; the job keeps the policy's batch-size mode: adaptive under
-  Pollux, the user's batch size otherwise, at most ``batch_size / min_local_bsz`` GPUs).
+  Pollux, up to the GPUs its largest batch size can use; otherwise the user's configuration,
+  on fewer GPUs if the share is smaller than the user's GPU count).
   Pollux with ``p = 1, -1, -10`` beside Tiresias and Optimus.
 
 The reference numbers are the artifact's own simulator runs (``simulator/results-jobload``,
@@ -165,9 +166,10 @@ def finish_time_fairness(res, workload, policy_adaptive: bool, cluster, apps, ca
             continue
         a = apps.names.index(job.app)
         bsz = int(workload.batch_size[i])
-        cap = g if policy_adaptive else max(1, bsz // int(apps.min_local_bsz[a]))
-        if policy_adaptive:
-            cap = min(cap, max(1, int(apps.max_batch_size[a]) // int(apps.min_local_bsz[a])))
+        if policy_adaptive:  # as many GPUs as the largest batch size can use
+            cap = max(1, int(apps.max_batch_size[a]) // int(apps.min_local_bsz[a]))
+        else:  # the user's configuration, fewer GPUs if the share is smaller
+            cap = int(workload.num_replicas[i])
         k = int(np.clip(np.floor(g / n_bar[i]), 1, min(cap, g)))
         key = (job.app, k, policy_adaptive, bsz)
         if key not in cache:
@@ -356,7 +358,8 @@ def report(res: dict) -> str:
         if extra:
             lines.append("\n" + "; ".join(extra) + ".")
     lines += ["", f"Thesis {THESIS_FAIRNESS}. Our isolated JCT gives the job floor(G / N) GPUs packed on whole "
-              "nodes (N the time-average number of active jobs during its life) in the same simulator; Themis' "
+              "nodes (N the time-average number of active jobs during its life; non-adaptive jobs at most the "
+              "user's GPU count, adaptive ones as many as their largest batch size uses) in the same simulator; Themis' "
               "definition leaves the share's placement open, so rho values are comparable in shape, not "
               "digit for digit."]
     return "\n".join(lines)
