@@ -8,8 +8,8 @@ training (:class:`scarjax.cluster.clock.Trainer`; the trajectory is the same wha
 node count, so an elastic run loses and redoes no iteration); the time per iteration comes
 from :func:`scarjax.cluster.litz.litz_step_time` (executors over the nodes plus a fixed part),
 whose two constants are set so that the *static* runs take the paper's times (MLR: 157 min on
-4 nodes, 107 min on 8; LDA: 183 min on 12, 101 min on 24) for the iterations our job needs to
-reach its target; scaling events at the paper's times (MLR out at 40 min, in at 30 min; LDA
+4 nodes, 107 min on 8; LDA: 183 min on 12, 101 min on 24) for the K iterations our job needs to
+reach its target (the static loss after ``*_steps`` iterations, first reached at K); scaling events at the paper's times (MLR out at 40 min, in at 30 min; LDA
 out at 55 min, in at 33 min) pause the job for the migration of executors and PShards
 (:func:`scarjax.cluster.litz.migration_s`: 2.0 Gbps, MLR ~10 MiB of PShards and stateless
 workers, LDA ~4.6 GiB of executor state per node at 24 nodes). The ideal scale-out time is
@@ -96,12 +96,15 @@ def run(config: Config, out_dir) -> dict:
         p = PAPER[app]
         if spec.executors % p["pre"] or spec.executors % p["post"]:
             raise ValueError(f"{app}: executors must divide evenly over {p['pre']} and {p['post']} nodes")
-        c, f = _calibrate(p, steps, spec.executors)
-        st = litz.litz_step_time(c, f, spec.executors)
-        # the target: the loss a static run reaches after `steps` iterations
+        # the target: the loss a static run reaches after `steps` iterations; K: the iteration at
+        # which it is first reached (the same in every run: the trajectory does not depend on the nodes)
         probe = clock.Trainer(alg, key, workers=spec.executors if alg.has_workers else None)
-        target = float(probe.train(steps)[-1])
-        job = lambda n: clock.Job(alg, target, st, workers=n, max_steps=steps)  # noqa: E731
+        losses = probe.train(steps)
+        target = float(losses[-1])
+        K = int(np.flatnonzero(losses <= target)[0]) + 1
+        c, f = _calibrate(p, K, spec.executors)
+        st = litz.litz_step_time(c, f, spec.executors)
+        job = lambda n: clock.Job(alg, target, st, workers=n, max_steps=K)  # noqa: E731
         runs = {
             "static_pre": litz.elastic(job(p["pre"]), key=key, horizon_s=1e9, spec=spec, policy="static"),
             "static_post": litz.elastic(job(p["post"]), key=key, horizon_s=1e9, spec=spec, policy="static"),
@@ -113,7 +116,7 @@ def run(config: Config, out_dir) -> dict:
         times = {k: r.to_target(target).time_s for k, r in runs.items()}
         ev = [e for e in runs["scale_out"].events if e[1] == "scale"]
         trig_t = float(ev[0][0]) if ev else math.inf
-        trig_step = int(runs["scale_out"].steps[np.searchsorted(runs["scale_out"].time_s, trig_t)]) if ev else steps
+        trig_step = int(runs["scale_out"].steps[np.searchsorted(runs["scale_out"].time_s, trig_t)]) if ev else K
         ideal = litz.ideal_time(runs["static_post"], trig_t, trig_step, target)
         same = {k: bool(all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in
                             zip(jax.tree.leaves(r.final_state), jax.tree.leaves(runs["static_pre"].final_state))))

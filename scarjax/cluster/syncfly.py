@@ -347,9 +347,6 @@ class _Engine:
         if np.any(self.per < 1):
             raise ValueError(f"every worker needs at least one point: {problem.n} points over {workers} workers")
 
-        def rotate(x, c):
-            return jnp.roll(x, -c, axis=0)
-
         def barrier(state, cursors, counts, key):
             def one(shard_m, c, cnt, k):
                 per_m = jnp.sum(shard_m["valid"])
@@ -369,14 +366,11 @@ class _Engine:
             new = tu.tree_where(skip, state, new)
             return new, alg.loss(new, alg.data), total
 
-        del rotate
         self.barrier = jax.jit(barrier)
         self.loss = jax.jit(lambda st: alg.loss(st, alg.data))
         n = problem.n
-        pad = np.zeros((workers, self.slots), np.int64)
         # index of slot j of worker m in the example axis (shard_examples: contiguous shards)
         self.index = np.minimum(np.arange(workers)[:, None] * self.slots + np.arange(self.slots)[None, :], n - 1)
-        del pad
 
     def point_loss(self, state) -> np.ndarray:
         return np.asarray(self.problem.point_loss(state.params), np.float64)
