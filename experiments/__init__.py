@@ -51,4 +51,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.sched_main", "experiments.sched_sweeps",  # S3 (issue 15)
     "experiments.sync_on_the_fly",  # D (issue 14)
     "experiments.litz_elasticity",  # D (issue 14)
+    "experiments.cluster_scar",  # A (issue 14)
 )

@@ -25,6 +25,7 @@ EXPECTED = {
     "01_rework_cost": "predicted floor",
     "02_goodput": "PGNS: running estimate",
     "03_parameter_server": "recovered",
+    "04_transient_clusters": "SCAR: reached the target in",  # A (issue 14)
     "05_cluster_scheduling": "policy ordering by average JCT",  # S3 (issue 15)
     "07_property_testing": "1 failed, 1 passed",
 }
