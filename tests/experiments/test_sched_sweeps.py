@@ -55,3 +55,24 @@ def test_sched_sweeps_quick_with_pollux(tmp_path):
                               fairness_p=(-1.0,), population=10, generations=4)
     saved = _check_run(tmp_path, cfg, ["pollux p=-1", "tiresias"])
     assert set(saved["interval"]) == {"60.0"} and set(saved["interference"]) == {"off/0.5"}
+
+
+def test_a_job_alone_is_treated_exactly_fairly():
+    """Alone on the cluster with its user configuration, a job's shared and isolated runs are
+    the same run: rho = 1 (the isolated run waits for the first decision as the job did)."""
+    from scarjax.data.pollux_sim import Workload
+    from scarjax.sched.apps import load_apps
+    from scarjax.sched.simulator import Cluster, simulate
+    from scarjax.sched.tiresias import TiresiasPolicy
+
+    w = Workload(name=np.array(["cifar10-0"]), time=np.array([107.0]), application=np.array(["cifar10"]),
+                 num_replicas=np.array([6]), batch_size=np.array([2048]), source="one job")
+    apps, cl = load_apps(), Cluster()
+    res = simulate(w, TiresiasPolicy(), cluster=cl, apps=apps)
+    cache = {}
+    rho = m.finish_time_fairness(res, w, False, cl, apps, cache)
+    np.testing.assert_allclose(rho, [1.0])
+    # the check can fail: without the wait for the first decision rho would differ from 1
+    (iso,) = cache.values()
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(res.jcts / iso, [1.0])
