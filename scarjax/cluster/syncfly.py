@@ -81,6 +81,8 @@ __all__ = [
     "sync_on_the_fly",
     "checkpoint_recompute",
     "young_daly_every",
+    "sync_on_the_fly_policy",
+    "checkpoint_recompute_policy",
     "M4_LARGE_ON_DEMAND",
     "M4_LARGE_SPOT",
 ]
@@ -712,3 +714,39 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: clock.Market | 
         pts.append(0.0)
         rec.event(*(t, "restart", f"reloaded iteration {ckpt_k}"))
     return rec.done(min(t, horizon_s), state, points=pts)
+
+
+# --------------------------------------------------------------------------------------
+# The shared policy signature: policy(job, market, *, key, horizon_s, **options)
+
+
+def _job_problem(job: clock.Job, problem: Problem) -> None:
+    if not isinstance(job, clock.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    if not isinstance(problem, Problem) or problem.algorithm is not job.algorithm:
+        raise ValueError("problem must be the syncfly.Problem whose algorithm is job.algorithm")
+
+
+def sync_on_the_fly_policy(job: clock.Job, market: clock.Market | None, *, key: jax.Array, horizon_s: float,
+                           problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
+    """:func:`sync_on_the_fly` under the shared policy signature: ``job.target_loss`` and
+    ``job.max_steps`` (barriers); ``problem`` must wrap ``job.algorithm`` (the progress
+    reports need its per-point objective) and ``fleet`` gives the worker speeds (its size
+    should be ``job.workers``)."""
+    _job_problem(job, problem)
+    if fleet.workers != job.workers:
+        raise ValueError(f"fleet has {fleet.workers} workers, job.workers is {job.workers}")
+    return sync_on_the_fly(problem, fleet, market, key=key, horizon_s=horizon_s, target_loss=job.target_loss,
+                           max_barriers=job.max_steps, **options)
+
+
+def checkpoint_recompute_policy(job: clock.Job, market: clock.Market | None, *, key: jax.Array, horizon_s: float,
+                                problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
+    """:func:`checkpoint_recompute` under the shared policy signature (``job.checkpoint_s``,
+    ``job.restore_s``, ``job.target_loss``, ``job.max_steps`` iterations)."""
+    _job_problem(job, problem)
+    if fleet.workers != job.workers:
+        raise ValueError(f"fleet has {fleet.workers} workers, job.workers is {job.workers}")
+    return checkpoint_recompute(problem, fleet, market, key=key, horizon_s=horizon_s, target_loss=job.target_loss,
+                                checkpoint_s=job.checkpoint_s, restore_s=job.restore_s,
+                                max_iterations=job.max_steps, **options)

@@ -165,3 +165,21 @@ def test_validation(lr8):
         sf.nmf([0], [0], [-1.0], (1, 1))
     assert sf.young_daly_every(10.0, 10.0, 1000.0, 1) == 14  # sqrt(2 * 10 * 1000) = 141 s = 14 iterations
     assert sf.young_daly_every(10.0, 10.0, math.inf, 1) >= 10**9
+
+
+def test_shared_policy_signature(lr8):
+    from scarjax.cluster import clock
+
+    pb, _, _ = lr8
+    fleet = _fleet()
+    job = clock.Job(pb.algorithm, 0.5, clock.step_time_fixed(1.0), workers=2, checkpoint_s=1.0, restore_s=2.0,
+                    max_steps=5)
+    mkt = sf.m4_large_market(mk.exponential(50.0))
+    a = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, problem=pb, fleet=fleet)
+    b = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(2), horizon_s=200.0, target_loss=0.5, max_barriers=5)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    c = sf.checkpoint_recompute_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, problem=pb, fleet=fleet)
+    assert c.steps.max() <= 5
+    with pytest.raises(ValueError, match="job.algorithm"):
+        sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=1.0, problem=pb._replace(
+            algorithm=pb.algorithm.replace(name="other")), fleet=fleet)
