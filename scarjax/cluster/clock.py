@@ -55,6 +55,13 @@ Pieces:
 4. ``Market.mttf_s`` (needed by Young/Daly): exact for exponential (capped), Weibull
    (uncapped) and empirical processes; otherwise the mean of 2048 draws at the market's
    start time (key 0) with ``inf`` (never revoked) lifetimes counted as ``inf``.
+5. Added: ``Market.purchase(key, counter, n, t)`` draws the start-up delays and lifetimes of
+   the ``counter``-th purchase in one jitted program (eager JAX draws compile a program per
+   op: too slow inside a host event loop); ``Market.revocations``/``startup_s`` are jitted too.
+6. ``Ledger.cost(t)`` is the bill *had the job ended at t*: machines stopped by ``t`` at their
+   charge, running ones as if the user stopped them at ``t``, later ones 0. So
+   ``ClusterRun.dollars`` may drop where the provider revokes a machine (its begun partial
+   hour becomes free) and is a step function under hourly billing.
 """
 
 from __future__ import annotations
