@@ -19,7 +19,8 @@ recoveries change the *state*.
 
 **Buying machines** (``_buy``): the cheapest option at that moment: a transient machine at
 the spot price if one is granted (a price-driven market: price ``<=`` bid) and cheaper than
-on-demand, else an on-demand one. New machines run after the market's start-up delay
+on-demand, else an on-demand one (both share the market's start-up delay, so the price
+decides; a market with a per-tier delay would weigh it in). New machines run after the market's start-up delay
 (sampled per machine; the job waits for the slowest) and are billed from then. A transient
 machine's lifetime is drawn when it is requested (``market.revocations``): from its start
 for parametric/empirical processes, from the request time for price-driven and replayed
