@@ -1,0 +1,821 @@
+"""TierML / AgileML on the cluster clock: tiers of reliability for agile elasticity
+(Harlap, Ganger, Gibbons 2016, "TierML", Secs 3.2–3.4; issue 14 Sec 3 policy 4).
+
+**Stages (Sec 3.2, Figs 4–6, Sec 4.3 Figs 7–9).** With ``R >= 1`` reliable (on-demand) and
+``T >= 0`` transient (spot) machines, the ratio ``r = T / R`` picks the functionality
+partitioning (:func:`select_stage`, thresholds :class:`Thresholds`):
+
+* stage 1 (``r <= stage1_max``, default 1: Fig 7's "32 ParamServ" of 64 has negligible
+  slowdown): ParamServs on the reliable machines only, workers everywhere; no parameter
+  state on transient machines;
+* stage 2 (``stage1_max < r <= stage2_max``, default 15: Sec 4.3 Fig 8): ActivePSs on half
+  of the transient machines (Sec 3.3 "best performance when running ActivePSs on half of the
+  resources"), a BackupPS on every reliable machine, workers everywhere;
+* stage 3 (``r > stage2_max``: "beyond 15:1", Fig 9): as stage 2 but no workers on the
+  reliable machines (they would be stragglers).
+
+:func:`roles` gives the counts; :func:`stage_slowdown` the modelled time-per-iteration factor
+of each stage relative to the traditional parameter server on the same machines, a
+piecewise-linear interpolation of the points the paper states for MF on Cluster-A (stage 1:
+1.0 at 1:1, 7× at 15:1; stage 2: 1.0 at 7:1, 1.18 at 15:1, "almost 2×" = 1.95 at 63:1;
+stage 3: matches the traditional architecture, whose loss of the reliable machines' workers
+is in the step-time model's worker count).
+
+**Elasticity and the market (Secs 3.3–3.4).** :func:`tierml` is the policy on the simulated
+clock of :mod:`scarjax.cluster.clock`: it bids the on-demand price, buys ``transient`` spot
+machines of the class (market) with the highest estimated MTTF (:func:`mttf_estimate`), and
+falls back to on-demand machines while every class's spot price is above the bid. The
+ActivePS state is pushed to the BackupPS in the background every ``push_every`` iterations
+(or slower when the network cannot carry it, :func:`push_period`). On a warning (eviction)
+the ActivePSs flush their end-of-life deltas to the BackupPS (modelled time
+``param_bytes / (R · bandwidth)``, Fig 11's blip) and nothing is lost; a revocation without
+warning (failure), or a warning shorter than the flush (effective failure), rolls the real
+training state back to the BackupPS copy (the Trainer is restored to the state and iteration
+of the last push: the iterations since are redone). Proactive switching: every
+``check_every_s`` the controller compares the current class's MTTF with the others' and, when
+one is ``switch_factor`` times higher, buys that class; once it runs, the ActivePSs move to it
+and the old machines keep running (stateless) workers until the end of their billing hour,
+then are released — if the provider revokes them first, that partial hour is free (the
+Ledger's AWS rule).
+
+Training is real: every interval runs actual iterations of ``job.algorithm`` through the
+clock's :class:`~scarjax.cluster.clock.Trainer`; the interval's simulated duration is the
+step-time model (``job.step_time`` of the number of machines running workers, times
+:func:`stage_slowdown`) plus the modelled flush. Synchronous data-parallel iterations compute
+the same update whatever the worker count, so the count enters the run through the step time
+only (the Trainer runs the plain loop, one compiled program per chunk length).
+
+The policy is a host-side event loop (one Python loop per market scenario): its decisions
+(which class to buy, when to switch, when to fall back) depend on the realised prices and
+revocations, so it is not vectorised; :mod:`scarjax.cluster.sweep` holds the calibrated
+vectorised model for long sweeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from scarjax import _validate as va
+from scarjax import core
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+
+__all__ = [
+    "Thresholds",
+    "Roles",
+    "select_stage",
+    "roles",
+    "stage_slowdown",
+    "step_seconds",
+    "push_period",
+    "flush_seconds",
+    "mttf_estimate",
+    "tierml",
+    "scripted",
+    "Scripted",
+]
+
+_H = 3600.0
+
+
+# --------------------------------------------------------------------------------------
+# Stages (pure)
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Transient:reliable ratio thresholds of the three stages (Sec 3.2, Sec 4.3).
+
+    ``r <= stage1_max``: stage 1; ``stage1_max < r <= stage2_max``: stage 2; above: stage 3.
+    Defaults: 1 (Fig 7: the 1:1 stage-1 configuration has negligible slowdown) and 15
+    (Sec 3.2: "beyond 15:1 in our experiments" the workers on reliable machines straggle)."""
+
+    stage1_max: float = 1.0
+    stage2_max: float = 15.0
+
+    def __post_init__(self):
+        va.check_real("stage1_max", self.stage1_max, lo=0.0, scalar=True)
+        va.check_real("stage2_max", self.stage2_max, lo=0.0, scalar=True)
+        if not self.stage2_max >= self.stage1_max:
+            raise ValueError(f"stage2_max must be >= stage1_max, got {self.stage2_max} < {self.stage1_max}")
+
+
+class Roles(NamedTuple):
+    """What runs where for ``transient`` and ``reliable`` machines (Table 1, Figs 4–6).
+
+    ``param_servs``: ParamServ shards (reliable machines, stage 1); ``active_ps``: ActivePSs
+    (transient machines, stages 2–3); ``backup_ps``: BackupPSs (reliable machines, stages
+    2–3); ``workers``: machines running workers; ``workers_on_reliable``: of which reliable;
+    ``state_on_transient``: whether transient machines hold parameter state."""
+
+    stage: int
+    param_servs: int
+    active_ps: int
+    backup_ps: int
+    workers: int
+    workers_on_reliable: int
+    state_on_transient: bool
+
+
+def _counts(transient, reliable):
+    t = np.asarray(transient)
+    r = np.asarray(reliable)
+    for name, a, lo in (("transient", t, 0), ("reliable", r, 1)):
+        if not (np.issubdtype(a.dtype, np.integer) or (np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a)))):
+            raise TypeError(f"{name} must be integer machine counts, got {a!r}")
+        if np.any(a < lo):
+            raise ValueError(f"{name} must be >= {lo} (TierML keeps at least one reliable machine, Sec 3.4), got {a!r}")
+    return t.astype(np.int64), r.astype(np.int64)
+
+
+def select_stage(transient: Any, reliable: Any, thresholds: Thresholds = Thresholds()) -> np.ndarray:
+    """``int`` stage (1, 2 or 3) for ``transient`` and ``reliable`` machine counts
+    (broadcast arrays), by the ratio ``transient / reliable`` (Sec 3.2)."""
+    if not isinstance(thresholds, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds, got {type(thresholds).__name__}")
+    t, r = _counts(transient, reliable)
+    ratio = t / r
+    return np.where(ratio <= thresholds.stage1_max, 1, np.where(ratio <= thresholds.stage2_max, 2, 3)).astype(np.int64)
+
+
+def roles(transient: int, reliable: int, thresholds: Thresholds = Thresholds()) -> Roles:
+    """The :class:`Roles` of one configuration (Secs 3.2–3.3): ActivePSs on half of the
+    transient machines (at least one) in stages 2–3, BackupPSs on every reliable one."""
+    stage = int(select_stage(transient, reliable, thresholds))
+    t, r = int(transient), int(reliable)
+    if stage == 1:
+        return Roles(1, r, 0, 0, t + r, r, False)
+    active = max(1, t // 2)
+    on_rel = r if stage == 2 else 0
+    return Roles(stage, 0, active, r, t + on_rel, on_rel, True)
+
+
+# (ratio, slowdown) points stated in Sec 4.3 for MF on Cluster-A (Figs 7-9).
+_STAGE1_POINTS = ((1.0, 1.0), (15.0, 7.0))
+_STAGE2_POINTS = ((7.0, 1.0), (15.0, 1.18), (63.0, 1.95))
+
+
+def _interp(x, pts):
+    xs = np.asarray([p[0] for p in pts])
+    ys = np.asarray([p[1] for p in pts])
+    y = np.interp(x, xs, ys)
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), y)
+
+
+def stage_slowdown(stage: Any, ratio: Any) -> np.ndarray:
+    """Modelled time per iteration of ``stage`` at transient:reliable ``ratio``, relative to the
+    traditional parameter server (all machines run a ParamServ and workers) on the same
+    worker machines: linear interpolation of Sec 4.3's points (see the module docstring),
+    constant outside them on the left, extrapolated on the right. Stage 3 is 1."""
+    s = np.asarray(stage)
+    x = np.asarray(ratio, np.float64)
+    if np.any((s < 1) | (s > 3)):
+        raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
+    if np.any(~np.isfinite(x) | (x < 0)):
+        raise ValueError(f"ratio must be finite and >= 0, got {ratio!r}")
+    return np.where(s == 1, _interp(x, _STAGE1_POINTS), np.where(s == 2, _interp(x, _STAGE2_POINTS), 1.0))
+
+
+def step_seconds(step_time, transient: int, reliable: int, thresholds: Thresholds = Thresholds()) -> float:
+    """Seconds per iteration on ``transient`` + ``reliable`` machines under TierML: the
+    step-time model of the machines running workers times :func:`stage_slowdown`."""
+    ro = roles(transient, reliable, thresholds)
+    base = float(np.asarray(step_time(ro.workers)))
+    return base * float(stage_slowdown(ro.stage, transient / reliable))
+
+
+def flush_seconds(param_bytes: float, reliable: int, bandwidth_bps: float) -> float:
+    """End-of-life flush (Sec 3.3): the ActivePSs' pending state, ``param_bytes``, sent to the
+    BackupPSs on ``reliable`` machines, each receiving at ``bandwidth_bps`` bits/s."""
+    va.check_real("param_bytes", param_bytes, lo=0.0, scalar=True)
+    va.check_real("bandwidth_bps", bandwidth_bps, lo=0.0, lo_open=True, scalar=True)
+    reliable = va.check_int("reliable", reliable, lo=1)
+    return 8.0 * float(param_bytes) / (reliable * float(bandwidth_bps))
+
+
+def push_period(push_every: int, seconds_per_step: float, push_s: float) -> int:
+    """Iterations between background pushes to the BackupPS: ``push_every``, or more when one
+    push (``push_s`` seconds on the network) takes longer than that many iterations (Sec 1:
+    "streamed ... at a rate that the network bandwidth accommodates")."""
+    push_every = va.check_int("push_every", push_every, lo=1)
+    if seconds_per_step <= 0:
+        raise ValueError(f"seconds_per_step must be > 0, got {seconds_per_step}")
+    return max(push_every, int(math.ceil(push_s / seconds_per_step - 1e-9)))
+
+
+def mttf_estimate(times_s: Any, prices: Any, bid: float, t: float, window_s: float) -> float:
+    """Estimated mean time to eviction (Sec 3.4's MTTF) of a spot class at time ``t`` from its
+    price history in ``[t − window_s, t]`` only (no look-ahead): the time the price was at or
+    below ``bid`` divided by one plus the number of times it rose above it (an add-one
+    smoothed exposure/failures estimate; ``window_s`` when it never did). ``0`` when the
+    current price is above the bid (the class would not be granted)."""
+    ts = np.asarray(times_s, np.float64)
+    ps = np.asarray(prices, np.float64)
+    if ts.ndim != 1 or ts.shape != ps.shape or ts.size == 0:
+        raise ValueError("times_s and prices must be 1-D of one length >= 1")
+    va.check_real("window_s", window_s, lo=0.0, lo_open=True, scalar=True)
+    i_now = max(int(np.searchsorted(ts, t, side="right")) - 1, 0)
+    if ps[i_now] > bid:
+        return 0.0
+    lo = t - window_s
+    i0 = max(int(np.searchsorted(ts, lo, side="right")) - 1, 0)
+    seg_t = ts[i0:i_now + 1]
+    seg_p = ps[i0:i_now + 1]
+    ends = np.append(seg_t[1:], t)
+    dur = np.clip(ends - np.maximum(seg_t, lo), 0.0, None)
+    below = seg_p <= bid
+    up = float(dur[below].sum())
+    crossings = int(np.sum(below[:-1] & ~below[1:]))
+    return up / (crossings + 1)
+
+
+# --------------------------------------------------------------------------------------
+# The controller (host side)
+
+
+@dataclasses.dataclass
+class _Group:
+    """An allocation: ``n`` machines of one class bought together (times: elapsed seconds)."""
+
+    kind: str  # 'reliable' (the core), 'spot', 'fallback' (on-demand standing in for spot)
+    cls: int  # market index
+    ids: list  # machine labels
+    blocks: list  # billing blocks: (ledger id, member mask); members share their lifetime
+    ready_t: float
+    warn_t: np.ndarray  # per machine (inf: never)
+    life_t: np.ndarray
+    alive: np.ndarray  # in the computation
+    billed: np.ndarray  # ledger entry open
+    ps: np.ndarray = None  # per machine: hosts an ActivePS
+    release_t: float = math.inf  # planned user release (end of a billing hour)
+    joined: bool = False
+    switch: bool = False  # replaces the current transient machines (class switch, end of fallback)
+
+
+def _next_hour_end(start: float, t: float) -> float:
+    k = max(1, math.ceil((t - start) / _H - 1e-9))
+    return start + k * _H
+
+
+class _Controller:
+    """TierML's elasticity controller (Sec 3.2, "Elasticity Controller") on the simulated
+    clock: machine groups, the :class:`~scarjax.cluster.clock.Ledger`, the BackupPS copy of
+    the real training state and the :class:`~scarjax.cluster.clock.Trainer`."""
+
+    def __init__(self, job, markets, *, key, thresholds, push_every, param_bytes, bandwidth_bps,
+                 flush_on_warning, recorder, ledger, trainer):
+        self.job, self.markets = job, markets
+        self.t0 = float(markets[0].start_time_s)
+        self.key = key
+        self.th = thresholds
+        self.push_every = push_every
+        self.param_bytes = float(param_bytes)
+        self.bw = float(bandwidth_bps)
+        self.flush_on_warning = flush_on_warning
+        self.rec, self.ledger, self.trainer = recorder, ledger, trainer
+        self.groups: list[_Group] = []
+        self.next_id = 0
+        self.backup = trainer.snapshot()  # the BackupPS (or the ParamServs' state in stage 1)
+        self.pushed_at = trainer.step
+        self.since_push = 0
+        self.rollbacks = 0
+        self.lost_iterations = 0
+        self.flushes = 0
+        self.trained = 0
+        self.stages: set[int] = set()
+        self._prices: dict = {}
+
+    # ---- machines ---------------------------------------------------------------
+    def _draw(self):
+        self.key, k = jax.random.split(self.key)
+        return k
+
+    def buy(self, kind: str, cls: int, n: int, t: float, *, delay: float | None = None,
+            switch: bool = False) -> _Group:
+        """Request ``n`` machines of ``kind`` from market ``cls`` at elapsed ``t``; they join
+        after the market's start-up delay; spot machines get their revocations drawn from the
+        market's process, bought when they start. ``switch``: on joining they take over from the
+        current transient machines (which keep running workers to their billing hour's end)."""
+        m = self.markets[cls]
+        ready = t + (float(m.startup_s(self._draw(), 1)[0]) if delay is None else float(delay))
+        ids = [f"{kind}{self.next_id + i}" for i in range(n)]
+        gid = self.next_id
+        self.next_id += n
+        if kind == "spot":
+            life, warn = m.revocations(self._draw(), n, self.t0 + ready)
+            life, warn = ready + life, ready + warn
+        else:
+            life = warn = np.full(n, math.inf)
+        life = np.asarray(life, np.float64)
+        blocks = []
+        for j, u in enumerate(np.unique(life)):
+            mem = life == u
+            blocks.append((f"{kind}{gid}.{j}x{int(mem.sum())}", mem))
+        g = _Group(kind, cls, ids, blocks, ready, np.asarray(warn, np.float64), life, np.zeros(n, bool),
+                   np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch)
+        self.groups.append(g)
+        self.rec.event(t, "request", f"{n} {kind} {m.machine.name} (ready at {ready:.0f} s)")
+        return g
+
+    def _join(self, g: _Group, t: float):
+        m = self.markets[g.cls]
+        tier = "transient" if g.kind == "spot" else "reliable"
+        granted = g.life_t > g.ready_t
+        for bid, mem in g.blocks:
+            if granted[mem].all():
+                self.ledger.start(bid, self.t0 + g.ready_t, price=self._price(g, int(mem.sum())), tier=tier,
+                                  billing=m.billing)
+        g.billed[:] = granted
+        g.alive[:] = granted
+        g.joined = True
+        if not granted.any():
+            self.rec.event(t, "not_granted", f"{len(g.ids)} {g.kind} {m.machine.name}: spot above the bid")
+            return
+        self.rec.event(t, "scale", f"+{int(granted.sum())} {g.kind} {m.machine.name} join")
+        if g.kind == "spot" and g.switch:
+            # Sec 3.4: the ActivePSs move to the new machines (background migration, Sec 3.3);
+            # older spot machines keep running stateless workers until their billing hour ends.
+            for o in self.groups:
+                if o is not g and o.kind in ("spot", "fallback") and o.alive.any() and o.release_t == math.inf:
+                    o.ps[:] = False
+                    o.release_t = _next_hour_end(o.ready_t, t)
+                    self.rec.event(t, "switch", f"{o.kind} {self.markets[o.cls].machine.name} kept as workers "
+                                   f"until {o.release_t:.0f} s (end of its billing hour)")
+        self._elect()
+
+    def _price(self, g: _Group, n: int):
+        """The price of a billing block of ``n`` machines (one ledger entry: the bill of ``n``
+        machines that start and end together is ``n`` times one machine's)."""
+        key = (g.cls, g.kind, n)
+        if key not in self._prices:
+            m = self.markets[g.cls]
+            p = m.spot if g.kind == "spot" else float(m.machine.on_demand_price)
+            if isinstance(p, mk.PriceSeries):
+                p = mk.price_series(np.asarray(p.prices, np.float64) * n, np.asarray(p.times_s, np.float64),
+                                    end_s=float(p.end_s), name=f"{p.name}x{n}")
+            else:
+                p = float(p) * n
+            self._prices[key] = p
+        return self._prices[key]
+
+    def counts(self) -> tuple[int, int]:
+        """(transient, reliable) machines in the computation."""
+        tr = sum(int(g.alive.sum()) for g in self.groups if g.kind == "spot")
+        re = sum(int(g.alive.sum()) for g in self.groups if g.kind != "spot")
+        return tr, re
+
+    def stage(self) -> int:
+        tr, re = self.counts()
+        return int(select_stage(tr, re, self.th))
+
+    def pending(self, kind: str) -> int:
+        return sum(len(g.ids) for g in self.groups if g.kind == kind and not g.joined)
+
+    def seconds_per_step(self) -> float:
+        tr, re = self.counts()
+        speed = min(float(self.markets[g.cls].machine.speed) for g in self.groups if g.alive.any())
+        return step_seconds(self.job.step_time, tr, re, self.th) / speed
+
+    def flush_s(self) -> float:
+        return flush_seconds(self.param_bytes, max(1, self.counts()[1]), self.bw)
+
+    # ---- events -----------------------------------------------------------------
+    def next_interrupt(self) -> float:
+        """The next warning (or unwarned revocation) of a machine in the computation."""
+        best = math.inf
+        for g in self.groups:
+            if g.alive.any():
+                best = min(best, float(np.min(np.where(g.alive, g.warn_t, np.inf))))
+        return best
+
+    def next_boundary_event(self) -> float:
+        """Arrivals, planned releases and provider ends of billed machines (handled at
+        iteration boundaries)."""
+        best = math.inf
+        for g in self.groups:
+            if not g.joined:
+                best = min(best, g.ready_t)
+            elif g.alive.any() and g.release_t < math.inf:
+                best = min(best, g.release_t)
+            if g.billed.any():
+                best = min(best, float(np.min(np.where(g.billed, g.life_t, np.inf))))
+        return best
+
+    def handle_boundary(self, t: float):
+        for g in self.groups:
+            if not g.joined and g.ready_t <= t + 1e-9:
+                self._join(g, t)
+            if g.joined and g.release_t <= t + 1e-9 and (g.alive.any() or g.billed.any()):
+                for bid, mem in g.blocks:
+                    if g.billed[mem].all() and g.life_t[mem][0] > g.release_t:
+                        self.ledger.stop(bid, self.t0 + g.release_t, revoked=False)
+                        g.billed[mem] = False
+                g.alive[:] = False
+                g.ps[:] = False
+                self.rec.event(t, "release", f"{len(g.ids)} {g.kind} released at the end of their billing hour")
+            if g.billed.any():
+                for bid, mem in g.blocks:
+                    if g.billed[mem].all() and g.life_t[mem][0] <= t + 1e-9:
+                        self.ledger.stop(bid, self.t0 + float(g.life_t[mem][0]), revoked=True)
+                        g.billed[mem] = False
+                        g.alive[mem] = False
+                        g.ps[mem] = False
+        self._elect()
+
+    def _elect(self):
+        """Place the ActivePSs (stages 2-3) on half of the transient machines in the
+        computation (Sec 3.3), keeping those already placed and preferring the machines that
+        are not being retired, newest first; none in stage 1."""
+        spots = [g for g in self.groups if g.kind == "spot"]
+        if self.stage() == 1:
+            for g in spots:
+                g.ps[:] = False
+            return
+        tr, _ = self.counts()
+        need = max(1, tr // 2)
+        for g in spots:
+            g.ps &= g.alive
+        have = sum(int(g.ps.sum()) for g in spots)
+        order = sorted(spots, key=lambda g: (g.release_t < math.inf, -g.ready_t))
+        for g in reversed(order):  # drop extras from the least preferred
+            while have > need and g.ps.any():
+                g.ps[np.flatnonzero(g.ps)[-1]] = False
+                have -= 1
+        for g in order:
+            free = np.flatnonzero(g.alive & ~g.ps)
+            take = free[:max(0, need - have)]
+            g.ps[take] = True
+            have += take.size
+
+    def current_class(self) -> int:
+        """The spot class holding the ActivePSs (-1 if none)."""
+        best = None
+        for g in self.groups:
+            if g.kind == "spot" and g.ps.any() and g.release_t == math.inf:
+                best = g
+        return -1 if best is None else best.cls
+
+    def handle_interrupt(self, t: float) -> float:
+        """Warnings and revocations due at ``t`` (Sec 3.3). Evictions (warned, with enough lead
+        for the flush): the ActivePSs flush their end-of-life state to the BackupPSs and nothing
+        is lost. Failures and effective failures of machines holding ActivePS state: the real
+        training state is rolled back to the BackupPS copy. Returns the seconds the flush
+        takes (0 if none)."""
+        stage_before = self.stage()
+        flush_s = self.flush_s()
+        state_hit = False
+        state_lost = False
+        warned_n = failed_n = 0
+        for g in self.groups:
+            due = g.alive & (g.warn_t <= t + 1e-9)
+            if not due.any():
+                continue
+            lead = g.life_t[due] - t
+            warned = lead > 1e-9
+            hosts = g.ps[due]
+            if stage_before > 1 and hosts.any():
+                state_hit = True
+                ok = warned & (lead >= flush_s) if self.flush_on_warning else np.zeros_like(warned)
+                state_lost |= not bool(ok[hosts].all())
+            warned_n += int(warned.sum())
+            failed_n += int((~warned).sum())
+            g.alive[due] = False
+            g.ps[due] = False
+        self.rec.event(t, "revocation" if failed_n else "warning", f"{warned_n} warned, {failed_n} without warning")
+        extra = 0.0
+        if state_lost:
+            lost = self.trainer.step - self.pushed_at
+            self.trainer.restore(self.backup, self.pushed_at)
+            self.rollbacks += 1
+            self.lost_iterations += lost
+            self.rec.event(t, "rollback", f"ActivePS state lost: back to the BackupPS state of iteration "
+                           f"{self.pushed_at} ({lost} iterations to redo)")
+        elif state_hit:
+            self.backup = self.trainer.snapshot()  # end-of-life flush: nothing lost
+            self.pushed_at = self.trainer.step
+            self.flushes += 1
+            extra = flush_s
+            self.rec.event(t, "flush", f"end-of-life flush to the BackupPS(s): {flush_s:.2f} s")
+        self.since_push = 0
+        self._elect()
+        return extra
+
+    # ---- training ---------------------------------------------------------------
+    def train(self, n: int, t: float, st: float) -> tuple[float, float]:
+        step0 = self.trainer.step
+        self.stages.add(self.stage())
+        losses = self.trainer.train(n)
+        self.trained += n
+        self.since_push += n
+        t_end = self.rec.interval(t, st, losses, step0)
+        return t_end, float(losses[-1])
+
+    def after_chunk(self, st: float):
+        """Background push to the BackupPS (stages 2-3) at the rate the network allows; in
+        stage 1 the ParamServs on reliable machines are the state itself."""
+        if self.stage() == 1:
+            self.backup = self.trainer.snapshot()
+            self.pushed_at = self.trainer.step
+            self.since_push = 0
+            return
+        if self.since_push >= push_period(self.push_every, st, self.flush_s()):
+            self.backup = self.trainer.snapshot()
+            self.pushed_at = self.trainer.step
+            self.since_push = 0
+
+    def stop_all(self, t: float):
+        for g in self.groups:
+            for bid, mem in g.blocks:
+                if g.billed[mem].all():
+                    self.ledger.stop(bid, self.t0 + t, revoked=False)
+            g.billed[:] = False
+            g.alive[:] = False
+
+
+def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check_every_s: float = math.inf,
+              target_loss: float = -math.inf, max_steps: int, chunk: int) -> float:
+    """Advance real training and the events until the horizon, the target loss or
+    ``max_steps``; returns the elapsed time at the end.
+
+    Arrivals, releases and the controller's checks take effect between iterations or, when
+    one falls inside an iteration, at that time with the iteration's work done so far kept
+    (the rest runs at the new configuration's pace: new workers take over data, Sec 3.3).
+    A warning or revocation inside an iteration keeps its work too (the survivors take over the
+    revoked workers' data), unless it rolls the state back."""
+    next_check = t + check_every_s if check is not None else math.inf
+    frac = 0.0  # fraction of the iteration in progress already done
+    ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
+    while t < horizon_s - 1e-9 and ctl.trainer.step < max_steps:
+        ctl.handle_boundary(t)
+        if t >= next_check - 1e-9:
+            check(ctl, t)
+            next_check = t + check_every_s
+            ctl.handle_boundary(t)
+        if ctl.counts()[1] == 0:
+            raise RuntimeError("no reliable machine in the computation")
+        st = ctl.seconds_per_step()
+        first = (1.0 - frac) * st  # time to finish the iteration in progress
+        t_int = ctl.next_interrupt()
+        if t_int < t + first - 1e-9:
+            # the survivors take over the revoked machines' data (Sec 3.3): the iteration in
+            # progress goes on, unless the state is rolled back
+            if t_int > t:
+                frac += (t_int - t) / st
+                t = t_int
+            before = ctl.rollbacks
+            extra = ctl.handle_interrupt(t)
+            if ctl.rollbacks != before:
+                frac = 0.0
+            if extra or ctl.rollbacks != before:
+                t = t + extra
+                ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
+            if check is not None:
+                check(ctl, t)  # replace the lost machines at once (Sec 3.3)
+            continue
+        t_bound = min(ctl.next_boundary_event(), next_check, horizon_s)
+        if t_bound < t + first - 1e-9:
+            frac += (t_bound - t) / st
+            t = t_bound
+            continue
+        n = min(chunk, max_steps - ctl.trainer.step)
+        if t_int < math.inf:
+            n = min(n, 1 + int(math.floor((t_int - t - first) / st + 1e-9)))
+        if t_bound < math.inf:
+            n = min(n, 1 + int(math.floor((t_bound - t - first) / st + 1e-9)))
+        t, last = ctl.train(max(n, 1), t + first - st, st)
+        frac = 0.0
+        ctl.after_chunk(st)
+        if last <= target_loss:
+            break
+    return t
+
+
+# --------------------------------------------------------------------------------------
+# The policy
+
+
+def _class_bid(m) -> float:
+    p = m.process
+    return float(p.bid) if isinstance(p, mk.PriceDriven) else float(m.machine.on_demand_price)
+
+
+def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: int = 63,
+           alternatives: Sequence[Any] = (), thresholds: Thresholds = Thresholds(), push_every: int = 4,
+           param_bytes: float | None = None, bandwidth_bps: float = 1e9, switch_factor: float = 2.0,
+           mttf_window_s: float = 24 * _H, check_every_s: float = 300.0, proactive: bool = True,
+           flush_on_warning: bool = True, chunk: int = 8, init_state=None):
+    """TierML (Secs 3.2–3.4) on ``market`` and the other spot classes ``alternatives``: returns a
+    :class:`~scarjax.cluster.clock.ClusterRun` (``meta``: rollbacks, lost and trained
+    iterations, flushes, the stages used).
+
+    Args:
+      job: the :class:`~scarjax.cluster.clock.Job`: real training of ``job.algorithm`` until
+        ``job.target_loss`` or ``job.max_steps``; ``job.step_time`` of the machines running
+        workers gives the time per iteration (times :func:`stage_slowdown`).
+      market: a :class:`~scarjax.cluster.clock.Market`; the reliable machines are its
+        on-demand machines. Its spot class is granted while the spot price is at most the
+        bid: the on-demand price (Sec 3.4; a ``price_driven`` process carries its bid,
+        build it with ``bid=on_demand``).
+      key: PRNG key (training, start-up delays, revocation draws).
+      horizon_s: simulated seconds at most.
+      reliable, transient: machines of each tier (Fig 1: 1 + 63).
+      alternatives: other spot classes (Markets with the same ``start_time_s``) for the choice
+        of class and proactive switching (Sec 3.4, 4.6).
+      thresholds: the stage thresholds.
+      push_every: background push period in iterations (at least; :func:`push_period`).
+      param_bytes: the parameter state's size on the wire (``None``: the real state's
+        bytes); bandwidth_bps: what each reliable machine receives (1 Gbps, Sec 4.1).
+      switch_factor: switch when another class's MTTF estimate is this many times higher;
+        mttf_window_s: the estimate's trailing window; check_every_s: how often the controller
+        looks; proactive: enable class switching.
+      flush_on_warning: ``False`` ablates the end-of-life flush (a warned revocation of the
+        ActivePSs then rolls back like a failure).
+      chunk: iterations per training call at most.
+    """
+    reliable = va.check_int("reliable", reliable, lo=1)
+    transient = va.check_int("transient", transient, lo=0)
+    push_every = va.check_int("push_every", push_every, lo=1)
+    chunk = va.check_int("chunk", chunk, lo=1)
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("switch_factor", switch_factor, lo=1.0, scalar=True)
+    va.check_real("check_every_s", check_every_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("mttf_window_s", mttf_window_s, lo=0.0, lo_open=True, scalar=True)
+    if not isinstance(thresholds, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds, got {type(thresholds).__name__}")
+    markets = [market, *alternatives]
+    for i, m in enumerate(markets):
+        if not isinstance(m, ck.Market):
+            raise TypeError(f"{'market' if i == 0 else f'alternatives[{i - 1}]'} must be a clock.Market, "
+                            f"got {type(m).__name__}")
+        if m.start_time_s != market.start_time_s:
+            raise ValueError(f"alternatives[{i - 1}].start_time_s={m.start_time_s} differs from the market's "
+                             f"{market.start_time_s}: the classes share one clock")
+    k_train, k_ctl = jax.random.split(core._as_key(key))
+    trainer = ck.Trainer(job.algorithm, k_train, init_state=init_state)
+    if param_bytes is None:
+        param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
+    ledger = ck.Ledger()
+    rec = ck.Recorder("tierml", ledger, market.start_time_s)
+    ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
+                      param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
+                      recorder=rec, ledger=ledger, trainer=trainer)
+    series = {}
+    for i, m in enumerate(markets):
+        sp = m.spot
+        if isinstance(sp, mk.PriceSeries):
+            series[i] = (np.asarray(sp.times_s, np.float64), np.asarray(sp.prices, np.float64))
+
+    def price(i, t):
+        m = markets[i]
+        if i in series:
+            ts, ps = series[i]
+            return float(ps[max(int(np.searchsorted(ts, ctl.t0 + t, side="right")) - 1, 0)])
+        return float(m.price_at("transient", ctl.t0 + t))
+
+    def mttf(i, t):
+        if i in series:
+            return mttf_estimate(*series[i], _class_bid(markets[i]), ctl.t0 + t, mttf_window_s)
+        return min(markets[i].mttf_s(), mttf_window_s)
+
+    def best_class(t):
+        """The granted class (price <= bid) with the highest MTTF estimate, or -1."""
+        best, best_m = -1, -1.0
+        for i, m in enumerate(markets):
+            if price(i, t) > _class_bid(m):
+                continue
+            est = mttf(i, t)
+            if est > best_m:
+                best, best_m = i, est
+        return best, best_m
+
+    def acquire(t):
+        """Top the transient tier up with the best spot class, else on-demand stand-ins
+        (Sec 3.4: "transitions to using on-demand resources")."""
+        keep = sum(int(g.alive.sum()) for g in ctl.groups if g.kind in ("spot", "fallback") and g.release_t == math.inf)
+        n = transient - keep - ctl.pending("spot") - ctl.pending("fallback")
+        if n <= 0:
+            return
+        cls, _ = best_class(t)
+        if cls >= 0:
+            ctl.buy("spot", cls, n, t)
+        else:
+            ctl.rec.event(t, "fallback", "spot above the bid in every class: on-demand machines instead")
+            ctl.buy("fallback", 0, n, t)
+
+    def check(c, t):
+        if ctl.pending("spot"):
+            return
+        fb = [g for g in ctl.groups if g.kind == "fallback" and g.alive.any() and g.release_t == math.inf]
+        cls, there = best_class(t)
+        if fb and cls >= 0:
+            ctl.rec.event(t, "spot_back", f"{markets[cls].machine.name} below the bid again")
+            ctl.buy("spot", cls, transient, t, switch=True)
+            return
+        cur = ctl.current_class()
+        if proactive and cur >= 0 and cls >= 0 and cls != cur:
+            here = mttf(cur, t)
+            if there > switch_factor * here:
+                ctl.rec.event(t, "proactive", f"MTTF {markets[cls].machine.name} {there / _H:.1f} h > {switch_factor:g} x "
+                              f"{markets[cur].machine.name} {here / _H:.1f} h")
+                ctl.buy("spot", cls, transient, t, switch=True)
+                return
+        acquire(t)
+
+    core_group = ctl.buy("reliable", 0, reliable, 0.0)
+    if transient:
+        acquire(0.0)  # the initial list holds reliable and transient machines (Sec 3.1)
+    t = core_group.ready_t
+    ctl.handle_boundary(t)
+    t = _run_loop(ctl, t, horizon_s=horizon_s, check=check if transient else None, check_every_s=check_every_s,
+                  target_loss=float(job.target_loss), max_steps=int(job.max_steps), chunk=chunk)
+    ctl.handle_boundary(t)
+    ctl.stop_all(t)
+    return rec.finish(t, rollbacks=ctl.rollbacks, lost_iterations=ctl.lost_iterations, flushes=ctl.flushes,
+                      trained_iterations=ctl.trained, param_bytes=float(param_bytes), stages=sorted(ctl.stages),
+                      reliable=reliable, transient=transient)
+
+
+# --------------------------------------------------------------------------------------
+# Scripted additions and removals (Fig 11)
+
+
+class Scripted(NamedTuple):
+    """Per-iteration record of :func:`scripted` (executed iteration ``i`` is index ``i - 1``;
+    after a rollback the redone iterations are recorded again):
+    ``seconds`` (time of the iteration, flush included), ``stage``, ``workers`` (machines
+    running workers), ``transient``, ``loss`` (real, after the iteration), and the
+    :class:`~scarjax.cluster.clock.ClusterRun`."""
+
+    seconds: np.ndarray
+    stage: np.ndarray
+    workers: np.ndarray
+    transient: np.ndarray
+    loss: np.ndarray
+    run: Any
+
+
+def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add_at: int = 11,
+             remove_at: int = 35, warned: bool = True, warning_s: float = mk.AWS_WARNING_S,
+             thresholds: Thresholds = Thresholds(), param_bytes: float | None = None,
+             bandwidth_bps: float = 1e9, on_demand_price: float = 1.0, spot_price: float = 0.1) -> Scripted:
+    """TierML Fig 11's scenario on the real job: ``reliable`` machines; ``add`` transient
+    machines, prepared in the background, join at the start of iteration ``add_at``
+    (1-based) and are revoked during iteration ``remove_at`` (with a ``warning_s`` warning
+    when ``warned``: end-of-life flush; else a failure: rollback to the BackupPS).
+
+    The machines' time per iteration comes from ``job.step_time`` (machines running
+    workers) times :func:`stage_slowdown`, plus the flush (:func:`flush_seconds`) in the
+    iteration of the removal."""
+    iterations = va.check_int("iterations", iterations, lo=1)
+    reliable = va.check_int("reliable", reliable, lo=1)
+    add = va.check_int("add", add, lo=0)
+    add_at = va.check_int("add_at", add_at, lo=1)
+    remove_at = va.check_int("remove_at", remove_at, lo=add_at + 1)
+    machine = ck.MachineType("scripted", float(on_demand_price), float(spot_price))
+    market = ck.Market(machine)
+    k_train, k_ctl = jax.random.split(core._as_key(key))
+    trainer = ck.Trainer(job.algorithm, k_train)
+    if param_bytes is None:
+        param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
+    ledger = ck.Ledger()
+    rec = ck.Recorder("tierml-scripted", ledger, 0.0)
+    ctl = _Controller(job, [market], key=k_ctl, thresholds=thresholds, push_every=1, param_bytes=param_bytes,
+                      bandwidth_bps=bandwidth_bps, flush_on_warning=True, recorder=rec, ledger=ledger,
+                      trainer=trainer)
+    ctl.buy("reliable", 0, reliable, 0.0, delay=0.0)
+    ctl.handle_boundary(0.0)
+    rec.point(0.0, trainer.loss(), 0)
+    t = 0.0
+    spot = None
+    out = {k: [] for k in ("seconds", "stage", "workers", "transient", "loss")}
+    i = 1
+    while i <= iterations:
+        t_start = t
+        if i == add_at and add:
+            spot = ctl.buy("spot", 0, add, t, delay=0.0)
+            ctl.handle_boundary(t)
+        extra = 0.0
+        if i == remove_at and spot is not None:
+            spot.warn_t[:] = t
+            spot.life_t[:] = t + (warning_s if warned else 0.0)
+            extra = ctl.handle_interrupt(t)
+            ctl.handle_boundary(t + (warning_s if warned else 0.0))
+        tr, re = ctl.counts()
+        st = ctl.seconds_per_step()
+        t, last = ctl.train(1, t + extra, st)
+        ctl.after_chunk(st)
+        out["seconds"].append(t - t_start)
+        out["stage"].append(int(select_stage(tr, re, thresholds)))
+        out["workers"].append(roles(tr, re, thresholds).workers)
+        out["transient"].append(tr)
+        out["loss"].append(last)
+        i += 1
+    ctl.stop_all(t)
+    run = rec.finish(t, rollbacks=ctl.rollbacks, lost_iterations=ctl.lost_iterations, flushes=ctl.flushes)
+    return Scripted(*(np.asarray(out[k]) for k in ("seconds", "stage", "workers", "transient", "loss")), run)

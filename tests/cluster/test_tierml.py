@@ -1,0 +1,278 @@
+"""TierML on the cluster clock (scarjax.cluster.tierml): the stage follows the transient:reliable
+ratio thresholds and the roles follow the stage (property test); with every revocation warned no
+parameter state is lost (property test: the real run equals the uninterrupted one at every
+recorded step); a revocation without warning rolls the real state back to the BackupPS copy;
+billing follows the AWS rules (free partial hour on revocation, old machines kept to the end of
+their billing hour); the MTTF estimate uses no look-ahead. Every check is shown to fail on a
+planted violation."""
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+from scarjax.cluster import tierml as tm
+from scarjax.models import quadratic
+
+H = 3600.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage selection
+
+
+def check_stage_rules(stage_fn, roles_fn, transient, reliable, th):
+    """The stage is 1 for r <= stage1_max, 2 for r <= stage2_max, 3 above (r = T / R), and the
+    roles follow it (Sec 3.2 / Table 1)."""
+    r = transient / reliable
+    want = 1 if r <= th.stage1_max else (2 if r <= th.stage2_max else 3)
+    got = int(stage_fn(transient, reliable, th))
+    assert got == want, f"stage {got} for ratio {transient}:{reliable} (thresholds {th}), expected {want}"
+    ro = roles_fn(transient, reliable, th)
+    assert ro.stage == want, f"roles report stage {ro.stage}, expected {want}"
+    if want == 1:
+        assert ro.param_servs == reliable and ro.active_ps == 0 and ro.backup_ps == 0, \
+            f"stage 1 keeps ParamServs on the reliable machines only, got {ro}"
+        assert not ro.state_on_transient, f"stage 1 holds no state on transient machines, got {ro}"
+        assert ro.workers == transient + reliable, f"stage 1 runs workers everywhere, got {ro}"
+    else:
+        assert ro.param_servs == 0 and ro.backup_ps == reliable, f"BackupPSs on every reliable machine, got {ro}"
+        assert ro.active_ps == max(1, transient // 2), f"ActivePSs on half of the transient machines, got {ro}"
+        assert ro.state_on_transient
+        want_rel = reliable if want == 2 else 0
+        assert ro.workers_on_reliable == want_rel, \
+            f"stage {want}: {want_rel} workers on reliable machines expected, got {ro}"
+        assert ro.workers == transient + want_rel
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 200), st.integers(1, 16), st.floats(0.0, 4.0), st.floats(0.0, 40.0))
+def test_stage_follows_the_ratio_thresholds(transient, reliable, a, b):
+    th = tm.Thresholds(a, a + b)
+    check_stage_rules(tm.select_stage, tm.roles, transient, reliable, th)
+
+
+def test_stage_defaults_match_the_paper():
+    # Fig 4/7: 1:1 stage 1; Fig 8: 60:4 = 15:1 stage 2; Fig 9: 63:1 stage 3
+    assert tm.select_stage([32, 60, 63, 56], [32, 4, 1, 8]).tolist() == [1, 2, 3, 2]
+    assert tm.roles(63, 1) == tm.Roles(3, 0, 31, 1, 63, 0, True)
+    assert tm.roles(60, 4).workers_on_reliable == 4
+    # vectorised over arrays
+    assert tm.select_stage(np.arange(0, 40, 8), 2).tolist() == [1, 2, 2, 2, 3]
+
+
+def test_stage_check_catches_planted_violations():
+    th = tm.Thresholds()
+    off_by_one = lambda t, r, th: tm.select_stage(t + (t == 15 * r), r, th)  # noqa: E731  (15:1 -> stage 3)
+    with pytest.raises(AssertionError, match="stage 3 for ratio 15:1"):
+        check_stage_rules(off_by_one, tm.roles, 15, 1, th)
+
+    def workers_on_reliable(t, r, th):
+        ro = tm.roles(t, r, th)
+        return ro._replace(workers_on_reliable=r) if ro.stage == 3 else ro
+
+    with pytest.raises(AssertionError, match="stage 3: 0 workers on reliable machines expected"):
+        check_stage_rules(tm.select_stage, workers_on_reliable, 63, 1, th)
+
+    def all_active(t, r, th):
+        ro = tm.roles(t, r, th)
+        return ro._replace(active_ps=t) if ro.stage > 1 else ro
+
+    with pytest.raises(AssertionError, match="ActivePSs on half of the transient machines"):
+        check_stage_rules(tm.select_stage, all_active, 20, 2, th)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="reliable must be >= 1"):
+        tm.select_stage(3, 0)
+    with pytest.raises(TypeError, match="transient must be integer"):
+        tm.select_stage(2.5, 1)
+    with pytest.raises(ValueError, match="stage2_max must be >= stage1_max"):
+        tm.Thresholds(4.0, 2.0)
+    with pytest.raises(ValueError, match="stage must be 1, 2 or 3"):
+        tm.stage_slowdown(4, 1.0)
+
+
+def test_stage_slowdown_interpolates_the_papers_points():
+    np.testing.assert_allclose(tm.stage_slowdown([1, 1, 2, 2, 2, 3], [1, 15, 7, 15, 63, 63]),
+                               [1.0, 7.0, 1.0, 1.18, 1.95, 1.0])
+    # stage 2 beats stage 1 above 1:1 (the reason for the thresholds)
+    r = np.linspace(1.5, 15, 20)
+    assert np.all(tm.stage_slowdown(2, r) < tm.stage_slowdown(1, r))
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs on the clock
+
+ALG = quadratic.fig53_problem()
+JOB = ck.Job(ALG, target_loss=-1.0, step_time=ck.step_time_fixed(300.0), workers=16, max_steps=120)
+
+
+def _reference_losses(key, steps):
+    tr = ck.Trainer(ALG, jax.random.split(key)[0])
+    return tr.train(steps)
+
+
+def _market(mean_s, *, warned=True, bulk=False, price=0.1):
+    proc = mk.exponential(mean_s, bulk=bulk, warning_s=mk.AWS_WARNING_S, unwarned=0.0 if warned else 1.0)
+    return ck.Market(ck.MachineType("m", 1.0, price), proc, "hourly", mk.fixed_startup(60.0))
+
+
+def check_no_state_lost(run, ref):
+    """The real run never went back (no rollback) and its loss at every recorded step equals
+    the uninterrupted run's: no parameter update was lost."""
+    steps = np.asarray(run.steps)
+    assert run.meta["rollbacks"] == 0 and run.meta["lost_iterations"] == 0, \
+        f"parameter state lost: {run.meta['rollbacks']} rollbacks, {run.meta['lost_iterations']} iterations lost"
+    assert np.all(np.diff(steps) >= 0), "parameter state lost: the iteration counter went back"
+    k = steps > 0
+    np.testing.assert_allclose(run.loss[k], ref[steps[k] - 1], rtol=1e-6, atol=0,
+                               err_msg="the run's loss differs from the uninterrupted run's")
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 3), st.integers(4, 32), st.floats(0.5, 3.0), st.booleans())
+def test_no_parameter_state_lost_when_every_revocation_is_warned(seed, reliable, transient, mean_h, bulk):
+    key = jax.random.key(seed)
+    run = tm.tierml(JOB, _market(mean_h * H, bulk=bulk), key=key, horizon_s=48 * H, reliable=reliable,
+                    transient=transient, chunk=4)
+    assert run.count("warning") >= 1  # revocations did happen
+    check_no_state_lost(run, _reference_losses(key, JOB.max_steps))
+
+
+def test_no_state_loss_check_catches_a_run_without_the_end_of_life_flush():
+    key = jax.random.key(3)
+    ref = _reference_losses(key, JOB.max_steps)
+    run = tm.tierml(JOB, _market(0.5 * H, bulk=True), key=key, horizon_s=48 * H, reliable=1, transient=40,
+                    chunk=4, push_every=8, flush_on_warning=False)
+    with pytest.raises(AssertionError, match="parameter state lost"):
+        check_no_state_lost(run, ref)
+    # and a run whose losses were tampered with
+    good = tm.tierml(JOB, _market(0.5 * H, bulk=True), key=key, horizon_s=48 * H, reliable=1, transient=40, chunk=4)
+    check_no_state_lost(good, ref)
+    bad = dataclasses.replace(good, loss=good.loss * (1 + 1e-3))
+    with pytest.raises(AssertionError, match="differs from the uninterrupted run"):
+        check_no_state_lost(bad, ref)
+
+
+def check_rolled_back(run, ref):
+    """Every unwarned revocation of the ActivePSs rolls the real state back to the BackupPS copy:
+    the iteration counter goes back by the iterations since the last push, and the state is the
+    one the uninterrupted run had at that iteration (the losses agree at every recorded step)."""
+    steps = np.asarray(run.steps)
+    assert run.meta["rollbacks"] >= 1 and run.count("rollback") == run.meta["rollbacks"], \
+        f"no rollback after an unwarned revocation ({run.meta})"
+    back = int(np.sum(np.maximum(-np.diff(steps), 0)))
+    assert back == run.meta["lost_iterations"], \
+        f"the counter went back {back} iterations, the policy reports {run.meta['lost_iterations']}"
+    k = steps > 0
+    np.testing.assert_allclose(run.loss[k], ref[steps[k] - 1], rtol=1e-6, atol=0,
+                               err_msg="after the rollback the state is not the BackupPS state")
+
+
+def test_rollback_to_the_backup_state_without_warning():
+    key = jax.random.key(5)
+    ref = _reference_losses(key, JOB.max_steps)
+    run = tm.tierml(JOB, _market(0.5 * H, warned=False, bulk=True), key=key, horizon_s=48 * H, reliable=1,
+                    transient=40, chunk=4, push_every=8)
+    check_rolled_back(run, ref)
+    assert run.meta["lost_iterations"] > 0
+    assert run.meta["trained_iterations"] == int(run.steps[-1]) + run.meta["lost_iterations"]
+    # planted: the same run reporting no rollback, and one whose rolled-back state is wrong
+    with pytest.raises(AssertionError, match="no rollback after an unwarned revocation"):
+        check_rolled_back(dataclasses.replace(run, meta={**run.meta, "rollbacks": 0}), ref)
+    with pytest.raises(AssertionError, match="not the BackupPS state"):
+        i = int(np.argmax(-np.diff(run.steps) > 0)) + 1  # first point after a rollback
+        loss = run.loss.copy()
+        loss[i + 1:] *= 1.01
+        check_rolled_back(dataclasses.replace(run, loss=loss), ref)
+
+
+def test_stage1_revocations_lose_nothing_even_without_warning():
+    # 1:1 is stage 1: no parameter state on transient machines (Sec 3.2)
+    key = jax.random.key(7)
+    run = tm.tierml(JOB, _market(0.5 * H, warned=False, bulk=True), key=key, horizon_s=48 * H, reliable=4,
+                    transient=4, chunk=4)
+    assert run.meta["stages"] == [1] and run.count("revocation") >= 1
+    check_no_state_lost(run, _reference_losses(key, JOB.max_steps))
+
+
+def test_free_partial_hour_and_determinism():
+    key = jax.random.key(11)
+    m = _market(0.7 * H, bulk=True)
+    a = tm.tierml(JOB, m, key=key, horizon_s=48 * H, reliable=1, transient=20, chunk=4)
+    b = tm.tierml(JOB, m, key=key, horizon_s=48 * H, reliable=1, transient=20, chunk=4)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    np.testing.assert_array_equal(a.dollars, b.dollars)
+    assert a.events == b.events
+    assert a.free_seconds > 0  # revoked machines' last partial hours were free
+    assert a.dollars[-1] == pytest.approx(sum(a.cost_by_tier.values()))
+
+
+def test_fallback_to_on_demand_and_proactive_switch():
+    """Price series: class A is above the bid (on-demand 1.0) for hours 2-4, class B is cheap
+    throughout but was volatile in the past (low MTTF) until hour 3."""
+    t = np.arange(0, 30 * H, 600.0)
+    pa = np.where((t >= 26 * H) & (t < 27 * H), 2.0, 0.2)
+    pb = np.where((t < 23 * H) & ((t // 1800) % 2 == 1), 1.5, 0.1)
+    sa = mk.price_series(pa, t, end_s=30 * H, name="A")
+    sb = mk.price_series(pb, t, end_s=30 * H, name="B")
+    start = 24 * H
+
+    def market(s, name):
+        return ck.Market(ck.MachineType(name, 1.0, s), mk.price_driven(s, 1.0), "hourly", mk.fixed_startup(60.0),
+                         start)
+
+    job = dataclasses.replace(JOB, max_steps=400)
+    run = tm.tierml(job, market(sa, "A"), alternatives=[market(sb, "B")], key=jax.random.key(0), horizon_s=5 * H,
+                    reliable=1, transient=20, chunk=4, mttf_window_s=6 * H)
+    kinds = [e[1] for e in run.events]
+    # A is chosen first (B's recent history is volatile), revoked at hour 2 with a warning;
+    # B is then granted (A above the bid)
+    assert kinds.index("warning") < kinds.index("flush")
+    reqs = [e[2] for e in run.events if e[1] == "request"]
+    assert "spot A" in reqs[1] and any("spot B" in r for r in reqs[2:]), reqs
+    assert run.meta["rollbacks"] == 0
+    # with B's market also above the bid the policy falls back to on-demand machines
+    pb2 = np.where((t >= 26 * H) & (t < 27 * H), 2.0, 0.1)
+    sb2 = mk.price_series(pb2, t, end_s=30 * H, name="B")
+    run2 = tm.tierml(job, market(sa, "A"), alternatives=[market(sb2, "B")], key=jax.random.key(0), horizon_s=5 * H,
+                     reliable=1, transient=20, chunk=4, mttf_window_s=6 * H)
+    assert run2.count("fallback") >= 1 and run2.count("spot_back") >= 1
+    assert run2.cost_by_tier["reliable"] > run.cost_by_tier["reliable"]
+
+
+def test_mttf_estimate_has_no_lookahead():
+    t = np.array([0.0, 100.0, 200.0, 300.0, 400.0])
+    p = np.array([0.1, 0.5, 0.1, 0.5, 0.1])
+    # window [150, 350]: below 150-200 (50) + 200-300 (100) ... price 0.5 from 300 -> above
+    assert tm.mttf_estimate(t, p, 0.3, 350.0, 200.0) == 0.0  # above the bid now
+    # window [0, 250]: below for 100 + 50 = 150, one rise above the bid
+    assert math.isclose(tm.mttf_estimate(t, p, 0.3, 250.0, 250.0), 150.0 / 2)
+    # the future (after t) does not matter
+    p2 = p.copy()
+    p2[3:] = 9.0
+    assert tm.mttf_estimate(t, p2, 0.3, 250.0, 250.0) == tm.mttf_estimate(t, p, 0.3, 250.0, 250.0)
+
+
+def test_scripted_fig11_blip_and_pace():
+    job = dataclasses.replace(JOB, step_time=ck.step_time_linear(400.0, 1.0))
+    out = tm.scripted(job, key=jax.random.key(0), iterations=45, reliable=4, add=60, add_at=11, remove_at=35,
+                      param_bytes=2e9, bandwidth_bps=1e9)
+    s = out.seconds
+    t4 = tm.step_seconds(job.step_time, 0, 4)
+    t64 = tm.step_seconds(job.step_time, 60, 4)
+    np.testing.assert_allclose(s[:10], t4)
+    np.testing.assert_allclose(s[10:34], t64)
+    np.testing.assert_allclose(s[34], t4 + tm.flush_seconds(2e9, 4, 1e9))
+    np.testing.assert_allclose(s[35:], t4)
+    assert out.stage[:10].tolist() == [1] * 10 and set(out.stage[10:34].tolist()) == {2}
+    assert out.run.meta["rollbacks"] == 0 and out.run.meta["flushes"] == 1
+    ref = _reference_losses(jax.random.key(0), 45)
+    np.testing.assert_allclose(out.loss, ref, rtol=1e-6)
