@@ -48,7 +48,7 @@ REGISTRY: tuple[str, ...] = (
     "experiments.pollux_adaptive",
     "experiments.proteus",  # C2 (issue 14)
     "experiments.tierml_fig12",  # C1 (issue 14)
-    "experiments.sched_main", "experiments.sched_sweeps",  # S3 (issue 15)
+    "experiments.sched_main", "experiments.sched_sweeps", "experiments.sched_autoscale",  # S3 (issue 15)
     "experiments.sync_on_the_fly",  # D (issue 14)
     "experiments.litz_elasticity",  # D (issue 14)
     "experiments.cluster_scar",  # A (issue 14)
