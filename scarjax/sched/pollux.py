@@ -41,6 +41,8 @@ The genetic algorithm (Fig 3.8; App. A.2; operators as in the artifact's ``Probl
   (2) with the nodes in a random order, each job keeps its first ``cap_j`` GPUs and its first
   16 nodes; (3) with jobs in priority order, each node's GPUs go to the first jobs asking
   for them (cumulative sum capped at the capacity).
+* **initial population**: the current allocation, a greedy allocation (:func:`greedy_seed`, not
+  in the artifact) and mutated copies of the current allocation (or the warm start);
 * **survival**: parents and offspring together, duplicates removed, the ``pop_size`` best by
   fitness survive (the thesis' description of the generation, Sec 3.4.2; the artifact's
   NSGA-II also ranks a second objective, the cluster utility, which only its autoscaler
@@ -52,11 +54,14 @@ The genetic algorithm (Fig 3.8; App. A.2; operators as in the artifact's ``Probl
 Everything the search touches is a fixed-shape JAX array: the speedup of each job at every
 ``(nodes, replicas)`` is precomputed into a table (:func:`speedup_tables`, vectorised over
 jobs and allocations and 50 geometrically spaced batch sizes as the artifact's
-``GoodputFunction.optimize`` samples), the population is ``int32[P, J, N]``, and one
-decision is one jitted ``lax.scan`` over generations with every operator ``vmap``-ed over
-the population. Jobs are padded to a multiple of 32 (one compilation serves many
-intervals). One decision for ``P = 100``, 100 generations, 160 jobs and 16 x 4 GPUs takes
-tens of milliseconds on a CPU (``benchmarks/bench_sched.py``).
+``GoodputFunction.optimize`` samples), the population is ``int32[P, J, N]``, every operator
+is ``vmap``-ed over the population and one generation is one jitted call (a host loop over
+generations: XLA's CPU backend ran the same body 2-3x slower inside ``lax.scan``). Per-element
+random bits come from a counter hash salted by the ``jax.random`` key (:func:`_element_bits`;
+threefry dominated a generation). Jobs are padded to a multiple of 32 (one compilation serves
+many intervals). Deterministic per key. ``benchmarks/bench_sched.py`` times one decision
+(``P = 100``, 100 generations, 160 jobs, 16 x 4 GPUs) against pymoo's NSGA-II with the
+artifact's operators.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ __all__ = [
     "cluster_utility",
     "crossover",
     "fitness",
+    "greedy_seed",
     "job_caps",
     "mutate",
     "power_mean",
@@ -248,6 +254,24 @@ def fitness(states, prob: AllocationProblem, p: float = -1.0, *, eps: float = 1e
 # ---------------------------------------------------------------------------------------
 
 
+def _element_bits(key, shape):
+    """``uint32`` bits, one per element: the murmur3 finaliser of a counter salted by two
+    threefry draws from ``key``. Statistically enough for a genetic search and ~10x cheaper
+    than threefry on a CPU, where the per-element draws otherwise dominate a generation."""
+    import jax
+    import jax.numpy as jnp
+
+    salt = jax.random.bits(key, (2,))
+    n = int(np.prod(shape))
+    x = jax.lax.iota(jnp.uint32, n).reshape(shape) * jnp.uint32(0x9E3779B9) + salt[0]
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * jnp.uint32(0xC2B2AE35)
+    x = x ^ (x >> 16)
+    return x ^ salt[1]
+
+
 def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob=0.1, zero_elem_prob=0.1):
     """The artifact's mutation (``Problem._mutation``) of one ``int32[J, N]`` matrix."""
     import jax
@@ -258,7 +282,7 @@ def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob
     rows = jax.random.uniform(k1, (2, J, 1))
     # one 32-bit draw per element, cut into an 8-bit (zeroing), a 16-bit (raising, whose
     # probability can be 1/J) and an 8-bit (raised value) uniform: random bits dominate the cost
-    bits = jax.random.bits(k2, (J, N))
+    bits = _element_bits(k2, (J, N))
     f32 = jnp.float32
     u = ((bits >> 24).astype(f32) * (1.0 / 256.0), (bits & 0xFFFF).astype(f32) * (1.0 / 65536.0),
          ((bits >> 16) & 0xFF).astype(f32) * (1.0 / 256.0))
@@ -369,7 +393,7 @@ def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool 
         state = jnp.where(mask & (jnp.arange(J)[:, None] != first[None, :]), 0, state)
     # per-job caps in a random node order: "cumulative sum in the shuffled order" computed as
     # the sum over the nodes ranked before each node (an N x N comparison, no sort)
-    rank = jax.random.bits(key, (J, N))
+    rank = _element_bits(key, (J, N))
     idx = jnp.arange(N)
     before = (rank[:, :, None] < rank[:, None, :]) | (
         (rank[:, :, None] == rank[:, None, :]) & (idx[:, None] < idx[None, :]))  # [J, m, n]: m before n
