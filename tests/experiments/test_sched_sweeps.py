@@ -47,14 +47,18 @@ def test_sched_sweeps_baselines_end_to_end(tmp_path):
                               interference=(), fairness_p=())
     saved = _check_run(tmp_path, cfg, ["tiresias", "optimus"])
     assert saved["interval"] == {} and saved["interference"] == {}
+    assert saved["simulations"] == 4  # 2 policies x (load 0.5, the fairness workload at load 1)
 
 
 @pytest.mark.slow
 def test_sched_sweeps_quick_with_pollux(tmp_path):
-    cfg = dataclasses.replace(m.Config.quick(), loads=(0.5,), intervals_s=(60.0,), interference=(("off", 0.5),),
+    cfg = dataclasses.replace(m.Config.quick(), loads=(0.5,), intervals_s=(240.0,), interference=(("off", 0.5),),
                               fairness_p=(-1.0,), population=10, generations=4)
     saved = _check_run(tmp_path, cfg, ["pollux p=-1", "tiresias"])
-    assert set(saved["interval"]) == {"60.0"} and set(saved["interference"]) == {"off/0.5"}
+    assert set(saved["interval"]) == {"240.0"} and set(saved["interference"]) == {"off/0.5"}
+    # Pollux at load 1, the base interval, p = -1 is one run shared by the interval and fairness sweeps
+    assert saved["simulations"] == 5
+    assert saved["interval"]["240.0"]["avg_jct_s"] == pytest.approx(saved["fairness"]["pollux p=-1"]["avg_jct_s"])
 
 
 def test_a_job_alone_is_treated_exactly_fairly():
