@@ -156,8 +156,8 @@ def report(res: dict) -> str:
                      f"JCT {cmp_['jct_change_vs_throughput']:+.0%}{paper}{vs_full}; cheapest fixed size: "
                      f"{cmp_['cheapest_fixed']}.")
     lines += ["",
-              "The throughput autoscaler sees no statistical efficiency, so it scales out at once and keeps the "
-              "largest cluster; the goodput autoscaler starts small and grows as the PGNS rises during training "
+              "The throughput autoscaler sees no statistical efficiency, so it scales out at once to the size its "
+              "rule picks (ImageNet: the whole cluster) and stays there; the goodput autoscaler starts small and grows as the PGNS rises during training "
               "(Fig 3.14a-b). Differences from the paper: the job's throughput comes from the artifact's "
               "measured ImageNet step times and the per-application fitted model (the paper ran its own "
               "simulator with online-fitted models), the rule is evaluated every interval with the PGNS "
