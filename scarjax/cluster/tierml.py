@@ -609,7 +609,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
            alternatives: Sequence[Any] = (), thresholds: Thresholds = Thresholds(), push_every: int = 4,
            param_bytes: float | None = None, bandwidth_bps: float = 1e9, switch_factor: float = 2.0,
            mttf_window_s: float = 24 * _H, check_every_s: float = 300.0, proactive: bool = True,
-           flush_on_warning: bool = True, chunk: int = 8, init_state=None):
+           flush_on_warning: bool = True, chunk: int = 8, train_key: Any = 0, init_state=None):
     """TierML (Secs 3.2–3.4) on ``market`` and the other spot classes ``alternatives``: returns a
     :class:`~scarjax.cluster.clock.ClusterRun` (``meta``: rollbacks, lost and trained
     iterations, flushes, the stages used).
@@ -622,7 +622,9 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         on-demand machines. Its spot class is granted while the spot price is at most the
         bid: the on-demand price (Sec 3.4; a ``price_driven`` process carries its bid,
         build it with ``bid=on_demand``).
-      key: PRNG key (training, start-up delays, revocation draws).
+      key: PRNG key of the market draws (start-up delays, revocations); ``train_key`` (default
+        0) that of the training, as in :mod:`scarjax.cluster.policies` (two policies on one
+        ``train_key`` train the same job).
       horizon_s: simulated seconds at most.
       reliable, transient: machines of each tier (Fig 1: 1 + 63).
       alternatives: other spot classes (Markets with the same ``start_time_s``) for the choice
@@ -656,8 +658,8 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         if m.start_time_s != market.start_time_s:
             raise ValueError(f"alternatives[{i - 1}].start_time_s={m.start_time_s} differs from the market's "
                              f"{market.start_time_s}: the classes share one clock")
-    k_train, k_ctl = jax.random.split(core._as_key(key))
-    trainer = ck.Trainer(job.algorithm, k_train, init_state=init_state)
+    k_ctl = core._as_key(key)
+    trainer = ck.Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     ledger = ck.Ledger()
@@ -665,9 +667,9 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
                       recorder=rec, ledger=ledger, trainer=trainer)
-    series = {}
+    series = {}  # the market prices the controller watches (the process's series when price-driven)
     for i, m in enumerate(markets):
-        sp = m.spot
+        sp = m.process.series if isinstance(m.process, mk.PriceDriven) else m.spot
         if isinstance(sp, mk.PriceSeries):
             series[i] = (np.asarray(sp.times_s, np.float64), np.asarray(sp.prices, np.float64))
 
@@ -684,15 +686,18 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         return min(markets[i].mttf_s(), mttf_window_s)
 
     def best_class(t):
-        """The granted class (price <= bid) with the highest MTTF estimate, or -1."""
-        best, best_m = -1, -1.0
-        for i, m in enumerate(markets):
-            if price(i, t) > _class_bid(m):
-                continue
-            est = mttf(i, t)
-            if est > best_m:
-                best, best_m = i, est
-        return best, best_m
+        """``(class, MTTF)``: among the granted classes (price <= bid), the cheapest of those
+        whose MTTF estimate is within ``switch_factor`` of the highest (Sec 3.4: the class with
+        the highest MTTF, "often the cheapest option"; a class is only worth a switch when its
+        MTTF is ``switch_factor`` times higher); ``(-1, 0)`` if none is granted."""
+        ok = [i for i, m in enumerate(markets) if price(i, t) <= _class_bid(m)]
+        if not ok:
+            return -1, 0.0
+        est = {i: mttf(i, t) for i in ok}
+        top = max(est.values())
+        near = [i for i in ok if est[i] * switch_factor >= top]
+        best = min(near, key=lambda i: (price(i, t), -est[i]))
+        return best, est[best]
 
     def acquire(t):
         """Top the transient tier up with the best spot class, else on-demand stand-ins
@@ -763,11 +768,13 @@ class Scripted(NamedTuple):
 def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add_at: int = 11,
              remove_at: int = 35, warned: bool = True, warning_s: float = mk.AWS_WARNING_S,
              thresholds: Thresholds = Thresholds(), param_bytes: float | None = None,
-             bandwidth_bps: float = 1e9, on_demand_price: float = 1.0, spot_price: float = 0.1) -> Scripted:
+             bandwidth_bps: float = 1e9, on_demand_price: float = 1.0, spot_price: float = 0.1,
+             train_key: Any = 0) -> Scripted:
     """TierML Fig 11's scenario on the real job: ``reliable`` machines; ``add`` transient
     machines, prepared in the background, join at the start of iteration ``add_at``
     (1-based) and are revoked during iteration ``remove_at`` (with a ``warning_s`` warning
-    when ``warned``: end-of-life flush; else a failure: rollback to the BackupPS).
+    when ``warned``, at the iteration's start: end-of-life flush; else a failure half-way
+    through it: its partial work is lost and the state rolls back to the BackupPS).
 
     The machines' time per iteration comes from ``job.step_time`` (machines running
     workers) times :func:`stage_slowdown`, plus the flush (:func:`flush_seconds`) in the
@@ -779,8 +786,8 @@ def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add
     remove_at = va.check_int("remove_at", remove_at, lo=add_at + 1)
     machine = ck.MachineType("scripted", float(on_demand_price), float(spot_price))
     market = ck.Market(machine)
-    k_train, k_ctl = jax.random.split(core._as_key(key))
-    trainer = ck.Trainer(job.algorithm, k_train)
+    k_ctl = core._as_key(key)
+    trainer = ck.Trainer(job.algorithm, train_key)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     ledger = ck.Ledger()
@@ -802,10 +809,11 @@ def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add
             ctl.handle_boundary(t)
         extra = 0.0
         if i == remove_at and spot is not None:
-            spot.warn_t[:] = t
-            spot.life_t[:] = t + (warning_s if warned else 0.0)
-            extra = ctl.handle_interrupt(t)
-            ctl.handle_boundary(t + (warning_s if warned else 0.0))
+            spot.warn_t[:] = t if warned else t + 0.5 * ctl.seconds_per_step()
+            spot.life_t[:] = spot.warn_t + (warning_s if warned else 0.0)
+            wasted = 0.0 if warned else 0.5 * ctl.seconds_per_step()  # a failure half-way through the iteration
+            extra = ctl.handle_interrupt(t + wasted) + wasted
+            ctl.handle_boundary(t + wasted + (warning_s if warned else 0.0))
         tr, re = ctl.counts()
         st = ctl.seconds_per_step()
         t, last = ctl.train(1, t + extra, st)
