@@ -52,4 +52,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.sync_on_the_fly",  # D (issue 14)
     "experiments.litz_elasticity",  # D (issue 14)
     "experiments.cluster_scar",  # A (issue 14)
+    "experiments.tierml_fig1", "experiments.tierml_fig11",  # B (issue 14)
 )
