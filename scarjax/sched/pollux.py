@@ -389,17 +389,18 @@ def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool 
     if interference_avoidance:
         distributed = (state > 0).sum(1, keepdims=True) > 1
         mask = (state > 0) & distributed
-        first = jnp.argmax(mask, axis=0)  # the first distributed job on each node keeps it
+        # the first distributed job on each node keeps it
+        first = jnp.min(jnp.where(mask, jnp.arange(J)[:, None], J), axis=0)
         state = jnp.where(mask & (jnp.arange(J)[:, None] != first[None, :]), 0, state)
     # per-job caps in a random node order: "cumulative sum in the shuffled order" computed as
     # the sum over the nodes ranked before each node (an N x N comparison, no sort)
     rank = _element_bits(key, (J, N))
     idx = jnp.arange(N)
-    before = (rank[:, :, None] < rank[:, None, :]) | (
-        (rank[:, :, None] == rank[:, None, :]) & (idx[:, None] < idx[None, :]))  # [J, m, n]: m before n
-    prefix = jnp.sum(jnp.where(before, state[:, :, None], 0), axis=1)
+    before = (rank[:, None, :] < rank[:, :, None]) | (
+        (rank[:, None, :] == rank[:, :, None]) & (idx[None, :] < idx[:, None]))  # [J, n, m]: m before n
+    prefix = jnp.sum(jnp.where(before, state[:, None, :], 0), axis=-1)
     state = jnp.clip(prob.cap[:, None] - prefix, 0, state)
-    nz_before = jnp.sum((state > 0)[:, :, None] & before, axis=1)
+    nz_before = jnp.sum((state > 0)[:, None, :] & before, axis=-1)
     state = jnp.where(nz_before < prob.max_nodes, state, 0)
     # node capacities, jobs in priority order
     cs = jnp.minimum(_cumsum0(state), prob.capacity[None, :])
