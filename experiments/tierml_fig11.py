@@ -149,8 +149,11 @@ def report(results: dict) -> str:
         "",
         f"With the warning no parameter state is lost: the real loss equals the uninterrupted run's at every "
         f"iteration (largest difference {results['runs']['warned']['max_loss_diff_vs_uninterrupted']:.1e}). "
-        f"Without the warning the ActivePS state is lost: {un['meta']['rollbacks']} rollback to the BackupPS copy, "
-        f"{un['meta']['lost_iterations']} iteration(s) redone.",
+        f"Without the warning (a failure half-way through iteration {cfg['remove_at']}) the ActivePS state is lost: "
+        f"{un['meta']['rollbacks']} rollback to the BackupPS copy of the last background push, "
+        f"{un['meta']['lost_iterations']} completed iteration(s) redone, and the half-done iteration's work lost: "
+        f"that iteration took {un['seconds'][cfg['remove_at'] - 1]:.2f} s against {s['after_s']:.2f} s after it "
+        "(no flush, but the rework).",
         "",
         "**Notes.** Our blip is the modelled flush over the 4-machine iteration time; it scales as "
         "param_bytes / (reliable × bandwidth × t(4)). We flush the whole rank-1000 model (every row of an SGD pass "

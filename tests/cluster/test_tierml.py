@@ -246,6 +246,12 @@ def test_fallback_to_on_demand_and_proactive_switch():
                      reliable=1, transient=20, chunk=4, mttf_window_s=6 * H)
     assert run2.count("fallback") >= 1 and run2.count("spot_back") >= 1
     assert run2.cost_by_tier["reliable"] > run.cost_by_tier["reliable"]
+    # the on-demand stand-ins keep running workers to the end of their billing hour, then go
+    joined = [e[0] for e in run2.events if e[1] == "scale" and "fallback" in e[2]][0]
+    released = [e[0] for e in run2.events if e[1] == "release"]
+    assert run2.count("switch") == 1 and len(released) == 1
+    assert (released[0] - joined) / H == pytest.approx(round((released[0] - joined) / H)) and released[0] > joined
+    assert run2.free_seconds > 0  # the revoked spot machines' last partial hour
 
 
 def test_mttf_estimate_has_no_lookahead():
