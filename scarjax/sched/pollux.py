@@ -394,7 +394,7 @@ def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool 
         state = jnp.where(mask & (jnp.arange(J)[:, None] != first[None, :]), 0, state)
     # per-job caps in a random node order: "cumulative sum in the shuffled order" computed as
     # the sum over the nodes ranked before each node (an N x N comparison, no sort)
-    rank = _element_bits(key, (J, N))
+    rank = (_element_bits(key, (J, N)) >> 16).astype(jnp.uint16)  # 16-bit ranks, ties broken by node index
     idx = jnp.arange(N)
     before = (rank[:, None, :] < rank[:, :, None]) | (
         (rank[:, None, :] == rank[:, :, None]) & (idx[None, :] < idx[:, None]))  # [J, n, m]: m before n
