@@ -142,7 +142,13 @@ def run(config: Config, out_dir) -> dict:
             prices = [float(m.process.series.price_at(s)) for m in ms]
             j = int(np.argmin(prices)) if scn == "cheapest" else cfg.zones.index(scn)
             zones_used.append(cfg.zones[j])
-            r_ck = po.checkpoint_restart(job(64), ms[j], key=k, horizon_s=horizon)
+            K = None
+            if ms[j].mttf_s() <= 0:  # spot above the bid at the start: the history's MTTF sets the interval
+                ser = ms[j].process.series
+                mttf = tm.mttf_estimate(ser.times_s, ser.prices, float(ms[j].process.bid), s,
+                                        cfg.mttf_window_h * _H, gate=False)  # bulk: not per machine
+                K = max(1, int(round(po.young_daly_s(cfg.checkpoint_s, max(mttf, 1.0)) / float(step_time(64)))))
+            r_ck = po.checkpoint_restart(job(64), ms[j], key=k, horizon_s=horizon, interval_steps=K)
             r_tm = tm.tierml(job(64), ms[j], alternatives=[m for q, m in enumerate(ms) if q != j], key=k,
                              horizon_s=horizon, reliable=1, transient=63, param_bytes=cfg.param_bytes,
                              bandwidth_bps=cfg.bandwidth_bps, mttf_window_s=cfg.mttf_window_h * _H)

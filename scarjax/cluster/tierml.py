@@ -209,19 +209,19 @@ def push_period(push_every: int, seconds_per_step: float, push_s: float) -> int:
     return max(push_every, int(math.ceil(push_s / seconds_per_step - 1e-9)))
 
 
-def mttf_estimate(times_s: Any, prices: Any, bid: float, t: float, window_s: float) -> float:
+def mttf_estimate(times_s: Any, prices: Any, bid: float, t: float, window_s: float, *, gate: bool = True) -> float:
     """Estimated mean time to eviction (Sec 3.4's MTTF) of a spot class at time ``t`` from its
     price history in ``[t − window_s, t]`` only (no look-ahead): the time the price was at or
     below ``bid`` divided by one plus the number of times it rose above it (an add-one
     smoothed exposure/failures estimate; ``window_s`` when it never did). ``0`` when the
-    current price is above the bid (the class would not be granted)."""
+    current price is above the bid (the class would not be granted) unless ``gate=False``."""
     ts = np.asarray(times_s, np.float64)
     ps = np.asarray(prices, np.float64)
     if ts.ndim != 1 or ts.shape != ps.shape or ts.size == 0:
         raise ValueError("times_s and prices must be 1-D of one length >= 1")
     va.check_real("window_s", window_s, lo=0.0, lo_open=True, scalar=True)
     i_now = max(int(np.searchsorted(ts, t, side="right")) - 1, 0)
-    if ps[i_now] > bid:
+    if gate and ps[i_now] > bid:
         return 0.0
     lo = t - window_s
     i0 = max(int(np.searchsorted(ts, lo, side="right")) - 1, 0)
