@@ -272,7 +272,9 @@ def report(results: dict) -> str:
             f"rollbacks: {sum(m['tierml_meta']['rollbacks'] for m in pm)}), switched class proactively "
             f"{sum(m['tierml_switches'] for m in pm)} times, fell back to on-demand "
             f"{sum(m['tierml_fallbacks'] for m in pm)} times and had {sum(m['tierml_free_h'] for m in pm):.1f} "
-            "machine-hours free (revoked partial hours).",
+            "machine-hours free (revoked partial hours); it bought spot machines in "
+            f"{', '.join(sorted({z for m in pm for z in m['tierml_zones']}))} (its start-time choice of class: the "
+            "cheapest among those within switch_factor of the highest MTTF estimate, Sec 3.4).",
             "",
         ]
     lines += [
