@@ -14,7 +14,7 @@ against the vectorised results (``max_rel_diff``).
 
 ``whole_sweep``: ``sweep.sweep(stride=1)`` over the embedded month (every start minute, the three
 policies of the experiment, TierML's no-switching ablation included), timed once; with
-``--full-history`` also over the March-August 2015 files under ``/work/shared/data/transient``.
+``--full-history`` also over the March-August 2015 files under ``$SCARJAX_SHARED_DATA/transient`` (default ``../shared/data/transient``).
 
 Run: ``python benchmarks/bench_cluster_sweep.py [--quick] [--full-history]``; prints one JSON object.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 import platform
 import statistics
 import sys
@@ -34,7 +35,8 @@ import numpy as np
 from scarjax.cluster import sweep as sw
 from scarjax.data import transient as td
 
-FULL = "/work/shared/data/transient"
+FULL = os.path.join(
+    os.environ.get("SCARJAX_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")), "transient")
 
 
 def _loadavg():

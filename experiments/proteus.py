@@ -20,7 +20,9 @@ The progress model is the stated scaling model of ``bidbrain`` (not calibrated f
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -48,13 +50,22 @@ class Config:
     reconfig_sweep: tuple[float, ...] = (30.0, 120.0, 300.0)  # aggressive vs proteus, eviction pause
     sweep_starts: int = 10
     warmup_days: float = 3.0
-    data_root: str | None = None  # None: the embedded April 2015 extract
+    # The full 2015 history when it is beside the checkout (``$SCARJAX_SHARED_DATA/transient``
+    # or ``../shared/data/transient``); None: the embedded April 2015 extract.
+    data_root: str | None = dataclasses.field(default_factory=lambda: _full_history())
     seed: int = 0
     quick_mode: bool = False
 
     @classmethod
     def quick(cls) -> "Config":  # noqa: D102
-        return cls(zones=("us-east-1a", "us-east-1e"), starts_per_zone=6, sweep_starts=3, quick_mode=True)
+        return cls(zones=("us-east-1a", "us-east-1e"), starts_per_zone=6, sweep_starts=3, quick_mode=True,
+                   data_root=None)
+
+
+def _full_history() -> str | None:
+    root = os.path.join(os.environ.get("SCARJAX_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")),
+                        "transient")
+    return root if os.path.isdir(os.path.join(root, "aws-spot-2015")) else None
 
 
 def _job(cfg: Config, reconfig_s: float | None = None) -> bb.Job:

@@ -12,7 +12,7 @@ under
 
 and we report the average, p99 and makespan of the job completion times beside the mean
 JCTs the artifact's own simulator produced on the same workloads (its
-``results-jobload/*-1.0/summary.json``; ``/work/shared/data/pollux-sim/README.md``).
+``results-jobload/*-1.0/summary.json``; ``../shared/data/pollux-sim/README.md``).
 Makespan is counted as the artifact's plotting script does: the last completion, from time 0.
 """
 

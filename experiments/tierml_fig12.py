@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,10 @@ DESCRIPTION = (
     "TierML Fig 12: cost vs on-demand over every start minute of the 2015 AWS spot history "
     "(TierML vs checkpointing, 2/8/20 h jobs, two bids; proactive switching ablation)"
 )
-FULL_HISTORY = "/work/shared/data/transient"
+# The full March-August 2015 history: ``$SCARJAX_SHARED_DATA/transient`` or the data folder
+# beside a checkout (``../shared/data/transient``); absent on a fresh clone (then: embedded).
+FULL_HISTORY = os.path.join(
+    os.environ.get("SCARJAX_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")), "transient")
 
 # TierML Sec 4.6 / 4.7 (2016 traces, us-east-1, c4.xlarge / c4.2xlarge).
 PAPER = {

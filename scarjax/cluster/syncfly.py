@@ -509,6 +509,17 @@ def _engine(problem: Problem, workers: int) -> _Engine:
 # Policy 6: Sync-on-the-fly
 
 
+def _start(problem, fleet, key, policy, intervals, market, tier):
+    """What both policies start from: the engine, the initial state (key ``fold_in(key, 0)``),
+    the recorder with the initial loss at t = 0, and the list of recorded times."""
+    eng = _engine(problem, fleet.workers)
+    alg = problem.algorithm
+    state = alg.init(jax.random.fold_in(key, 0), alg.data)
+    rec = _Rec(policy, intervals, market, tier)
+    rec.point(0.0, float(eng.loss(state)), 0)
+    return eng, alg, state, rec, [0.0]
+
+
 def sync_on_the_fly(problem: Problem, fleet: Fleet, market: clock.Market | None = None, *, key: jax.Array,
                     horizon_s: float, target_loss: float = -math.inf, lam: float = 0.8, flush: bool = True,
                     restart_s: float | None = 180.0, intervals: list[np.ndarray] | None = None,
@@ -538,14 +549,8 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: clock.Market | None 
     va.check_real("lam", lam, lo=0.0, lo_open=True, scalar=True)
     if not isinstance(flush, (bool, np.bool_)):
         raise TypeError(f"flush must be a bool, got {flush!r}")
-    eng = _engine(problem, fleet.workers)
+    eng, alg, state, rec, pts = _start(problem, fleet, key, policy, intervals, market, tier)
     M, r, speeds = fleet.workers, fleet.report_points, np.asarray(fleet.speeds, float)
-    alg = problem.algorithm
-    state = alg.init(jax.random.fold_in(key, 0), alg.data)
-    rec = _Rec(policy, intervals, market, tier)
-    pts = []
-    rec.point(0.0, float(eng.loss(state)), 0)
-    pts.append(0.0)
     cursors = np.zeros(M, np.int64)
     q_now = eng.point_loss(state)
     dec = None  # per-point decrease made by the last update (None before the first one)
@@ -647,14 +652,8 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: clock.Market | 
     market, intervals = _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier)
     va.check_real("checkpoint_s", checkpoint_s, lo=0.0, scalar=True)
     va.check_real("restore_s", restore_s, lo=0.0, scalar=True)
-    eng = _engine(problem, fleet.workers)
+    eng, alg, state, rec, pts = _start(problem, fleet, key, policy, intervals, market, tier)
     M, speeds = fleet.workers, np.asarray(fleet.speeds, float)
-    alg = problem.algorithm
-    state = alg.init(jax.random.fold_in(key, 0), alg.data)
-    rec = _Rec(policy, intervals, market, tier)
-    pts = []
-    rec.point(0.0, float(eng.loss(state)), 0)
-    pts.append(0.0)
     iter_s = float(np.max(eng.per / speeds)) + fleet.sync_s
     if checkpoint_every is None:
         checkpoint_every = young_daly_every(iter_s, checkpoint_s, market.mttf_s() if tier == "transient" else math.inf, M)

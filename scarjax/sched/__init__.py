@@ -1,10 +1,20 @@
-"""Cluster scheduling with goodput (thesis Ch. 3, Sec 3.4.2 and 3.5): the Pollux simulator's
-applications and their goodput models (:mod:`scarjax.sched.apps`).
+"""Cluster scheduling with goodput (thesis Ch. 3, Sec 3.4.2 and 3.5, App. A.2): the Pollux
+artifact's simulator, its applications and policies.
 
-Not imported by ``import scarjax``; ``import scarjax.sched`` loads NumPy-only code (JAX is
-imported when a throughput model is fitted or a batch size optimised).
+* :mod:`~scarjax.sched.apps` - the six applications as goodput models (AppModel, AppSet).
+* :mod:`~scarjax.sched.simulator` - the simulated cluster (``Cluster``) and ``simulate(workload,
+  policy) -> SimResult`` with per-job records; the ``Policy`` protocol.
+* Policies: :mod:`~scarjax.sched.pollux` (PolluxSched's genetic algorithm, jit + vmap over the
+  population), :mod:`~scarjax.sched.tiresias`, :mod:`~scarjax.sched.optimus` (with oracle).
+* :mod:`~scarjax.sched.autoscaler` - the goodput-driven cluster autoscaler (Fig 3.14).
+* :mod:`~scarjax.sched.workload` - workloads sampled from the Philly trace as the artifact does.
+
+Not imported by ``import scarjax``. The simulator's per-interval math is NumPy; JAX
+programs are compiled only when a batch size is optimised or PolluxSched runs.
+The command line: ``scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus}``.
 """
 
+from scarjax.sched import apps, autoscaler, optimus, pollux, simulator, tiresias, workload
 from scarjax.sched.apps import (
     ARTIFACT_SETTINGS,
     FITTED_PARAMS,
@@ -17,8 +27,21 @@ from scarjax.sched.apps import (
     load_apps,
     throughput_fit_error,
 )
+from scarjax.sched.autoscaler import GoodputAutoscaler, UtilityAutoscaler, simulate_autoscaling
+from scarjax.sched.optimus import OptimusPolicy
+from scarjax.sched.pollux import GAConfig, PolluxPolicy, PolluxSched, power_mean
+from scarjax.sched.simulator import Cluster, JobRecord, JobsView, Policy, SimResult, simulate
+from scarjax.sched.tiresias import TiresiasPolicy
+from scarjax.sched.workload import sample_workload
 
 __all__ = [
+    "apps",
+    "autoscaler",
+    "optimus",
+    "pollux",
+    "simulator",
+    "tiresias",
+    "workload",
     "ARTIFACT_SETTINGS",
     "FITTED_PARAMS",
     "AppModel",
@@ -29,4 +52,20 @@ __all__ = [
     "fit_app_throughput",
     "load_apps",
     "throughput_fit_error",
+    "GoodputAutoscaler",
+    "UtilityAutoscaler",
+    "simulate_autoscaling",
+    "OptimusPolicy",
+    "GAConfig",
+    "PolluxPolicy",
+    "PolluxSched",
+    "power_mean",
+    "Cluster",
+    "JobRecord",
+    "JobsView",
+    "Policy",
+    "SimResult",
+    "simulate",
+    "TiresiasPolicy",
+    "sample_workload",
 ]

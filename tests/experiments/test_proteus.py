@@ -13,7 +13,8 @@ def check_report(text: str) -> None:
 
 
 def test_proteus_tiny_end_to_end(tmp_path):
-    cfg = m.Config(zones=("us-east-1e",), starts_per_zone=3, sweep_starts=2, reconfig_sweep=(30.0, 300.0))
+    cfg = m.Config(zones=("us-east-1e",), starts_per_zone=3, sweep_starts=2, reconfig_sweep=(30.0, 300.0),
+                   data_root=None)
     res = m.run(cfg, tmp_path)
     saved = json.loads((tmp_path / "results" / "proteus.json").read_text())
     assert set(saved["summary"]) == set(m.POLICIES)
