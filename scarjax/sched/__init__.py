@@ -15,18 +15,7 @@ The command line: ``scarjax cluster-sim --workload PATH --policy {pollux,tiresia
 """
 
 from scarjax.sched import apps, autoscaler, optimus, pollux, simulator, tiresias, workload
-from scarjax.sched.apps import (
-    ARTIFACT_SETTINGS,
-    FITTED_PARAMS,
-    AppModel,
-    AppSet,
-    FitError,
-    app_model,
-    canonical_placement,
-    fit_app_throughput,
-    load_apps,
-    throughput_fit_error,
-)
+from scarjax.sched.apps import *  # noqa: F403 (the applications' public names, apps.__all__)
 from scarjax.sched.autoscaler import GoodputAutoscaler, UtilityAutoscaler, simulate_autoscaling
 from scarjax.sched.optimus import OptimusPolicy
 from scarjax.sched.pollux import GAConfig, PolluxPolicy, PolluxSched, power_mean
@@ -42,16 +31,7 @@ __all__ = [
     "simulator",
     "tiresias",
     "workload",
-    "ARTIFACT_SETTINGS",
-    "FITTED_PARAMS",
-    "AppModel",
-    "AppSet",
-    "FitError",
-    "app_model",
-    "canonical_placement",
-    "fit_app_throughput",
-    "load_apps",
-    "throughput_fit_error",
+    *apps.__all__,
     "GoodputAutoscaler",
     "UtilityAutoscaler",
     "simulate_autoscaling",
