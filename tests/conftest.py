@@ -21,6 +21,19 @@ import jax  # noqa: E402
 if jax.default_backend() != "cpu":
     jax.config.update("jax_default_matmul_precision", "highest")
 
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.cpu_exact``: a bit-level claim of the CPU backend, skipped on GPUs and
+    TPUs (measured on an H100: the same programs fused otherwise, 1 ulp apart)."""
+    if jax.default_backend() == "cpu":
+        return
+    skip = pytest.mark.skip(reason=f"bit-exact numbers of the CPU backend (running on {jax.default_backend()})")
+    for item in items:
+        if "cpu_exact" in item.keywords:
+            item.add_marker(skip)
+
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 

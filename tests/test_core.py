@@ -85,12 +85,7 @@ def _fixed_point_alg():
                                optimum=2.0 * jnp.ones(3))
 
 
-# Bit-level numbers of the CPU backend: a GPU or TPU compiles the same program with other
-# fusions (measured on an H100: 1 ulp apart), so these exact comparisons are CPU claims.
-cpu_exact = pytest.mark.skipif(jax.default_backend() != "cpu", reason="bit-exact numbers of the CPU backend")
-
-
-@cpu_exact
+@pytest.mark.cpu_exact
 @pytest.mark.parametrize("model", ["qp", "fixed_point"])
 def test_trial_i_equals_run_i_bit_for_bit_without_batched_reductions(model, qp):
     """The documented exact case of run_trials' guarantee: no batched reduction enters the

@@ -225,12 +225,7 @@ _GEOM_RUNS = {0: (6, 0.3952517509460449, [0.3730485737323761, 0.4353425502777099
               2: (4, 0.4295465052127838, [0.9107632040977478, 1.0369386672973633, 0.007651251275092363])}
 
 
-# Bit-level numbers of the CPU backend: a GPU or TPU compiles the same program with other
-# fusions (measured on an H100: 1 ulp apart), so these exact comparisons are CPU claims.
-cpu_exact = pytest.mark.skipif(jax.default_backend() != "cpu", reason="bit-exact numbers of the CPU backend")
-
-
-@cpu_exact
+@pytest.mark.cpu_exact
 def test_geometric_schedule_reproduces_the_former_geometric_failure_times():
     for (rate, start, stop, seed), want in _GEOM_SAMPLES.items():
         got = schedules.geometric(rate, start=start, stop=stop).sample(jax.random.key(seed), (10,))

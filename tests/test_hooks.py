@@ -190,12 +190,7 @@ def test_scheduled_keys_are_the_former_when_keys(qp):
     assert 0 < np.count_nonzero(np.asarray(tr.delta["gaussian"])) < 30
 
 
-# Bit-level numbers of the CPU backend: a GPU or TPU compiles the same program with other
-# fusions (measured on an H100: 1 ulp apart), so these exact comparisons are CPU claims.
-cpu_exact = pytest.mark.skipif(jax.default_backend() != "cpu", reason="bit-exact numbers of the CPU backend")
-
-
-@cpu_exact
+@pytest.mark.cpu_exact
 def test_stored_numbers_unchanged():
     """Distances recorded with the API before issue 12 (``hooks.gaussian(1.0,
     when=hooks.with_probability(0.05, stop=150))`` and ``hooks.reset(0.3, when=50)`` on
