@@ -77,6 +77,7 @@ import jax
 import numpy as np
 
 from scarjax.cluster import market as mk
+from scarjax.cluster.policies import young_daly_s
 from scarjax.data import transient as td
 
 __all__ = [
@@ -671,7 +672,7 @@ def checkpoint_spot(job: Job, markets: Sequence[SpotMarket], start_s: float, *, 
     mkt = markets[market]
     bid = mkt.on_demand if bid is None else float(bid)
     mttf = mttf_before(mkt, start_s, bid, lookback_s)
-    period = math.sqrt(2.0 * job.checkpoint_s * mttf)
+    period = young_daly_s(job.checkpoint_s, mttf)
     rate = float(job.scaling.rate(machines * mkt.cores)) / 3600.0
     end_clock = min(start_s + horizon_s, mkt.end_s)
     t, committed, allocs = float(start_s), 0.0, []

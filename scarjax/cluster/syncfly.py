@@ -63,6 +63,7 @@ from scarjax import tree as tu
 from scarjax.algorithms import from_optax
 from scarjax.cluster import clock
 from scarjax.cluster import market as mk
+from scarjax.cluster.policies import young_daly_s
 from scarjax.core import Algorithm, State
 from scarjax.perturb import workers as wk
 
@@ -636,7 +637,7 @@ def young_daly_every(iteration_s: float, checkpoint_s: float, mttf_s: float, wor
     revocation interrupts BSP); at least 1. ``mttf_s = inf``: never (a huge count)."""
     if not math.isfinite(mttf_s):
         return 10**9
-    return max(1, int(round(math.sqrt(2.0 * checkpoint_s * mttf_s / workers) / iteration_s)))
+    return max(1, int(round(young_daly_s(checkpoint_s, mttf_s / workers) / iteration_s)))
 
 
 def checkpoint_recompute(problem: Problem, fleet: Fleet, market: clock.Market | None = None, *, key: jax.Array,
