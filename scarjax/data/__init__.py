@@ -24,11 +24,22 @@ Transient clouds (issue 14; embedded, Apache-2.0/MIT, the spot prices as an Apri
 :func:`load_gce_lifetimes`, :func:`load_spot_prices`, :func:`load_spot_market`,
 :func:`load_aws_p3_trace`, :func:`load_gcp_v100_trace`, :func:`load_startup_times`
 (:mod:`scarjax.data.transient`).
+
+CM-DARE (issue 16; embedded, Apache-2.0): :func:`load_cmdare_speed`, :func:`load_cmdare_checkpoints`,
+:func:`load_cmdare_cluster_speed`, :func:`load_cmdare_step_logs`, :func:`load_gce_training_runs`
+(:mod:`scarjax.data.cmdare`).
 """
 
 from scarjax._validate import DataFormatError
 
 from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
+from .cmdare import (  # CM-DARE measurements (issue 16): step/checkpoint times, cluster size, GCE training runs
+    load_cmdare_checkpoints,
+    load_cmdare_cluster_speed,
+    load_cmdare_speed,
+    load_cmdare_step_logs,
+    load_gce_training_runs,
+)
 from .covertype import load_covertype
 from .digits import load_digits
 from .mnist import load_mnist, load_mnist_5k, read_idx
@@ -73,10 +84,15 @@ __all__ = [
     "fetch",
     "load_20newsgroups",
     "load_app_traces",
+    "load_cmdare_checkpoints",
+    "load_cmdare_cluster_speed",
+    "load_cmdare_speed",
+    "load_cmdare_step_logs",
     "load_aws_p3_trace",
     "load_covertype",
     "load_digits",
     "load_gce_lifetimes",
+    "load_gce_training_runs",
     "load_gcp_v100_trace",
     "load_jester",
     "load_lee",

@@ -51,8 +51,8 @@ def test_embedded_files_match_theread_manifest():
     files = {str(p.relative_to(EMBEDDED)) for p in EMBEDDED.rglob("*") if p.is_file()} - {"README.md"}
     assert files == set(manifest), sorted(files ^ set(manifest))
     assert (
-        len(manifest) == 15 + 1 + 8 + 3 + 3
-    )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces
+        len(manifest) == 15 + 1 + 8 + 3 + 3 + 117
+    )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces; issue 16's CM-DARE files (tests/data/test_cmdare.py)
     bad = [p for p, h in manifest.items() if content_sha256(EMBEDDED / p) != h]
     assert not bad, bad
     for lic in ("gce-preemptible/LICENSE", "cmdare/LICENSE"):
@@ -85,9 +85,9 @@ def test_embedded_agrees_with_the_shared_readme(shared_data):
     }
     assert theirs, "no manifest rows parsed from the shared README"
     shared_too = [p for p in ours if p in theirs]
-    assert len(shared_too) == 3, (
+    assert len(shared_too) == 3 + 9, (
         shared_too
-    )  # lifetime.csv and the two node traces (the rest is not listed there)
+    )  # lifetime.csv, the two node traces; issue 16: supertable, 5 checkpoint files, 3 vm_data.csv
     for path in shared_too:
         assert ours[path].startswith(theirs[path]), path
 
