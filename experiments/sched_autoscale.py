@@ -13,7 +13,13 @@ cluster whose size (nodes of 4 GPUs) is chosen by
   that size).
 
 Cost is node-hours (x ``price_per_node_h``); JCT is the training time. The paper: the goodput
-autoscaler trains ImageNet at 25% lower cost than Or et al.'s with a 6% longer JCT.
+autoscaler trains ImageNet at 25% lower cost than Or et al.'s with a 6% longer JCT. Ours (full
+mode, 60 s decisions as in the Pollux simulator): cost -22%, JCT +19%. The rule is the
+thesis' as written; the JCT gap builds up while the goodput autoscaler climbs to the full
+cluster (it waits for the PGNS to push its efficiency past U after every scale-up), and its
+size depends on settings the thesis leaves open, so the full mode also runs the first
+application under each of them (``SENSITIVITY``: the largest cluster, U, L, the ideal
+goodput's base, the batch size the PGNS is measured at, the interval, the restart cost).
 """
 
 from __future__ import annotations
@@ -41,13 +47,32 @@ class Config:
     up: float = 2.0 / 3.0  # U
     target: float = 0.5  # L
     fixed_nodes: tuple[int, ...] = (1, 2, 4, 8, 16)
-    interval_s: float = 300.0
+    interval_s: float = 60.0  # the Pollux simulator's scheduling interval (the thesis ran Fig 3.14 in it)
     restart_s: float = 30.0
     price_per_node_h: float = 12.24  # one node of 4 V100s: AWS p3.8xlarge on-demand, $/h
+    sensitivity: bool = True  # the first application under the settings the thesis leaves open (SENSITIVITY)
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(apps=("imagenet",), fixed_nodes=(4, 16))
+        return cls(apps=("imagenet",), fixed_nodes=(4, 16), interval_s=300.0, sensitivity=False)
+
+
+#: Variants of the first application's goodput-vs-throughput comparison: each changes one
+#: setting that Sec 3.5.4 does not state (label -> GoodputAutoscaler fields, simulate_autoscaling
+#: keywords); both autoscalers get the same change.
+SENSITIVITY = {
+    "max_nodes 8": ({"max_nodes": 8}, {}),
+    "max_nodes 12": ({"max_nodes": 12}, {}),
+    "max_nodes 24": ({"max_nodes": 24}, {}),
+    "U 0.60": ({"up": 0.6}, {}),
+    "U 0.75": ({"up": 0.75}, {}),
+    "L 0.40": ({"target": 0.4}, {}),
+    "L 0.60": ({"target": 0.6}, {}),
+    "ideal from one node": ({"ideal_base": "node"}, {}),
+    "PGNS at the largest batch": ({}, {"stats_batch": "max"}),
+    "interval 300 s": ({}, {"interval_s": 300.0}),
+    "no restart cost": ({}, {"restart_s": 0.0}),
+}
 
 
 def _runs(app: str, config: Config, apps) -> dict:
@@ -65,6 +90,49 @@ def _runs(app: str, config: Config, apps) -> dict:
         d["cost"] = float(r.node_hours * config.price_per_node_h)
         d["mean_nodes"] = float(r.node_hours / (r.jct_s / 3600.0)) if np.isfinite(r.jct_s) else float("nan")
         out[label] = d
+    return out
+
+
+def _progress_at(d: dict, hours, target: float) -> list:
+    """Fraction of the target progress reached at each of ``hours`` (interpolated)."""
+    t = np.asarray(d["time_s"], float) / 3600
+    p = np.asarray(d["progress"], float) / target
+    return [float(np.interp(h, np.append(t, d["jct_s"] / 3600), np.append(p, 1.0))) for h in hours]
+
+
+def _lag(r: dict, max_nodes: int, target: float) -> dict | None:
+    """When the goodput autoscaler first holds ``max_nodes`` nodes, its time and progress, and
+    when the throughput autoscaler had reached that progress: the JCT gap is made before."""
+    g, t = r["goodput"], r["throughput"]
+    n = np.asarray(g["nodes"])
+    if not np.any(n == max_nodes):
+        return None
+    i = int(np.argmax(n == max_nodes))
+    p = float(g["progress"][i])
+    tt = np.append(np.asarray(t["time_s"], float), t["jct_s"])
+    tp = np.append(np.asarray(t["progress"], float), target)
+    return {"goodput_time_h": float(g["time_s"][i]) / 3600, "progress": p / target,
+            "throughput_time_h": float(np.interp(p, tp, tt)) / 3600}
+
+
+def _sensitivity(app: str, config: Config, apps) -> dict:
+    from scarjax.sched.autoscaler import GoodputAutoscaler, simulate_autoscaling
+
+    a = apps.names.index(app)
+    out = {}
+    for label, (fields, kw) in SENSITIVITY.items():
+        f = {"max_nodes": config.max_nodes, "gpus_per_node": config.gpus_per_node, "up": config.up,
+             "target": config.target, **fields}
+        sim = {"interval_s": config.interval_s, "restart_s": config.restart_s, **kw}
+        if sim.pop("stats_batch", None) == "max":
+            sim["stats_batch_size"] = float(apps[a].max_batch_size)
+        g = simulate_autoscaling(apps, app, GoodputAutoscaler(**f), **sim)
+        t = simulate_autoscaling(apps, app, GoodputAutoscaler(use_efficiency=False, **f), **sim)
+        out[label] = {"goodput_jct_s": g.jct_s, "goodput_node_hours": g.node_hours, "throughput_jct_s": t.jct_s,
+                      "throughput_node_hours": t.node_hours, "cost_change": g.node_hours / t.node_hours - 1.0,
+                      "jct_change": g.jct_s / t.jct_s - 1.0,
+                      "goodput_nodes": list(dict.fromkeys(g.nodes.tolist())),
+                      "throughput_nodes": list(dict.fromkeys(t.nodes.tolist()))}
     return out
 
 
@@ -88,6 +156,15 @@ def run(config: Config, out_dir) -> dict:
             **({f"cost_change_vs_{k}": g["node_hours"] / r[k]["node_hours"] - 1.0 for k in r if k.startswith("fixed-")}),
             **({f"jct_change_vs_{k}": g["jct_s"] / r[k]["jct_s"] - 1.0 for k in r if k.startswith("fixed-")}),
         }
+    for app, r in res["runs"].items():
+        target = float(apps[apps.names.index(app)].target_progress)
+        hours = [0.5, 1.0, 2.0, 3.0, 4.0]
+        res["comparison"][app]["progress_at_h"] = {"hours": hours, "goodput": _progress_at(r["goodput"], hours, target),
+                                                   "throughput": _progress_at(r["throughput"], hours, target)}
+        res["comparison"][app]["reach_max_nodes"] = _lag(r, config.max_nodes, target)
+    if config.sensitivity:
+        first = config.apps[0]
+        res["sensitivity"] = {"app": first, "variants": _sensitivity(first, config, apps)}
     res["paper"] = {"cost_change": PAPER_COST_CHANGE, "jct_change": PAPER_JCT_CHANGE}
     res["seconds"] = time.perf_counter() - t0
     return res
@@ -155,14 +232,51 @@ def report(res: dict) -> str:
         lines.append(f"* {app}: goodput vs throughput autoscaling: cost {cmp_['cost_change_vs_throughput']:+.0%}, "
                      f"JCT {cmp_['jct_change_vs_throughput']:+.0%}{paper}{vs_full}; cheapest fixed size: "
                      f"{cmp_['cheapest_fixed']}.")
+    for app, cmp_ in res["comparison"].items():
+        pa, lag = cmp_.get("progress_at_h"), cmp_.get("reach_max_nodes")
+        if pa is None:
+            continue
+        lines.append(f"* {app}: progress at " + ", ".join(f"{h:g}" for h in pa["hours"]) + " h: goodput "
+                     + ", ".join(f"{v:.0%}" for v in pa["goodput"]) + "; throughput "
+                     + ", ".join(f"{v:.0%}" for v in pa["throughput"]) + "."
+                     + ("" if lag is None else
+                        f" The goodput autoscaler first holds {c['max_nodes']} nodes at {lag['goodput_time_h']:.2f} h "
+                        f"({lag['progress']:.0%} of training), a progress the throughput autoscaler had at "
+                        f"{lag['throughput_time_h']:.2f} h: {lag['goodput_time_h'] - lag['throughput_time_h']:.2f} h "
+                        "behind, and from there on both run the same cluster."))
+    if "sensitivity" in res:
+        sens = res["sensitivity"]
+        base = res["comparison"][sens["app"]]
+        lines += ["", f"### Settings the thesis does not state ({sens['app']}, goodput vs throughput autoscaling)", "",
+                  "| variant | cost change | JCT change | goodput JCT (h) | throughput JCT (h) | goodput nodes | "
+                  "throughput nodes |", "|---|---:|---:|---:|---:|---|---|",
+                  f"| this run's settings | {base['cost_change_vs_throughput']:+.0%} | "
+                  f"{base['jct_change_vs_throughput']:+.0%} | {res['runs'][sens['app']]['goodput']['jct_s'] / 3600:.2f} | "
+                  f"{res['runs'][sens['app']]['throughput']['jct_s'] / 3600:.2f} | "
+                  f"{list(dict.fromkeys(res['runs'][sens['app']]['goodput']['nodes']))} | "
+                  f"{list(dict.fromkeys(res['runs'][sens['app']]['throughput']['nodes']))} |"]
+        for label, v in sens["variants"].items():
+            lines.append(f"| {label} | {v['cost_change']:+.0%} | {v['jct_change']:+.0%} | {v['goodput_jct_s'] / 3600:.2f} | "
+                         f"{v['throughput_jct_s'] / 3600:.2f} | {v['goodput_nodes']} | {v['throughput_nodes']} |")
+        jc = [v["jct_change"] for v in sens["variants"].values()]
+        cc = [v["cost_change"] for v in sens["variants"].values()]
+        lines.append(f"\nAcross these variants the JCT change spans {min(jc):+.0%} to {max(jc):+.0%} and the cost "
+                     f"change {min(cc):+.0%} to {max(cc):+.0%} (paper: {p['jct_change']:+.0%}, {p['cost_change']:+.0%}).")
     lines += ["",
               "The throughput autoscaler sees no statistical efficiency, so it scales out at once to the size its "
-              "rule picks (ImageNet: the whole cluster) and stays there; the goodput autoscaler starts small and grows as the PGNS rises during training "
-              "(Fig 3.14a-b). Differences from the paper: the job's throughput comes from the artifact's "
-              "measured ImageNet step times and the per-application fitted model (the paper ran its own "
-              "simulator with online-fitted models), the rule is evaluated every interval with the PGNS "
-              "of the training curves, and our 'throughput' baseline is the same rule with the efficiency "
-              "term removed rather than Or et al.'s own system."]
+              "rule picks (ImageNet: the whole cluster) and stays there; the goodput autoscaler starts small and grows "
+              "as the PGNS rises during training (Fig 3.14a-b). Why our JCT gap is larger than the paper's +6%: the "
+              "decision rule is Sec 3.5.4's as written (scale up when the goodput per GPU exceeds U of one GPU's, to "
+              "the size whose predicted goodput is closest to L of the ideal), and the gap is made entirely before "
+              "the goodput autoscaler reaches the full cluster (the progress line above): after each scale-up to "
+              "efficiency ~L it waits until the PGNS has grown enough to pass U, while the throughput autoscaler's "
+              "large batch costs it little, because ImageNet's PGNS grows about eightfold within the first tenth of "
+              "training. How large that lag is depends on settings the thesis does not state (the sensitivity "
+              "table: the largest cluster, U and L, the ideal's base, the PGNS's batch size); within them the JCT "
+              "change spans the paper's +6%, at our defaults it does not. Other differences: the job's throughput "
+              "comes from the artifact's measured ImageNet step times and the per-application fitted model (the "
+              "paper ran its own simulator with online-fitted models), and our 'throughput' baseline is the same rule "
+              "with the efficiency term removed rather than Or et al.'s own system."]
     return "\n".join(lines)
 
 

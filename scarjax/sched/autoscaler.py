@@ -24,6 +24,13 @@ Two rules, both from the Pollux sources:
 :func:`simulate_autoscaling` runs one job of an application under a :class:`GoodputAutoscaler`
 (the setting of Fig 3.14): nodes, batch size, statistical efficiency over time, completion
 time and cost in node-hours.
+
+Settings the thesis leaves open, kept as options so their effect can be measured (the
+experiment ``sched_autoscale`` reports it): the cluster's largest size (``max_nodes``), the
+allocation the ideal goodput extrapolates from (``ideal_base``: one GPU, as the formula reads,
+or one node), and the batch size at which the scaler measures the PGNS
+(``simulate_autoscaling(stats_batch_size=...)``: by default the job's current one, as the
+artifact's jobs do).
 """
 
 from __future__ import annotations
@@ -35,23 +42,37 @@ import numpy as np
 
 from scarjax import _validate as va
 
-__all__ = ["GoodputAutoscaler", "UtilityAutoscaler", "AutoscaleRun", "node_efficiencies", "simulate_autoscaling"]
+__all__ = ["IDEAL_BASES", "GoodputAutoscaler", "UtilityAutoscaler", "AutoscaleRun", "node_efficiencies",
+           "simulate_autoscaling"]
 
 
-def node_efficiencies(apps, app: str | int, phi: float, *, max_nodes: int, gpus_per_node: int = 4) -> np.ndarray:
-    """``float64[max_nodes + 1]``: the scaling efficiency ``SPEEDUP(k nodes) / (k * gpus_per_node)``
-    of a job of ``app`` with PGNS ``phi`` on ``k`` full nodes (``[0] = 0``); SPEEDUP is the
-    goodput-optimal goodput relative to one GPU (Eq 3.12 with the one-GPU base,
-    :func:`scarjax.sched.pollux.speedup_tables`)."""
+#: The allocations the ideal (perfectly scaling) goodput of Sec 3.5.4 extrapolates from.
+IDEAL_BASES = ("gpu", "node")
+
+
+def node_efficiencies(apps, app: str | int, phi: float, *, max_nodes: int, gpus_per_node: int = 4,
+                      base: str = "gpu") -> np.ndarray:
+    """``float64[max_nodes + 1]``: the scaling efficiency of a job of ``app`` with PGNS ``phi``
+    on ``k`` full nodes (``[0] = 0``), its goodput-optimal goodput over the ideal goodput:
+
+    * ``base="gpu"`` (Sec 3.5.4 as written, ``GOODPUT(a) / SUM(a)`` against ``GOODPUT(1)``):
+      ``SPEEDUP(k nodes) / (k * gpus_per_node)``, SPEEDUP relative to one GPU (Eq 3.12 with
+      the one-GPU base, :func:`scarjax.sched.pollux.speedup_tables`);
+    * ``base="node"`` (the ideal extrapolated from one whole node instead, a reading of
+      ``GOODPUT(1)`` with ``a`` counted in nodes): ``SPEEDUP(k nodes) / (k * SPEEDUP(1 node))``,
+      so one node is always efficiency 1.
+    """
     from scarjax.sched.pollux import speedup_tables
 
+    if base not in IDEAL_BASES:
+        raise ValueError(f"base must be one of {IDEAL_BASES}, got {base!r}")
     a = apps.names.index(app) if isinstance(app, str) else int(app)
     K = va.check_int("max_nodes", max_nodes, lo=1)
     g = va.check_int("gpus_per_node", gpus_per_node, lo=1)
     tab = speedup_tables(apps, [a], [phi], max_nodes=K, max_replicas=K * g)[0]
     k = np.arange(K + 1)
     out = np.zeros(K + 1)
-    out[1:] = tab[k[1:], k[1:] * g] / (k[1:] * g)
+    out[1:] = tab[k[1:], k[1:] * g] / (k[1:] * (g if base == "gpu" else tab[1, g]))
     return out
 
 
@@ -67,6 +88,8 @@ class GoodputAutoscaler:
       down: scale down (to the efficiency closest to ``target``) when the efficiency falls
         below it; ``None`` (the thesis) never scales down.
       use_efficiency: ``True``: goodput (Pollux); ``False``: throughput only (Or et al.).
+      ideal_base: ``"gpu"`` (the thesis' formula: the ideal goodput is ``SUM(a)`` times one
+        GPU's) or ``"node"`` (one node's times the number of nodes); :func:`node_efficiencies`.
     """
 
     gpus_per_node: int = 4
@@ -76,8 +99,11 @@ class GoodputAutoscaler:
     target: float = 0.5
     down: float | None = None
     use_efficiency: bool = True
+    ideal_base: str = "gpu"
 
     def __post_init__(self):
+        if self.ideal_base not in IDEAL_BASES:
+            raise ValueError(f"ideal_base must be one of {IDEAL_BASES}, got {self.ideal_base!r}")
         va.check_int("gpus_per_node", self.gpus_per_node, lo=1)
         va.check_int("min_nodes", self.min_nodes, lo=1)
         va.check_int("max_nodes", self.max_nodes, lo=self.min_nodes)
@@ -190,12 +216,13 @@ class AutoscaleRun:
     def to_json(self) -> dict:
         return {"policy": self.policy, "app": self.app, "jct_s": self.jct_s, "node_hours": self.node_hours,
                 "rescales": self.rescales, "time_s": self.time_s.tolist(), "nodes": self.nodes.tolist(),
-                "batch_size": self.batch_size.tolist(), "efficiency": self.efficiency.tolist()}
+                "batch_size": self.batch_size.tolist(), "efficiency": self.efficiency.tolist(),
+                "progress": self.progress.tolist()}
 
 
 def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_s: float = 300.0,
                          restart_s: float = 30.0, start_nodes: int | None = None,
-                         max_time_s: float = 30 * 86400.0) -> AutoscaleRun:
+                         max_time_s: float = 30 * 86400.0, stats_batch_size: float | None = None) -> AutoscaleRun:
     """One job of ``app`` from progress 0 to its target under ``scaler`` (Fig 3.14's setting).
 
     Every ``interval_s`` the job's PGNS at its progress (at its current batch size; the
@@ -205,6 +232,12 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
     the job runs the batch size that is optimal for its allocation *under the scaler's model*
     (:meth:`AppModel.optimize`) while progressing at its true goodput (Eq 3.1 with the true
     PGNS). Deterministic. Cost: node-hours held.
+
+    ``stats_batch_size``: the batch size at which the scaler's PGNS is measured; ``None`` (the
+    artifact's jobs) its current batch size. The artifact's curves give a larger PGNS at larger
+    batch sizes, so the default under-predicts the efficiency of the larger batches a scale-up
+    brings; a fixed large value (e.g. the application's largest) is the optimistic variant.
+    The simulated truth always uses the statistics at the batch size actually run.
     """
     if not isinstance(scaler, GoodputAutoscaler):
         raise TypeError(f"scaler must be a GoodputAutoscaler, got {type(scaler).__name__}")
@@ -221,10 +254,13 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
     rec = {k: [] for k in ("time_s", "nodes", "batch_size", "efficiency", "progress")}
     jct = float("nan")
     first = True
+    if stats_batch_size is not None:
+        va.check_real("stats_batch_size", stats_batch_size, lo=0.0, lo_open=True, scalar=True)
     while t < max_time_s:
-        phi = float(apps.pgns([a], [bsz], [prog])[0])
+        phi = float(apps.pgns([a], [bsz if stats_batch_size is None else float(stats_batch_size)], [prog])[0])
         phi_model = phi if scaler.use_efficiency else np.inf
-        eff = node_efficiencies(apps, a, phi_model, max_nodes=scaler.max_nodes, gpus_per_node=gpn)
+        eff = node_efficiencies(apps, a, phi_model, max_nodes=scaler.max_nodes, gpus_per_node=gpn,
+                                base=scaler.ideal_base)
         new = scaler.decide(eff, nodes)
         if new != nodes or first:
             pause = float(restart_s)

@@ -50,3 +50,42 @@ def test_sched_autoscale_quick_end_to_end(tmp_path):
     flipped = dict(runs, goodput=dict(runs["goodput"], nodes=runs["goodput"]["nodes"][::-1]))
     with pytest.raises(AssertionError, match="started at the largest cluster|scaled down"):
         check_shapes(flipped, cfg.max_nodes)
+
+
+def check_lag(lag: dict, runs: dict, target: float) -> None:
+    """The throughput autoscaler's time to the progress at which the goodput one first holds
+    the whole cluster, interpolated in its own progress record."""
+    t = runs["throughput"]
+    tt = np.append(np.asarray(t["time_s"], float), t["jct_s"]) / 3600
+    tp = np.append(np.asarray(t["progress"], float), target) / target
+    assert lag["throughput_time_h"] == pytest.approx(np.interp(lag["progress"], tp, tt)), \
+        "throughput time is not when it reached the goodput autoscaler's progress"
+
+
+def test_lag_and_progress_hand_checked():
+    # goodput: 2 nodes for 1 h (progress 0 -> 10), then 4 (-> 30 at 2 h), done at 3 h (target 50)
+    runs = {"goodput": {"time_s": [0.0, 3600.0, 7200.0], "nodes": [2, 4, 4], "progress": [0.0, 10.0, 30.0],
+                        "jct_s": 3 * 3600.0},
+            "throughput": {"time_s": [0.0, 3600.0], "nodes": [4, 4], "progress": [0.0, 20.0], "jct_s": 2.5 * 3600.0}}
+    lag = m._lag(runs, 4, 50.0)
+    assert lag == {"goodput_time_h": 1.0, "progress": pytest.approx(0.2), "throughput_time_h": pytest.approx(0.5)}
+    check_lag(lag, runs, 50.0)
+    assert m._progress_at(runs["goodput"], [0.5, 2.0, 3.0, 4.0], 50.0) == pytest.approx([0.1, 0.6, 1.0, 1.0])
+    assert m._lag(runs, 8, 50.0) is None  # never held 8 nodes
+    with pytest.raises(AssertionError, match="throughput time is not when"):
+        check_lag(dict(lag, throughput_time_h=1.0), runs, 50.0)
+
+
+def test_sensitivity_variants_are_valid_settings():
+    """Every SENSITIVITY variant names real GoodputAutoscaler fields / simulate_autoscaling
+    keywords (a typo would only show up in the full run)."""
+    import inspect
+
+    from scarjax.sched.autoscaler import GoodputAutoscaler, simulate_autoscaling
+
+    params = set(inspect.signature(simulate_autoscaling).parameters) | {"stats_batch"}
+    for label, (fields, kw) in m.SENSITIVITY.items():
+        GoodputAutoscaler(**fields)
+        assert set(kw) <= params, label
+    assert m.Config().sensitivity and not m.Config.quick().sensitivity
+    assert m.Config().interval_s == 60.0

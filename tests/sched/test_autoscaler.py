@@ -90,3 +90,37 @@ def test_utility_autoscaler_band_and_binary_search():
         assert s.target_nodes(lambda k: 5.0 / k, 4) == 9
     with pytest.raises(ValueError, match="high_util"):
         UtilityAutoscaler(low_util=0.7, high_util=0.5)
+
+
+def check_node_base(eff_gpu, eff_node) -> None:
+    """The ideal from one node: one node is efficiency 1 and every size is the one-GPU
+    efficiency over one node's."""
+    assert eff_node[0] == 0 and eff_node[1] == pytest.approx(1.0), "one node is not efficiency 1"
+    np.testing.assert_allclose(eff_node[1:], eff_gpu[1:] / eff_gpu[1], err_msg="node base is not gpu base / one node's")
+
+
+def test_ideal_base_one_node(apps):
+    phi = float(apps.pgns([apps.names.index("imagenet")], [200], [0.0])[0])
+    eff_gpu = node_efficiencies(apps, "imagenet", phi, max_nodes=4)
+    eff_node = node_efficiencies(apps, "imagenet", phi, max_nodes=4, base="node")
+    check_node_base(eff_gpu, eff_node)
+    assert eff_gpu[1] < 1 and np.all(eff_node[1:] > eff_gpu[1:])  # one node of 4 GPUs scales imperfectly
+    with pytest.raises(AssertionError, match="node base is not gpu base"):
+        check_node_base(eff_gpu, np.where(np.arange(5) == 3, eff_node * 1.1, eff_node))
+    with pytest.raises(ValueError, match="base must be one of"):
+        node_efficiencies(apps, "imagenet", phi, max_nodes=4, base="rack")
+    with pytest.raises(ValueError, match="ideal_base must be one of"):
+        GoodputAutoscaler(ideal_base="rack")
+
+
+def test_stats_batch_size_is_the_scalers_pgns_only(apps):
+    """Measuring the scaler's PGNS at the largest batch (larger in the artifact's curves)
+    predicts higher efficiencies, so its first scale-up goes further (hourly decisions: 3 -> 8
+    nodes instead of 3 -> 6); both end on the whole cluster."""
+    kw = dict(interval_s=3600.0, max_time_s=60 * 86400.0)
+    base = simulate_autoscaling(apps, "imagenet", GoodputAutoscaler(max_nodes=16), **kw)
+    big = simulate_autoscaling(apps, "imagenet", GoodputAutoscaler(max_nodes=16), stats_batch_size=12800.0, **kw)
+    assert base.nodes[0] == big.nodes[0] and big.nodes[1] > base.nodes[1]
+    assert base.nodes[-1] == big.nodes[-1] == 16
+    with pytest.raises(ValueError, match="stats_batch_size"):
+        simulate_autoscaling(apps, "imagenet", GoodputAutoscaler(), stats_batch_size=0.0)
