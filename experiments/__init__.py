@@ -53,4 +53,5 @@ REGISTRY: tuple[str, ...] = (
     "experiments.litz_elasticity",  # D (issue 14)
     "experiments.cluster_scar",  # A (issue 14)
     "experiments.tierml_fig1", "experiments.tierml_fig11",  # B (issue 14)
+    "experiments.cmdare",  # H4 (issue 16)
 )
