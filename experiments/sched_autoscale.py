@@ -87,6 +87,9 @@ def _runs(app: str, config: Config, apps) -> dict:
     for label, sc in scalers.items():
         r = simulate_autoscaling(apps, app, sc, interval_s=config.interval_s, restart_s=config.restart_s)
         d = r.to_json()
+        if label.startswith("fixed-"):  # a constant size: its per-interval series say nothing the totals don't
+            for k in ("time_s", "nodes", "batch_size", "efficiency", "progress"):
+                d.pop(k)
         d["cost"] = float(r.node_hours * config.price_per_node_h)
         d["mean_nodes"] = float(r.node_hours / (r.jct_s / 3600.0)) if np.isfinite(r.jct_s) else float("nan")
         out[label] = d
