@@ -4,6 +4,7 @@
     scarjax reproduce [NAME ...] [--quick] [--out DIR]
     scarjax replot [NAME ...] [--out DIR] [--results DIR]
     scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus} [--traces DIR] [--interval S] [--seed N] --out FILE.json
+    scarjax plan [--job {mlr,qp}] [--market {aws:ZONE:TYPE,gce:GPU[:REGION],parametric:MTTF_H:SPOT:OD}] [--objective {cost,time,cost_deadline}] [--deadline-h H] [--budget USD] [--max-machines N] [--data DIR]
 
 ``reproduce`` with no names runs every registered experiment. Each writes
 ``DIR/results/NAME.json`` and ``DIR/paper_figs/NAME*.png``; afterwards
@@ -216,6 +217,15 @@ def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # issue 15 (scarjax.sche
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:  # issue 16 (scarjax.cluster.planner, imported lazily)
+    from scarjax.cluster.planner import plan_command
+
+    print(plan_command(args.job, args.market, args.objective, deadline_h=args.deadline_h, budget=args.budget,
+                       max_machines=args.max_machines, data=args.data, window_days=args.window_days,
+                       seed=args.seed).table())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scarjax", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -245,6 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     p_sim.add_argument("--timeline", action="store_true", help="also write GPUs per job after each decision")
     p_sim.add_argument("--out", required=True, help="JSON file for the per-job completion times")
     p_sim.set_defaults(func=_cmd_cluster_sim)
+    p_plan = sub.add_parser("plan", help="choose the cheapest/fastest way to train a job on transient machines")
+    p_plan.add_argument("--job", default="mlr", choices=("mlr", "qp"))
+    p_plan.add_argument("--market", default="aws:us-east-1a:c3.xlarge",
+                        help="aws:ZONE:TYPE | gce:GPU[:REGION] | parametric:MTTF_H:SPOT:OD (default aws:us-east-1a:c3.xlarge)")
+    p_plan.add_argument("--objective", default="cost", choices=("cost", "time", "cost_deadline"))
+    p_plan.add_argument("--deadline-h", type=float, default=None)
+    p_plan.add_argument("--budget", type=float, default=None, help="USD")
+    p_plan.add_argument("--max-machines", type=int, default=None)
+    p_plan.add_argument("--data", default=None, help="data folder (full 2015 spot history / GCE lifetimes; default: embedded)")
+    p_plan.add_argument("--window-days", type=float, default=14.0, help="planning window of a price history, days")
+    p_plan.add_argument("--seed", type=int, default=0)
+    p_plan.set_defaults(func=_cmd_plan)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -269,7 +269,17 @@ class JobProfile:
             raise ValueError("job: the initial iterate is the optimum (d₀ = 0): nothing to plan")
         upto = int(np.searchsorted(steps, K0, side="right"))
         if c is None:
-            cs = bounds.estimate_c(d[: max(upto, 4)], method="max_ratio")
+            try:
+                cs = bounds.estimate_c(d[: max(upto, 4)], method="max_ratio")
+            except bounds.NotLinearlyConvergentError:
+                # the settle check failed (the rate still slowing at the target): the largest
+                # one-step ratio over the whole measured window, past the target (conservative)
+                ratios = d[1:] / np.maximum(d[:-1], 1e-300)
+                ratios = ratios[d[:-1] > 1e3 * np.finfo(np.float32).eps * d0]
+                cs = float(np.max(ratios)) if ratios.size else 1.0
+                if not 0 < cs < 1:
+                    raise ValueError(f"job: the run does not converge linearly (largest ratio {cs:.4g} per "
+                                     f"{stride} steps); pass c= (thesis Eq 5.3)") from None
             c = float(cs ** (1.0 / stride))
         ages, drift = [], []
         for j in range(1, min(len(steps), upto + 1)):
@@ -317,11 +327,11 @@ class JobProfile:
         return (bs,), (1.0,), (self.step_time,)
 
     def drift_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(ages, log D)`` on 64 points up to ``iterations`` (A3): the measured drift
-        (interpolated, held beyond its last age) or the triangle bound ``1 + c^a``."""
-        ages = np.unique(np.round(np.geomspace(1, max(2.0, self.iterations), 63))).astype(np.float64)
-        ages = np.concatenate([[0.0], ages])
-        ages = np.pad(ages, (0, 64 - ages.size), mode="edge") if ages.size < 64 else ages[:64]
+        """``(ages, log D)`` on 129 uniform points from 0 to ``max(iterations) `` (A3): the
+        measured drift (interpolated, held beyond its last age) or the triangle bound
+        ``1 + c^a``."""
+        top = max(2.0, self.iterations * max(self.iteration_scale or (1.0,)))
+        ages = np.linspace(0.0, top, 129)
         if self.drift:
             D = np.interp(ages, np.asarray(self.drift_ages, np.float64), np.asarray(self.drift, np.float64))
             D = np.maximum(D, 1e-12)
@@ -421,6 +431,13 @@ class MarketModel:
         m = np.asarray(self.mttf_h, np.float64)
         if m.shape != (J, B) or np.any(np.isnan(m)) or np.any(m <= 0):
             raise ValueError(f"mttf_h must be [{J}, {B}] > 0 (inf: never revoked), got {self.mttf_h!r}")
+        g = np.asarray(self.grid_h, np.float64)
+        if g.ndim != 1 or g.size < 2 or g[0] != 0 or not np.allclose(np.diff(g), g[-1] / (g.size - 1)):
+            raise ValueError("grid_h must be a uniform grid from 0 (np.linspace(0, top, G))")
+        for f in ("cdf", "renewal", "surv_int"):
+            a = np.asarray(getattr(self, f), np.float64)
+            if a.shape != (J, B, g.size) or not np.all(np.isfinite(a)):
+                raise ValueError(f"{f} must be [{J}, {B}, {g.size}] and finite")
         va.check_choice("billing", self.billing, ck.BILLINGS)
         va.check_real("startup_s", self.startup_s, lo=0.0, scalar=True)
         va.check_real("unwarned", self.unwarned, lo=0.0, hi=1.0, scalar=True)
@@ -674,7 +691,8 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     from scarjax.cluster import tierml as tm
 
     if policies is None:
-        policies = [p for p in POLICIES if p != "sync_on_the_fly" or profile.job is None or profile.sync_problem is not None]
+        policies = [p for p in POLICIES if p != "sync_on_the_fly"
+                    or ((profile.job is None or profile.sync_problem is not None) and not market.fallback)]
     for p in policies:
         va.check_choice("policies", p, POLICIES)
     for p in priorities:
@@ -754,10 +772,20 @@ class Prediction(NamedTuple):
     feasible: np.ndarray
 
 
-def _interp_ext(x, xp, fp, slope):
-    """``jnp.interp`` with linear extrapolation at ``slope`` beyond the last point."""
-    y = jnp.interp(x, xp, fp)
-    return jnp.where(x > xp[-1], fp[-1] + (x - xp[-1]) * slope, y)
+def _uinterp(x, top, fp):
+    """Linear interpolation of ``fp`` given on the uniform grid ``linspace(0, top, len(fp))``
+    (clamped at both ends): one gather, no search (compiles small under ``vmap``)."""
+    G = fp.shape[0]
+    u = jnp.clip(x / top * (G - 1), 0.0, G - 1.0)
+    i = jnp.minimum(jnp.floor(u), G - 2.0)
+    w = u - i
+    i = i.astype(jnp.int32)
+    return fp[i] * (1 - w) + fp[i + 1] * w
+
+
+def _interp_ext(x, top, fp, slope):
+    """:func:`_uinterp` with linear extrapolation at ``slope`` beyond ``top``."""
+    return jnp.where(x > top, fp[-1] + (x - top) * slope, _uinterp(x, top, fp))
 
 
 def _free_partial_hour(mttf_s):
@@ -767,13 +795,13 @@ def _free_partial_hour(mttf_s):
     return jnp.where(jnp.isfinite(mttf_s), m - _H * q / jnp.maximum(-jnp.expm1(-_H / m), 1e-30), _H / 2)
 
 
-def _scar_g_log(c, K, r, I, prio, p, K0, ages, log_drift):
+def _scar_g_log(c, K, r, I, prio, p, K0, ages_top, log_drift):
     """``log g`` of A3: ``g = sqrt(p) E[D(A) c^{-A}]`` (log space)."""
     lc = -jnp.log(c)  # log(1/c) > 0
 
     def logterm(a):
         a = jnp.minimum(a, K0)
-        return jnp.interp(a, ages, log_drift) + a * lc
+        return _uinterp(a, ages_top, log_drift) + a * lc
 
     # uniform age on [0, K] (round-robin, priority): midpoint rule on _AGES points
     u = (jnp.arange(_AGES) + 0.5) / _AGES
@@ -803,20 +831,21 @@ def _predict_one(c_, t):
     sp = jnp.minimum(t["spot"][j, b], od)
     avail = t["avail"][j, b]
     mttf = t["mttf_s"][j, b]
-    grid = t["grid_s"]
     ren, cdf, sint = t["renewal"][j, b], t["cdf"][j, b], t["surv_int"][j, b]
     bulk, fb, hourly = t["bulk"], t["fallback"], t["hourly"]
     c = t["c"]
     rate = jnp.where(jnp.isfinite(mttf), 1.0 / mttf, 0.0)
 
+    top = t["grid_top_s"]
+
     def m_slot(T):  # expected revocations of one slot in T seconds (A1)
-        return jnp.maximum(_interp_ext(T, grid, ren, rate), 0.0)
+        return jnp.maximum(_interp_ext(T, top, ren, rate), 0.0)
 
     def F(T):
-        return jnp.interp(T, grid, cdf)
+        return _uinterp(T, top, cdf)
 
     def S(T):  # ∫0^T (1 − F) dt, seconds
-        return _interp_ext(T, grid, sint, 0.0)
+        return _interp_ext(T, top, sint, 1.0 - cdf[-1])
 
     def events(T, nm):  # expected revocation events of nm machines over T (A1)
         return jnp.where(fb, F(T), jnp.where(bulk, m_slot(T), nm * m_slot(T)))
@@ -825,14 +854,23 @@ def _predict_one(c_, t):
     free_h = _free_partial_hour(mttf)
     base = K0 * dt
 
-    def billed(machine_s, price, n_rev_machines, nmach):  # A4, returns (mean, var)
+    def billed(machine_s, price, n_rev_machines, nmach, run_s):  # A4, returns (mean, var)
         mean = price * machine_s / _H
-        var = jnp.zeros(())
-        adj = jnp.where(hourly, price * (nmach * _H / 2 - n_rev_machines * free_h) / _H, 0.0)
-        var = jnp.where(hourly, nmach * (price ** 2) / 12.0, 0.0)
+        # hourly: a revoked machine's used partial hour is free (at most half the run on
+        # average); the machine in a slot at the end is billed up to its next whole hour: the
+        # run's own rounding if the slot was never revoked, else a random age's
+        free = jnp.minimum(free_h, run_s / 2)
+        f_rev = jnp.minimum(1.0, m_slot(run_s))
+        final = (1 - f_rev) * (jnp.ceil(run_s / _H - 1.0 / _H) * _H - run_s) \
+            + f_rev * jnp.where(run_s < _H, _H - run_s / 2, _H / 2)
+        adj = jnp.where(hourly, price * (nmach * final - n_rev_machines * free) / _H, 0.0)
+        var = jnp.where(hourly, f_rev * nmach * (price ** 2) / 12.0, 0.0)
         return mean + adj, var
 
     # --- on-demand
+    def od_bill(run_s):  # n machines on demand for run_s seconds (the transient plans' fallback)
+        return n * od * jnp.where(hourly, jnp.ceil(run_s / _H - 1.0 / _H), run_s / _H)
+
     od_T = s0 + base
     od_hours = jnp.where(hourly, jnp.ceil(base / _H - 1.0 / _H), base / _H)
     od_cost = M * od * od_hours
@@ -864,11 +902,14 @@ def _predict_one(c_, t):
     cr_var = jnp.where(fb, p1 * (1 - p1), cr_N) * (Rr + cr_lost) ** 2
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
     ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0
-    cr_c_nf, cr_cv = billed(ms_nf, sp, cr_N * k_lost_n, n)
+    cr_c_nf, cr_cv = billed(ms_nf, sp, cr_N * k_lost_n, n, cr_T - s0)
     spot_s = S(cr_T - s0)
     cr_c_fb = n * (sp * spot_s + od * jnp.maximum(cr_T - s0 - spot_s, 0.0)) / _H
     cr_cost = jnp.where(fb, cr_c_fb + jnp.where(hourly, n * od / 2, 0.0), cr_c_nf)
     cr_cost_var = cr_cv + (n * jnp.where(fb, od, sp) / _H) ** 2 * cr_var
+    # a fallback market may not grant the start (price above the bid): on-demand throughout
+    cr_T, cr_var, cr_cost, cr_cost_var, cr_N, cr_rework = _start_mix(
+        fb, avail, (cr_T, cr_var, cr_cost, cr_cost_var, cr_N, cr_rework), s0 + T0, od_bill(T0))
     # --- SCAR (period: Young/Daly, the simulator's)
     r = c_["fraction"]
     Ks = K_yd
@@ -877,57 +918,59 @@ def _predict_one(c_, t):
     p_lost = jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0))
     Ks_f = jnp.where(jnp.isfinite(Ks), Ks, K0)
     I_f = jnp.where(jnp.isfinite(I), I, K0)
-    lg = _scar_g_log(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages"], t["log_drift"])
+    lg = _scar_g_log(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages_top"], t["log_drift"])
     rho = jax.nn.softplus(lg) / jnp.log(1.0 / c)  # iterations per event, log(1 + g) / log(1/c)
     slow = jnp.where(bulk | (n <= 1), 1.0, 1.0 - dt / jnp.maximum(c_["step_s_less"], dt))
     B_ev = rest * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0)) + s0 * slow + rho * dts
     A_s = s0 + K0 * dts
 
-    def fixed_point(A, Bv, nm):
-        def body(_, T):
-            return jnp.minimum(A + events(T - s0, nm) * Bv, 10 * HORIZON_S)
-        return jax.lax.fori_loop(0, _FIXED_POINT, body, A)
-
-    sc_T = fixed_point(A_s, B_ev, n)
-    sc_N = events(sc_T - s0, n)
-    sc_var = jnp.where(fb, sc_N * (1 - sc_N), sc_N) * B_ev ** 2
-    sc_rework = sc_N * rho
-    ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow)
-    sc_c_nf, sc_cv = billed(ms, sp, sc_N * k_lost_n, n)
-    spot_s2 = S(sc_T - s0)
-    sc_c_fb = n * (sp * spot_s2 + od * jnp.maximum(sc_T - s0 - spot_s2, 0.0)) / _H + jnp.where(hourly, n * od / 2, 0.0)
-    sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
-    sc_cost_var = sc_cv + (n * jnp.where(fb, od, sp) / _H) ** 2 * sc_var
-    # --- TierML (bid = on-demand; no fallback cap: TierML returns to spot, A2)
+    # --- one fixed point T = A + events(T − offset) B for the policy at hand (A2)
     flush = 8.0 * t["param_bytes"] / (jnp.maximum(R, 1.0) * TIERML_BANDWIDTH_BPS)
     wrk = jnp.where(n / jnp.maximum(R, 1.0) > 15.0, n, n + R)
     per_ev = (1 - t["unwarned"]) * flush + t["unwarned"] * (TIERML_PUSH_EVERY / 2) * dt \
         + s0 * jnp.minimum(1.0, k_lost_n / jnp.maximum(wrk, 1.0))
     tm_A = s0 + base
+    sy_loss = SYNC_RESTART_S * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0))
+    is_tm, is_sy = pol == 3, pol == 4
+    A_fp = jnp.where(is_tm, tm_A, jnp.where(is_sy, base, A_s))
+    B_fp = jnp.where(is_tm, per_ev, jnp.where(is_sy, sy_loss, B_ev))
+    off = jnp.where(is_sy, 0.0, s0)
+    fb_fp = fb & ~is_tm
+
+    def fp_body(_, T):
+        ev = jnp.where(fb_fp, F(T - off), jnp.where(bulk, 1.0, n) * m_slot(T - off))
+        return jnp.minimum(A_fp + ev * B_fp, 10 * HORIZON_S)
+
+    T_fp = jax.lax.fori_loop(0, _FIXED_POINT, fp_body, A_fp)
+    sc_T = T_fp
+    sc_N = events(sc_T - s0, n)
+    sc_var = jnp.where(fb, sc_N * (1 - sc_N), sc_N) * B_ev ** 2
+    sc_rework = sc_N * rho
+    ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow)
+    sc_c_nf, sc_cv = billed(ms, sp, sc_N * k_lost_n, n, sc_T - s0)
+    spot_s2 = S(sc_T - s0)
+    sc_c_fb = n * (sp * spot_s2 + od * jnp.maximum(sc_T - s0 - spot_s2, 0.0)) / _H + jnp.where(hourly, n * od / 2, 0.0)
+    sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
+    sc_cost_var = sc_cv + (n * jnp.where(fb, od, sp) / _H) ** 2 * sc_var
+    sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework = _start_mix(
+        fb, avail, (sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework), A_s, od_bill(A_s - s0))
+    # --- TierML (bid = on-demand; no fallback cap: TierML returns to spot, A2)
+    tm_T = T_fp
 
     def tm_events(T):
         return jnp.where(bulk, m_slot(T), n * m_slot(T))
 
-    def tm_body(_, T):
-        return jnp.minimum(tm_A + tm_events(T - s0) * per_ev, 10 * HORIZON_S)
-
-    tm_T = jax.lax.fori_loop(0, _FIXED_POINT, tm_body, tm_A)
     tm_N = tm_events(tm_T - s0)
     tm_var = tm_N * per_ev ** 2
     price_mix = avail * sp + (1 - avail) * od
     run_s = tm_T - s0
     rel_hours = jnp.where(hourly, jnp.ceil(run_s / _H - 1.0 / _H), run_s / _H)
-    tm_c_t, tm_cv = billed(n * run_s - tm_N * k_lost_n * s0, price_mix, tm_N * k_lost_n, n)
+    tm_c_t, tm_cv = billed(n * run_s - tm_N * k_lost_n * s0, price_mix, tm_N * k_lost_n, n, run_s)
     tm_cost = R * od * rel_hours + tm_c_t
     tm_cost_var = tm_cv + (n * price_mix / _H) ** 2 * tm_var
     tm_rework = tm_N * t["unwarned"] * TIERML_PUSH_EVERY / 2
     # --- Sync-on-the-fly (no start-up in its simulator; per-second alive billing)
-    sy_loss = SYNC_RESTART_S * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0))
-
-    def sy_body(_, T):
-        return jnp.minimum(base + events(T, n) * sy_loss, 10 * HORIZON_S)
-
-    sy_T = jax.lax.fori_loop(0, _FIXED_POINT, sy_body, base)
+    sy_T = T_fp
     sy_N = events(sy_T, n)
     sy_var = jnp.where(fb, sy_N * (1 - sy_N), sy_N) * sy_loss ** 2
     alive = n * sy_T - sy_N * k_lost_n * SYNC_RESTART_S
@@ -948,6 +991,19 @@ def _predict_one(c_, t):
     return T, jnp.sqrt(jnp.maximum(Tv, 0.0)), C, jnp.sqrt(jnp.maximum(Cv, 0.0)), N, RW, KK, ok
 
 
+def _start_mix(fb, avail, spot_path, od_T, od_cost):
+    """A fallback market grants the transient start with probability ``avail`` (the share of
+    the window the price is at or below the bid, A1); otherwise the simulator buys on-demand
+    machines, never revoked: the mixture's mean and variance."""
+    T, Tv, C, Cv, N, RW = spot_path
+    a = jnp.where(fb, avail, 1.0)
+    mT = a * T + (1 - a) * od_T
+    mC = a * C + (1 - a) * od_cost
+    vT = a * Tv + a * (1 - a) * (T - od_T) ** 2
+    vC = a * Cv + a * (1 - a) * (C - od_cost) ** 2
+    return mT, vT, mC, vC, a * N, a * RW
+
+
 _CAND_INT = ("policy", "machine", "bid", "workers", "reliable", "transient", "priority", "batch")
 
 
@@ -958,18 +1014,28 @@ def _tables_of(profile: JobProfile, market: MarketModel) -> dict:
     return {
         "startup_s": f32(market.startup_s), "checkpoint_s": f32(profile.checkpoint_s), "restore_s": f32(profile.restore_s),
         "on_demand": f32(market.on_demand), "spot": f32(market.spot), "avail": f32(market.avail),
-        "mttf_s": f32(np.where(np.isfinite(mttf_s), mttf_s, np.inf)), "grid_s": f32(np.asarray(market.grid_h) * _H),
+        "mttf_s": f32(np.where(np.isfinite(mttf_s), mttf_s, np.inf)), "grid_top_s": f32(float(np.asarray(market.grid_h)[-1]) * _H),
         "renewal": f32(market.renewal), "cdf": f32(market.cdf), "surv_int": f32(np.asarray(market.surv_int) * _H),
         "bulk": jnp.asarray(bool(market.bulk)), "fallback": jnp.asarray(bool(market.fallback)),
-        "hourly": jnp.asarray(market.billing == "hourly"), "c": f32(profile.c), "ages": f32(ages),
+        "hourly": jnp.asarray(market.billing == "hourly"), "c": f32(profile.c), "ages_top": f32(ages[-1]),
         "log_drift": f32(log_drift), "param_bytes": f32(profile.param_bytes), "unwarned": f32(market.unwarned),
     }
 
 
-def _cand_arrays(cands: Candidates) -> dict:
+def _bucket(n: int) -> int:
+    """Candidates are padded to a power of two (at least 1024): one compiled program serves
+    every grid of a size class."""
+    return max(1024, 1 << int(math.ceil(math.log2(max(n, 1)))))
+
+
+def _cand_arrays(cands: Candidates, pad: bool = True) -> dict:
+    n = len(cands)
+    size = _bucket(n) if pad else n
     out = {}
     for f in _FIELDS:
         a = np.asarray(getattr(cands, f))
+        if size > n:
+            a = np.concatenate([a, np.repeat(a[:1], size - n)])
         out[f] = jnp.asarray(a, jnp.int32 if f in _CAND_INT else jnp.float32)
     return out
 
@@ -1020,7 +1086,7 @@ def predict(profile: JobProfile, market: MarketModel, cands: Candidates, objecti
     with an ``objective`` its deadline, budget and machine limit are applied too."""
     _check_pm(profile, market, cands)
     out = _predict_all(_cand_arrays(cands), _tables_of(profile, market))
-    pred = _finish(out, objective)
+    pred = _finish(tuple(np.asarray(x)[: len(cands)] for x in out), objective)
     if objective is not None and objective.max_machines is not None:
         pred = pred._replace(feasible=pred.feasible & (np.asarray(cands.workers) <= objective.max_machines))
     pred = pred._replace(feasible=pred.feasible & (np.asarray(cands.workers) <= profile.max_workers))
@@ -1225,3 +1291,73 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
 
 def _subset(cands: Candidates, i: int) -> Candidates:
     return Candidates(*(np.asarray(a)[i:i + 1] for a in cands))
+
+
+# --------------------------------------------------------------------------------------
+# The `scarjax plan` command
+
+
+JOB_PRESETS = ("mlr", "qp")
+
+
+def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.Job:
+    """A job for ``scarjax plan --job``: ``'mlr'`` (multinomial logistic regression on the
+    embedded digits, full batch, ``lr = 1``, ``l2 = 1e-2``, target loss 0.745: 87 iterations)
+    or ``'qp'`` (a 64-D quadratic, condition 10, rate 0.99, target loss 1e-4), with the stated
+    step-time model ``step_s / M + sync_s log2 M`` (:func:`~scarjax.cluster.clock.
+    step_time_linear`), a 60 s checkpoint and a 30 s restore."""
+    va.check_choice("job", name, JOB_PRESETS)
+    st = ck.step_time_linear(step_s, sync_s)
+    if name == "mlr":
+        from scarjax.models import mlr
+
+        alg = mlr.digits(lr=1.0, l2=1e-2)  # w*: the iterate at max_steps (JobProfile.from_job)
+        return ck.Job(alg, 0.745, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=1000)
+    from scarjax.models import quadratic
+
+    alg = quadratic.random_problem(0, 64, 10.0, c=0.99)
+    return ck.Job(alg, 1e-4, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=1500)
+
+
+def market_from_spec(spec: str, *, data: str | None = None, window_days: float = 14.0) -> MarketModel:
+    """``aws:ZONE:TYPE`` (the 2015 spot history: embedded April 2015, or ``data`` — a folder
+    with the full history — planning on its first ``window_days``), ``gce:GPU[:REGION]``
+    (GCE preemptible lifetimes, embedded or from ``data``), or
+    ``parametric:MTTF_H:SPOT:OD`` (exponential lifetimes, fixed prices, hourly billing)."""
+    va.check_str("market", spec)
+    parts = spec.split(":")
+    kind = parts[0]
+    if kind == "aws":
+        from scarjax.data import transient as td
+
+        if len(parts) != 3:
+            raise ValueError(f"market: expected aws:ZONE:TYPE, got {spec!r}")
+        sp = td.load_spot_prices(parts[2], parts[1], data)
+        end = min(float(sp.duration_s), window_days * 86400.0)
+        return MarketModel.from_prices(mk.price_series(sp), sp.on_demand, window=(0.0, end), names=(f"{parts[1]}:{parts[2]}",))
+    if kind == "gce":
+        from scarjax.data import transient as td
+
+        if len(parts) not in (2, 3):
+            raise ValueError(f"market: expected gce:GPU[:REGION], got {spec!r}")
+        lt = None if data is None else td.load_gce_lifetimes(data)
+        return MarketModel.from_lifetimes((parts[1],), parts[2] if len(parts) == 3 else None, data=lt)
+    if kind == "parametric":
+        if len(parts) != 4:
+            raise ValueError(f"market: expected parametric:MTTF_H:SPOT:OD, got {spec!r}")
+        try:
+            mttf, spot, od = (float(x) for x in parts[1:])
+        except ValueError as e:
+            raise ValueError(f"market: parametric:MTTF_H:SPOT:OD needs numbers, got {spec!r}") from e
+        return MarketModel.parametric(mttf, spot, od, startup_s=mk.DEFAULT_STARTUP_S["aws"], billing="hourly")
+    raise ValueError(f"market must start with aws:, gce: or parametric:, got {spec!r}")
+
+
+def plan_command(job: str = "mlr", market: str = "aws:us-east-1a:c3.xlarge", objective: str = "cost", *,
+                 deadline_h: float | None = None, budget: float | None = None, max_machines: int | None = None,
+                 data: str | None = None, window_days: float = 14.0, seed: int = 0) -> Plan:
+    """What ``scarjax plan`` does: measure the preset job once (:meth:`JobProfile.from_job`),
+    build the market (:func:`market_from_spec`) and :func:`plan`."""
+    obj = Objective(objective, deadline_h=deadline_h, budget=budget, max_machines=max_machines)
+    prof = JobProfile.from_job(preset_job(job), seed)
+    return plan(prof, market_from_spec(market, data=data, window_days=window_days), obj)

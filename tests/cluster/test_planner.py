@@ -1,0 +1,254 @@
+"""scarjax.cluster.planner: predictions positive and finite; the plan never infeasible
+(deadline, budget, max machines; hypothesis over objectives) and an error when nothing is;
+reliable-only when spot = on-demand; the SCAR rework prediction (Thm 5.3.1 + Thm 5.4.2) an
+upper bound on the rework simulated with real partial recovery of a linearly convergent job;
+the CLI prints a table; each check catches a planted violation."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scarjax.cluster import clock as ck
+from scarjax.cluster import planner as pl
+from scarjax.models import quadratic
+
+FAST = settings(max_examples=6, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _toy(**kw):
+    base = dict(checkpoint_s=60.0, restore_s=30.0, max_workers=32)
+    base.update(kw)
+    return pl.JobProfile("toy", 400.0, 0.99, ck.step_time_linear(60.0, 0.5), **base)
+
+
+def _market(mttf_h=2.0, spot=0.05, od=0.2, billing="hourly"):
+    return pl.MarketModel.parametric(mttf_h, spot, od, startup_s=120.0, billing=billing)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_positive_finite(pred: pl.Prediction):
+    """Every candidate the model can run has positive, finite time and cost and finite,
+    non-negative spreads, revocations and rework."""
+    ok = np.isfinite(pred.time_s)
+    assert ok.any(), "no candidate has a finite prediction"
+    for name in ("time_s", "cost"):
+        a = getattr(pred, name)[ok]
+        assert np.all(np.isfinite(a)) and np.all(a > 0), f"{name} not positive and finite: min {np.nanmin(a)!r}"
+    for name in ("time_std_s", "cost_std", "revocations", "rework"):
+        a = getattr(pred, name)[ok]
+        assert np.all(np.isfinite(a)) and np.all(a >= 0), f"{name} not finite and >= 0: {a[~(np.isfinite(a) & (a >= 0))][:3]!r}"
+    assert not np.any(pred.feasible & ~ok), "a candidate without a finite prediction is marked feasible"
+
+
+def check_plan_feasible(plan: pl.Plan, objective: pl.Objective):
+    """The chosen plan meets the deadline, the budget and the machine limit."""
+    b = plan.best
+    if objective.deadline_h is not None:
+        assert b["time_s"] <= objective.deadline_h * 3600 * (1 + 1e-6), \
+            f"plan misses the deadline: {b['time_s'] / 3600:.4g} h > {objective.deadline_h:g} h"
+    if objective.budget is not None:
+        assert b["cost"] <= objective.budget * (1 + 1e-6), f"plan over budget: ${b['cost']:.4g} > ${objective.budget:g}"
+    if objective.max_machines is not None:
+        assert b["workers"] <= objective.max_machines, f"plan uses {b['workers']} machines > {objective.max_machines}"
+    assert math.isfinite(b["time_s"]) and math.isfinite(b["cost"]), "plan with a non-finite prediction"
+
+
+def check_none_feasible(profile, market, objective, cands=None):
+    """No candidate meets the objective (what NoFeasiblePlanError claims)."""
+    cands = pl.candidates(profile, market, objective) if cands is None else cands
+    pred = pl.predict(profile, market, cands)
+    ok = np.isfinite(pred.time_s)
+    if objective.deadline_h is not None:
+        ok &= pred.time_s <= objective.deadline_h * 3600
+    if objective.budget is not None:
+        ok &= pred.cost <= objective.budget
+    if objective.max_machines is not None:
+        ok &= cands.workers <= objective.max_machines
+    assert not ok.any(), f"NoFeasiblePlanError although candidate {int(np.flatnonzero(ok)[0])} meets the objective"
+
+
+def check_reliable_only(plan: pl.Plan):
+    """Spot = on-demand with revocations possible: the plan and every runner-up it prefers
+    are on-demand only."""
+    assert plan.best["policy"] == "on_demand", f"spot = on-demand but the plan is {plan.best['policy']}"
+    assert plan.best["transient"] == 0, f"reliable-only plan with {plan.best['transient']} transient machines"
+
+
+def check_rework_bound(predicted_per_event, events, extra, predicted_mean):
+    """Simulated extra iterations to the target never exceed the bound: per trial the
+    per-event bound times the trial's recoveries, and on average the planner's expected
+    rework."""
+    extra, events = np.asarray(extra, np.float64), np.asarray(events, np.float64)
+    bad = np.flatnonzero(extra > predicted_per_event * events + 1e-9)
+    assert bad.size == 0, (f"simulated rework exceeds the Thm 5.3.1 bound in trial {int(bad[0])}: "
+                           f"{extra[bad[0]]:g} > {predicted_per_event:.3g} x {events[bad[0]]:g} events")
+    assert extra.mean() <= predicted_mean + 1e-9, \
+        f"mean simulated rework {extra.mean():.3g} exceeds the predicted {predicted_mean:.3g}"
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@FAST
+@given(mttf=st.floats(0.2, 50.0), spot=st.floats(0.01, 0.19), od=st.floats(0.2, 3.0),
+       step=st.floats(1.0, 300.0), hourly=st.booleans())
+def test_predictions_positive_and_finite(mttf, spot, od, step, hourly):
+    prof = dataclasses.replace(_toy(), step_time=ck.step_time_linear(step, 0.1))
+    m = _market(mttf, spot, od, "hourly" if hourly else "per_second")
+    check_positive_finite(pl.predict(prof, m, pl.candidates(prof, m)))
+
+
+def test_positive_finite_planted():
+    prof, m = _toy(), _market()
+    pred = pl.predict(prof, m, pl.candidates(prof, m))
+    bad = pred._replace(cost=np.where(np.arange(pred.cost.size) == 3, np.nan, pred.cost))
+    with pytest.raises(AssertionError, match="cost not positive and finite"):
+        check_positive_finite(bad)
+    bad = pred._replace(rework=-pred.rework - 1)
+    with pytest.raises(AssertionError, match="rework not finite"):
+        check_positive_finite(bad)
+
+
+@FAST
+@given(kind=st.sampled_from(pl.OBJECTIVES), deadline=st.one_of(st.none(), st.floats(0.05, 20.0)),
+       budget=st.one_of(st.none(), st.floats(0.01, 20.0)), machines=st.one_of(st.none(), st.integers(1, 40)))
+def test_plan_never_infeasible(kind, deadline, budget, machines):
+    if kind == "cost_deadline" and deadline is None:
+        deadline = 5.0
+    obj = pl.Objective(kind, deadline_h=deadline, budget=budget, max_machines=machines)
+    prof, m = _toy(), _market()
+    try:
+        p = pl.plan(prof, m, obj)
+    except pl.NoFeasiblePlanError:
+        check_none_feasible(prof, m, obj)
+        return
+    check_plan_feasible(p, obj)
+    assert p.prediction.feasible[p.index]
+
+
+def test_infeasible_raises_and_planted():
+    prof, m = _toy(), _market()
+    obj = pl.Objective("cost", deadline_h=0.01)
+    with pytest.raises(pl.NoFeasiblePlanError, match="deadline_h=0.01"):
+        pl.plan(prof, m, obj)
+    p = pl.plan(prof, m, pl.Objective("cost"))  # the cheapest ignores a deadline
+    with pytest.raises(AssertionError, match="plan misses the deadline"):
+        check_plan_feasible(p, pl.Objective("cost", deadline_h=p.best["time_s"] / 3600 / 2))
+    with pytest.raises(AssertionError, match="plan over budget"):
+        check_plan_feasible(p, pl.Objective("cost", budget=p.best["cost"] / 2))
+    fast = pl.plan(prof, m, pl.Objective("time"))
+    with pytest.raises(AssertionError, match="machines >"):
+        check_plan_feasible(fast, pl.Objective("time", max_machines=fast.best["workers"] - 1))
+    with pytest.raises(AssertionError, match="NoFeasiblePlanError although"):
+        check_none_feasible(prof, m, pl.Objective("cost"))
+
+
+@FAST
+@given(mttf=st.floats(0.1, 100.0), price=st.floats(0.05, 3.0), kind=st.sampled_from(("cost", "time")),
+       hourly=st.booleans())
+def test_reliable_only_when_spot_equals_on_demand(mttf, price, kind, hourly):
+    m = _market(mttf, price, price, "hourly" if hourly else "per_second")
+    check_reliable_only(pl.plan(_toy(), m, pl.Objective(kind)))
+
+
+def test_reliable_only_planted():
+    p = pl.plan(_toy(), _market(2.0, 0.05, 0.2), pl.Objective("cost"))
+    assert p.best["policy"] != "on_demand"  # spot is cheaper here
+    with pytest.raises(AssertionError, match="spot = on-demand but the plan is"):
+        check_reliable_only(p)
+
+
+@functools.lru_cache(maxsize=None)
+def _qp_job():
+    alg = quadratic.random_problem(0, 16, 10.0, c=0.97)
+    l0 = float(ck.Trainer(alg, 0).loss())
+    return ck.Job(alg, 1e-4 * l0, ck.step_time_fixed(10.0), workers=4, checkpoint_s=40.0, restore_s=10.0,
+                  max_steps=400)
+
+
+@functools.lru_cache(maxsize=None)
+def _qp_setup():
+    job = _qp_job()
+    prof = pl.JobProfile.from_job(job, 0)
+    m = pl.MarketModel.parametric(0.3, 0.05, 0.2, startup_s=60.0, billing="per_second")
+    cands = pl.candidates(prof, m, workers=[4], policies=["scar"], fractions=[0.5], priorities=["round_robin"])
+    return prof, m, cands, pl.predict(prof, m, cands)
+
+
+@settings(max_examples=2, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 1000))
+def test_scar_rework_bound_holds_on_simulated_partial_recovery(seed):
+    """A linearly convergent QP (rate 0.97), SCAR on the cluster clock (running checkpoint,
+    real partial recovery of the revoked servers' blocks), exponential revocations: the
+    extra iterations to the target are at most the planner's Thm 5.3.1 bound."""
+    prof, m, cands, pred = _qp_setup()
+    assert abs(prof.c - quadratic.contraction(_qp_job().algorithm)) < 0.01  # the measured c
+    sim = pl.to_simulation(0, cands, prof, m)
+    runs = ck.simulate_trials(sim.policy, sim.job, sim.market, 12, jax.random.key(seed), horizon_s=30 * 3600,
+                              **sim.kwargs)
+    o = ck.outcomes(runs, sim.job.target_loss)
+    assert o["reached"].all()
+    events = [sum(1 for e in r.events if e[1] == "recovery") for r in runs]
+    assert sum(events) > 0, "no revocation: the test is vacuous"
+    extra = o["steps"] - prof.iterations
+    rho = float(pred.rework[0] / pred.revocations[0])
+    check_rework_bound(rho, events, extra, float(pred.rework[0]))
+    # planted: a bound ten times too small is caught
+    with pytest.raises(AssertionError, match="exceeds the Thm 5.3.1 bound|exceeds the predicted"):
+        check_rework_bound(rho / 50, events, np.maximum(extra, 1), float(pred.rework[0]) / 50)
+
+
+def test_to_simulation_and_table():
+    prof = dataclasses.replace(_toy(), job=_qp_job())
+    m = _market()
+    p = pl.plan(prof, m, pl.Objective("cost"))
+    sim = pl.to_simulation(p.index, p.candidates, prof, m)
+    assert sim.policy.__name__ == p.best["policy"] or p.best["policy"] in sim.policy.__name__
+    assert sim.job.workers == p.best["workers"] and isinstance(sim.market, ck.Market)
+    t = p.table()
+    assert t.splitlines()[1].split()[:2] == ["policy", "settings"] and "±" in t
+    with pytest.raises(ValueError, match="profile has no job"):
+        pl.to_simulation(p.index, p.candidates, _toy(), m)
+
+
+def test_cli_prints_a_table():
+    from scarjax import cli
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["plan", "--job", "qp", "--market", "parametric:2:0.05:0.2", "--max-machines", "16"])
+    out = buf.getvalue()
+    assert rc == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("plan for") and "feasible" in lines[0], out
+    assert "cost $" in lines[1] and "time h" in lines[1], out
+    assert lines[3].startswith("*") and "±" in lines[3], out
+    assert len(lines) >= 5  # runners-up
+
+
+def test_errors_name_arguments():
+    with pytest.raises(ValueError, match="c must"):
+        pl.JobProfile("x", 10.0, 1.5, ck.step_time_fixed(1.0))
+    with pytest.raises(ValueError, match="kind"):
+        pl.Objective("cheapest")
+    with pytest.raises(ValueError, match="cost_deadline' needs deadline_h"):
+        pl.Objective("cost_deadline")
+    with pytest.raises(ValueError, match="market must start with"):
+        pl.market_from_spec("azure:x")
+    with pytest.raises(ValueError, match="mttf_h"):
+        pl.MarketModel.parametric(-1.0, 0.1, 0.2)
+    with pytest.raises(TypeError, match="profile must be a JobProfile"):
+        pl.candidates("job", _market())
