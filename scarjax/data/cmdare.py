@@ -7,7 +7,9 @@ checked against.
 
 * :func:`load_cmdare_speed` - ``speed_data/speed_data_supertable.csv``: GPU TFLOPS, model FLOPs,
   latency, tensor sizes, parameter count -> speed and step time (208 rows: the four
-  Tensor2Tensor models x K80/P100, 26 measurements each).
+  Tensor2Tensor models x K80/P100 x 0.3/30.3 ms network latency, 13 measurements each); with
+  ``dataset="models20"`` the twenty CNNs of Table II (``0latency_k80_new.csv``,
+  ``0latency_p100_new2.csv``: 520 rows at 0.3 ms).
 * :func:`load_cmdare_checkpoints` - ``checkpoint/whole_data.csv``: checkpoint duration and the
   checkpoint/meta/weight/index/graph file sizes of twenty CNNs, five checkpoints each (100 rows).
 * :func:`load_cmdare_cluster_speed` - ``speed_and_cluster_size/``: the TensorBoard
@@ -45,6 +47,7 @@ from ._parse import Column, freeze, parse_table, read_bytes, text_lines
 
 __all__ = [
     "CMDARE_GPU_TFLOPS",
+    "SPEED_20_FILES",
     "CMDARE_MODELS",
     "CheckpointTable",
     "ClusterSpeedRun",
@@ -88,6 +91,9 @@ _CKPT_HEADER = [
     "Index File Size",
     "Graph File Size",
 ]
+_MODEL_COL = "Model (temp)"
+#: The 20-model step-time files (Table II's data: 20 CNNs, 13 measurements each, 0.3 ms latency).
+SPEED_20_FILES = ("0latency_k80_new.csv", "0latency_p100_new2.csv")
 _TB_HEADER = ["Wall time", "Step", "Value"]
 _LOG_HEADER = ["Wall time", "Step", "Value", "Step Time"]
 _VM_HEADER = ["VM_name", "Uptime", "Revoked"]
@@ -141,6 +147,11 @@ class SpeedTable:
       gpu: ``str[N]`` ``"k80"``, ``"p100"`` or ``"v100"`` from ``gpu_tflops``
         (:data:`CMDARE_GPU_TFLOPS`).
       line: ``int64[N]`` the row's line in the file; source: the file read.
+      model: ``str[N]`` the CNN (``"Res15"``, ``"custom7"``, ``"shake mid 32d"``) where the file
+        names it (the 20-model files), ``""`` otherwise (the supertable). ``latency_ms``,
+        ``avg_tensor_mb``, ``max_tensor_mb`` are NaN where the file leaves them blank (20-model
+        data: the latency of 52 K80 rows - the P100 file writes 0.3 ms for the same models - and
+        the tensor sizes of the 16 custom/variant models); the other columns are never blank.
     """
 
     gpu_tflops: np.ndarray
@@ -154,12 +165,27 @@ class SpeedTable:
     gpu: np.ndarray
     line: np.ndarray
     source: str
+    model: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self):
+        if self.model is None:
+            object.__setattr__(self, "model", np.full(self.speed.shape[0], "", dtype=str))
         freeze(self)
 
     def __len__(self) -> int:
         return int(self.speed.shape[0])
+
+    @staticmethod
+    def concat(tables: "list[SpeedTable]") -> "SpeedTable":
+        """The rows of ``tables`` one after the other (``source``: their sources joined by ``;``)."""
+        if not tables:
+            raise ValueError("tables must not be empty")
+        arrays = {
+            name: np.concatenate([getattr(t, name) for t in tables])
+            for name in ("gpu_tflops", "model_flops", "latency_ms", "avg_tensor_mb", "max_tensor_mb", "num_params",
+                         "speed", "step_time_s", "gpu", "line", "model")
+        }
+        return SpeedTable(source=";".join(t.source for t in tables), **arrays)
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,13 +350,36 @@ def _split(line: str, n: int, source, lineno) -> list[str]:
 
 
 def read_cmdare_speed(path: Path) -> SpeedTable:
-    """Parse ``speed_data_supertable.csv`` (see :func:`load_cmdare_speed`)."""
+    """Parse ``speed_data_supertable.csv`` or a 20-model ``0latency_*.csv`` (see
+    :func:`load_cmdare_speed`): the columns are found by name in the header; the 0latency files'
+    ``Model (temp)`` column gives :attr:`SpeedTable.model`, their other columns are ignored."""
     lines, nos = _lines(path)
-    _header(lines, nos, _SPEED_HEADER, path)
+    header = [h.strip() for h in lines[0].split(",")]
+    missing = [h for h in _SPEED_HEADER if h not in header]
+    if missing or len(set(header)) != len(header):
+        raise DataFormatError(
+            path, f"the header must hold the columns {','.join(_SPEED_HEADER)!r} once each, got {lines[0].strip()!r}",
+            nos[0],
+        )
+    if len(lines) < 2:
+        raise DataFormatError(path, "no rows after the header")
+    take = [header.index(h) for h in _SPEED_HEADER]
+    model_col = header.index(_MODEL_COL) if _MODEL_COL in header else None
+    picked, models = [], []
+    for ln, no in zip(lines[1:], nos[1:].tolist()):
+        parts = _split(ln, len(header), path, no)
+        picked.append(",".join(parts[j] for j in take))
+        if model_col is not None:
+            if not parts[model_col]:
+                raise DataFormatError(path, f"{_MODEL_COL} must not be empty", no)
+            models.append(parts[model_col])
     cols = [Column(name, low=0.0) for name in _SPEED_HEADER]
     for c in (0, 1, 5, 6, 7):  # TFLOPS, FLOPs, parameters, speed, step time must be > 0
         cols[c] = Column(_SPEED_HEADER[c], low=np.nextafter(0.0, 1.0), bounds_text="> 0")
-    t = parse_table(lines[1:], nos[1:], cols, path).astype(np.float64)
+    for c in (2, 3, 4):  # latency, tensor sizes: blank = not recorded (NaN)
+        cols[c] = Column(_SPEED_HEADER[c], low=0.0, blank=-1.0, sentinel=-1.0)
+    t = parse_table(picked, nos[1:], cols, path).astype(np.float64)
+    t[:, 2:5] = np.where(t[:, 2:5] == -1.0, np.nan, t[:, 2:5])
     prod = t[:, 6] * t[:, 7]
     bad = np.abs(prod - 1.0) > _INVERSE_TOL
     if bad.any():
@@ -350,6 +399,7 @@ def read_cmdare_speed(path: Path) -> SpeedTable:
         gpu=_gpu_of_tflops(t[:, 0], path, nos[1:]).astype(str),
         line=nos[1:].astype(np.int64),
         source=str(path),
+        model=np.array(models if models else [""] * t.shape[0], dtype=str),
     )
 
 
@@ -592,34 +642,48 @@ def _locate_dir(root, name: str, ok, what: str, base: str = "cmdare") -> Path:
     raise FileNotFoundError(f"root: no {what} in or below {r}")
 
 
-@functools.lru_cache(maxsize=1)
-def _embedded_speed() -> SpeedTable:
-    return read_cmdare_speed(_EMBEDDED / "cmdare" / "speed_data" / "speed_data_supertable.csv")
+@functools.lru_cache(maxsize=2)
+def _embedded_speed(dataset: str) -> SpeedTable:
+    folder = _EMBEDDED / "cmdare" / "speed_data"
+    if dataset == "supertable":
+        return read_cmdare_speed(folder / "speed_data_supertable.csv")
+    return SpeedTable.concat([read_cmdare_speed(folder / f) for f in SPEED_20_FILES])
 
 
-def load_cmdare_speed(path: str | os.PathLike | None = None) -> SpeedTable:
-    """CM-DARE's step-time supertable (Sec III-B, Fig 3; the data of Table II's regressions).
+def load_cmdare_speed(path: str | os.PathLike | None = None, *, dataset: str = "supertable") -> SpeedTable:
+    """CM-DARE's step-time measurements (Sec III-B, Fig 3, Table II).
 
     Args:
-      path: ``None`` for the embedded copy; else ``speed_data_supertable.csv`` (plain or gzip) or a
-        folder holding it (directly, in ``speed_data/``, ``cmdare/speed_data/`` or
-        ``transient/cmdare/speed_data/``).
-
-    Returns:
-      :class:`SpeedTable`, 208 rows: the four Tensor2Tensor models (ResNet-15/32, Shake Shake
-      small/big; 4.9 to 183 MFLOPs as the file writes them) on K80 and P100, 26 measurements per
-      (model, GPU). (``../shared``'s README says 207 rows; the file holds 208 data lines.)
+      path: ``None`` for the embedded copy; else a file (plain or gzip) in either format, or a
+        folder holding the ``dataset``'s files (directly, in ``speed_data/``,
+        ``cmdare/speed_data/`` or ``transient/cmdare/speed_data/``).
+      dataset: ``"supertable"`` - ``speed_data_supertable.csv``, 208 rows: the four
+        Tensor2Tensor models (ResNet-15/32, Shake Shake small/big; 4.9 to 183 MFLOPs as the file
+        writes them) on K80 and P100, each at 0.3 ms and at 30.3 ms of network latency, 13
+        measurements per (model, GPU, latency). (``../shared``'s README says 207 rows; the file
+        holds 208 data lines.) ``"models20"`` - :data:`SPEED_20_FILES`, 520 rows: the twenty CNNs of
+        Sec III-A (the 4 models and 16 custom variants; 0.63 to 22.9 GFLOPs as written) on K80 and P100 at 0.3
+        ms, 13 measurements each: the data of Table II (K80 mean step time 0.498 s; the paper's
+        "average step time ... is 0.48 seconds").
 
     Raises:
-      DataFormatError: a malformed file (names the file and line); FileNotFoundError.
+      DataFormatError: a malformed file (names the file and line); FileNotFoundError;
+      ValueError: an unknown ``dataset``.
     """
+    if dataset not in ("supertable", "models20"):
+        raise ValueError(f"dataset must be 'supertable' or 'models20', got {dataset!r}")
     if path is None:
-        return _embedded_speed()
-    name = "speed_data_supertable.csv"
-    return read_cmdare_speed(
-        _locate_file(path, (name, f"speed_data/{name}", f"cmdare/speed_data/{name}",
-                            f"transient/cmdare/speed_data/{name}"), name)
-    )
+        return _embedded_speed(dataset)
+    p = check_path("path", path)
+    if p.is_file():
+        return read_cmdare_speed(p)
+    names = ("speed_data_supertable.csv",) if dataset == "supertable" else SPEED_20_FILES
+    found = []
+    for name in names:
+        found.append(_locate_file(p, (name, f"speed_data/{name}", f"cmdare/speed_data/{name}",
+                                      f"transient/cmdare/speed_data/{name}"), name))
+    tables = [read_cmdare_speed(f) for f in found]
+    return tables[0] if len(tables) == 1 else SpeedTable.concat(tables)
 
 
 @functools.lru_cache(maxsize=1)

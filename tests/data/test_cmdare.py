@@ -28,7 +28,7 @@ EMB = cm._EMBEDDED
 def test_embedded_cmdare_files_are_in_the_manifest():
     manifest = read_manifest(EMB / "README.md")
     ours = [p for p in manifest if p.startswith(("cmdare/speed", "cmdare/checkpoint", "gce-preemptible/training"))]
-    assert len(ours) == 1 + 5 + 12 + 96 + 3
+    assert len(ours) == 3 + 5 + 12 + 96 + 3
     assert not [p for p in ours if content_sha256(EMB / p) != manifest[p]]
     # the gzip copies are reproducible: no timestamp, no file name
     raw = (EMB / "cmdare/speed_and_cluster_size/k80/res15k80worker1/run_.-tag-global_step_sec.csv.gz").read_bytes()
@@ -43,6 +43,18 @@ def test_speed_table():
     np.testing.assert_allclose(s.speed * s.step_time_s, 1.0, rtol=1e-6)
     assert (s.step_time_s > 0).all() and not s.speed.flags.writeable
     assert s.line[0] == 2 and s.source.endswith("speed_data_supertable.csv")
+
+
+def test_speed_table_20_models():
+    t = load_cmdare_speed(dataset="models20")
+    assert len(t) == 520 and len(set(t.model.tolist())) == 20
+    assert dict(zip(*np.unique(t.gpu, return_counts=True))) == {"k80": 260, "p100": 260}
+    assert set(np.unique(t.model, return_counts=True)[1]) == {26}  # 13 per GPU
+    # the paper's "average step time across different CNN models is 0.48 seconds" (K80)
+    assert abs(t.step_time_s[t.gpu == "k80"].mean() - 0.48) < 0.02
+    assert np.isnan(t.latency_ms).sum() == 52 and not np.isnan(t.step_time_s).any()
+    with pytest.raises(ValueError, match="dataset must be"):
+        load_cmdare_speed(dataset="models21")
 
 
 def test_checkpoint_table():
@@ -109,6 +121,7 @@ def _same(a, b):
 def test_embedded_equals_shared(shared_data):
     root = shared_data("transient")
     _same(load_cmdare_speed(), load_cmdare_speed(root))
+    _same(load_cmdare_speed(dataset="models20"), load_cmdare_speed(root, dataset="models20"))
     _same(load_cmdare_checkpoints(), load_cmdare_checkpoints(root / "cmdare" / "checkpoint"))
     for a, b in zip(load_cmdare_cluster_speed(), load_cmdare_cluster_speed(root), strict=True):
         _same(a, b)
@@ -144,7 +157,10 @@ def test_bad_speed_files(tmp_path):
     with pytest.raises(DataFormatError, match=r"line 2: .*Model FLOPs"):
         load_cmdare_speed(p)
     p = _plant(tmp_path, rel, b"GPU TFLOPS", b"GPU TF")
-    with pytest.raises(DataFormatError, match=r"line 1: the header must be"):
+    with pytest.raises(DataFormatError, match=r"line 1: the header must hold the columns"):
+        load_cmdare_speed(p)
+    p = _plant(tmp_path, "cmdare/speed_data/0latency_p100_new2.csv", b"P100,Res15", b"P100,")
+    with pytest.raises(DataFormatError, match=r"0latency_p100_new2.csv, line 2: Model \(temp\) must not be empty"):
         load_cmdare_speed(p)
     with pytest.raises(FileNotFoundError, match="path: no speed_data_supertable.csv"):
         load_cmdare_speed(tmp_path / "..")

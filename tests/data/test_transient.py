@@ -51,7 +51,7 @@ def test_embedded_files_match_theread_manifest():
     files = {str(p.relative_to(EMBEDDED)) for p in EMBEDDED.rglob("*") if p.is_file()} - {"README.md"}
     assert files == set(manifest), sorted(files ^ set(manifest))
     assert (
-        len(manifest) == 15 + 1 + 8 + 3 + 3 + 117
+        len(manifest) == 15 + 1 + 8 + 3 + 3 + 119
     )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces; issue 16's CM-DARE files (tests/data/test_cmdare.py)
     bad = [p for p, h in manifest.items() if content_sha256(EMBEDDED / p) != h]
     assert not bad, bad
