@@ -23,15 +23,16 @@ its 8 workloads) and the thesis' statements for Fig 3.12.
 
 Modes (what each covers):
 
-* ``Config()`` (the full mode that is run and committed, ~1 h on 2 CPU cores): the paper's
+* ``Config()`` (the full mode that is run and committed; ~1 h on 2 idle CPU cores, estimated
+  from sched_main's per-run times, 2-2.5x that on cores shared with other work): the paper's
   settings (8-hour workloads, 16 x 4 GPUs, 60 s interval, PolluxSched population 100 x 100
   generations) on **fewer workloads** than the artifact: the load sweep on workloads 1-2
   (seeds 1, 2 at every load; at load 1 they are the artifact's ``workload-1``/``-2``), the
   interval, interference and fairness sweeps on workload 1. The artifact's references are
   means over its 8 workloads, and workloads differ a lot (the artifact's Pollux avg JCT at
-  load 1 ranges from 2089 s on workload 1 to 3616 s on workload 7), so the report and figure compare every sweep as
-  **ratios to its own baseline point** (:func:`ratios`: load to Pollux at 1x, interval to
-  60 s, interference to avoidance on/0%) beside the artifact's ratios computed from the
+  load 1 ranges from 2089 s on workload 1 to 3616 s on workload 7), so the report and figure
+  compare every sweep as **ratios to its own baseline point** (:func:`ratios`: load to Pollux
+  at 1x, interval to 60 s, interference to avoidance on/0%) beside the artifact's ratios computed from the
   ``REFERENCE_*`` dicts, with the absolute numbers alongside.
 * ``Config.artifact()``: the artifact's design, every sweep on workloads 1-8 (~3-4 h on 2 CPU
   cores); absolute means comparable too.
