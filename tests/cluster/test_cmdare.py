@@ -10,7 +10,7 @@ import pytest
 from scarjax.cluster import cmdare as cm
 from scarjax.data import load_cmdare_checkpoints, load_cmdare_cluster_speed, load_cmdare_speed
 
-QUICK = {"C": [10.0, 100.0], "epsilon": [0.01, 0.1]}  # a 2 x 2 grid keeps the SVR tests fast
+QUICK = cm.QUICK_GRID  # a 2 x 2 grid keeps the SVR tests fast
 
 
 def _planted(n=60, seed=0):
