@@ -80,6 +80,14 @@ A5. *Iterations.* ``K0`` (and ``c``) are measured once on the unperturbed job
     (:meth:`JobProfile.from_job`); with a Pollux goodput profile, the iterations at batch
     size ``b`` are ``K0 · b0 / (b · EFFICIENCY(b))`` (thesis Eq 3.3: the same number of
     useful examples) and the step time is the Pollux model at ``b``.
+A5b. *Price-driven (AWS 2015) markets.* The transient start is granted with probability
+    ``avail`` (the share of the window's minutes at or below the bid), else the simulator's
+    checkpoint-restart and SCAR buy on-demand machines for good (a mixture of the two paths);
+    after a revocation the replacements are on-demand (A1's fallback), billed from the expected
+    revocation time ``E[τ | τ < T]`` with a free partial spot hour. TierML pays the on-demand
+    price for the share of time the class is unavailable. SCAR's checkpoint period is the
+    simulator's own (Young/Daly from ``market.mttf_s()``), which on a price-driven market is
+    measured at the start time: the prediction uses the window's MTTF instead.
 A6. *Feasibility.* A candidate is feasible when its expected time is finite, within the
     deadline and the planning horizon (30 days), its expected cost within the budget, its
     machines within ``max_machines`` (and the profile's ``max_workers``), and — for a plan on
@@ -485,7 +493,8 @@ class MarketModel:
         counts as a revocation, as the simulator's process does), the fixed preemptible price
         (70% off on-demand), per-second billing, the mean start-up delay of CM-DARE
         (87 s, :data:`scarjax.cluster.market.DEFAULT_STARTUP_S`). ``on_demand``: USD/h per GPU
-        machine (default: n1-standard-8 plus the GPU, 2019 us-central1 list prices: K80 0.83,
+        machine (default, stated — not in the data or the paper: approximate 2019 us-central1 list
+        prices of an n1-standard-8, $0.38/h, plus the GPU, $0.45 / $1.46 / $2.48: K80 0.83,
         P100 1.84, V100 2.86); ``speed``: relative speed (default 1, 2.1, 3.2 from CM-DARE Table I's
         TFLOPS ratios 4.37 / 9.3 / 14)."""
         gpus = tuple(gpus)
@@ -679,7 +688,8 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     ``scar`` × workers × bids × ``fractions`` × ``priorities`` (period: Young/Daly, as the
     simulator); ``tierml`` × ``reliable`` × transient (workers − reliable ≥ 1), bid =
     on-demand; ``sync_on_the_fly`` × workers × bids (only when the profile can be simulated
-    with it, or has no job). ``workers`` default: every count 1 … ``profile.max_workers``
+    with it — a ``sync_problem``, or no job — and not on a price-driven market: the
+    Sync-on-the-fly simulator draws every generation's lifetime at the series' start). ``workers`` default: every count 1 … ``profile.max_workers``
     (capped by ``objective.max_machines`` if given). With the defaults and 64 workers, one
     machine type and one bid this is 1,500+ candidates."""
     if not isinstance(profile, JobProfile):
@@ -867,6 +877,17 @@ def _predict_one(c_, t):
         var = jnp.where(hourly, f_rev * nmach * (price ** 2) / 12.0, 0.0)
         return mean + adj, var
 
+    def rounded_h(x):  # billed hours of one machine run x seconds, stopped by the user
+        return jnp.where(hourly, jnp.ceil(x / _H - 1.0 / _H), x / _H)
+
+    def fb_cost(run):  # A1/A4 on a fallback market: (mean, var) of the bill of a run of `run` s
+        p = F(run)  # the allocation is revoked before the end (at most once)
+        tau = jnp.clip((S(run) - run * (1 - p)) / jnp.maximum(p, 1e-9), 0.0, run)  # E[life | < run]
+        c_no = n * sp * rounded_h(run)
+        c_rev = n * (jnp.where(hourly, 0.0, sp * tau / _H)
+                     + od * (jnp.maximum(run - tau, 0.0) / _H + jnp.where(hourly, 0.5, 0.0)))
+        return (1 - p) * c_no + p * c_rev, p * (1 - p) * (c_rev - c_no) ** 2
+
     # --- on-demand
     def od_bill(run_s):  # n machines on demand for run_s seconds (the transient plans' fallback)
         return n * od * jnp.where(hourly, jnp.ceil(run_s / _H - 1.0 / _H), run_s / _H)
@@ -903,10 +924,9 @@ def _predict_one(c_, t):
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
     ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0
     cr_c_nf, cr_cv = billed(ms_nf, sp, cr_N * k_lost_n, n, cr_T - s0)
-    spot_s = S(cr_T - s0)
-    cr_c_fb = n * (sp * spot_s + od * jnp.maximum(cr_T - s0 - spot_s, 0.0)) / _H
-    cr_cost = jnp.where(fb, cr_c_fb + jnp.where(hourly, n * od / 2, 0.0), cr_c_nf)
-    cr_cost_var = cr_cv + (n * jnp.where(fb, od, sp) / _H) ** 2 * cr_var
+    cr_c_fb, cr_fbv = fb_cost(cr_T - s0)
+    cr_cost = jnp.where(fb, cr_c_fb, cr_c_nf)
+    cr_cost_var = jnp.where(fb, cr_fbv, cr_cv + (n * sp / _H) ** 2 * cr_var)
     # a fallback market may not grant the start (price above the bid): on-demand throughout
     cr_T, cr_var, cr_cost, cr_cost_var, cr_N, cr_rework = _start_mix(
         fb, avail, (cr_T, cr_var, cr_cost, cr_cost_var, cr_N, cr_rework), s0 + T0, od_bill(T0))
@@ -948,10 +968,9 @@ def _predict_one(c_, t):
     sc_rework = sc_N * rho
     ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow)
     sc_c_nf, sc_cv = billed(ms, sp, sc_N * k_lost_n, n, sc_T - s0)
-    spot_s2 = S(sc_T - s0)
-    sc_c_fb = n * (sp * spot_s2 + od * jnp.maximum(sc_T - s0 - spot_s2, 0.0)) / _H + jnp.where(hourly, n * od / 2, 0.0)
+    sc_c_fb, sc_fbv = fb_cost(sc_T - s0)
     sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
-    sc_cost_var = sc_cv + (n * jnp.where(fb, od, sp) / _H) ** 2 * sc_var
+    sc_cost_var = jnp.where(fb, sc_fbv, sc_cv + (n * sp / _H) ** 2 * sc_var)
     sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework = _start_mix(
         fb, avail, (sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework), A_s, od_bill(A_s - s0))
     # --- TierML (bid = on-demand; no fallback cap: TierML returns to spot, A2)
@@ -1312,7 +1331,7 @@ def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.J
         from scarjax.models import mlr
 
         alg = mlr.digits(lr=1.0, l2=1e-2)  # w*: the iterate at max_steps (JobProfile.from_job)
-        return ck.Job(alg, 0.745, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=1000)
+        return ck.Job(alg, 0.745, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=400)
     from scarjax.models import quadratic
 
     alg = quadratic.random_problem(0, 64, 10.0, c=0.99)
