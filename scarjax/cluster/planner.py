@@ -639,7 +639,7 @@ class Objective:
 
 
 _FIELDS = ("policy", "machine", "bid", "workers", "reliable", "transient", "fraction", "period", "priority",
-           "batch", "step_s", "step_s_less", "iters0")
+           "batch", "step_s", "step_s_less", "iters0", "bid_fraction", "yd_steps")
 
 
 class Candidates(NamedTuple):
@@ -650,7 +650,11 @@ class Candidates(NamedTuple):
     ``r``), ``period`` (checkpoint period, multiple of Young/Daly), ``priority`` (index into
     :data:`PRIORITIES`), ``batch`` (batch-size index), and the derived ``step_s`` (seconds per
     iteration on all the machines, speed and TierML stage included), ``step_s_less`` (on one
-    machine fewer; ``inf`` for one machine) and ``iters0`` (``K0`` at the batch size)."""
+    machine fewer; ``inf`` for one machine), ``iters0`` (``K0`` at the batch size),
+    ``bid_fraction`` (the bid as a fraction of on-demand) and ``yd_steps`` (the Young/Daly
+    interval ``sqrt(2 δ MTTF_fleet)`` in iterations, as
+    :func:`~scarjax.cluster.policies.checkpoint_interval_steps` computes it, with the market
+    model's MTTF; ``inf``: never revoked)."""
 
     policy: np.ndarray
     machine: np.ndarray
@@ -665,6 +669,8 @@ class Candidates(NamedTuple):
     step_s: np.ndarray
     step_s_less: np.ndarray
     iters0: np.ndarray
+    bid_fraction: np.ndarray
+    yd_steps: np.ndarray
 
     def __len__(self) -> int:
         return int(self.policy.shape[0])
@@ -759,7 +765,15 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     step = step / speed
     less = less / speed
     iters = profile.iterations * np.asarray(scales, np.float64)[bat]
-    return Candidates(pol, mach, bid, wk, rel, trn, frac, per, pri, bat, step, less, iters)
+    bid_frac = np.asarray(market.bids, np.float64)[bid]
+    mttf = np.asarray(market.mttf_h, np.float64)[mach, bid] * _H
+    fleet = mttf if market.bulk else mttf / np.maximum(trn, 1)
+    delta = float(profile.checkpoint_s)
+    with np.errstate(invalid="ignore", over="ignore"):
+        yd = np.where(np.isfinite(fleet), np.maximum(1.0, np.round(np.sqrt(2 * delta * fleet) / step)), np.inf)
+    if delta <= 0:
+        yd = np.where(np.isfinite(fleet), 1.0, np.inf)
+    return Candidates(pol, mach, bid, wk, rel, trn, frac, per, pri, bat, step, less, iters, bid_frac, yd)
 
 
 # --------------------------------------------------------------------------------------
@@ -896,10 +910,7 @@ def _predict_one(c_, t):
     od_hours = jnp.where(hourly, jnp.ceil(base / _H - 1.0 / _H), base / _H)
     od_cost = M * od * od_hours
     # --- checkpoint-restart
-    mttf_fleet = jnp.where(bulk, mttf, mttf / jnp.maximum(n, 1.0))
-    K_yd = jnp.where(jnp.isfinite(mttf_fleet) & (delta > 0),
-                     jnp.maximum(1.0, jnp.round(jnp.sqrt(2 * delta * mttf_fleet) / dt)), jnp.inf)
-    K_yd = jnp.where(jnp.isfinite(mttf_fleet) & (delta <= 0), 1.0, K_yd)
+    K_yd = c_["yd_steps"]  # Young/Daly in steps (host, Candidates.yd_steps)
     Kc = jnp.maximum(1.0, jnp.round(K_yd * c_["period"]))
     Kc = jnp.where(jnp.isfinite(K_yd), Kc, jnp.inf)
     has_ck = jnp.isfinite(Kc)
@@ -1251,10 +1262,13 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     """Candidate ``i`` as a simulator call. ``market``: the :class:`MarketModel` the plan was
     made on (its ``build`` gives the :class:`~scarjax.cluster.clock.Market` of the machine type
     and bid), or a :class:`~scarjax.cluster.clock.Market` to evaluate on (e.g. the next window
-    of a price history) together with ``model``, the MarketModel the candidates were built on
-    (a price-driven process then gets the candidate's bid, ``model.bids[bid]`` times the
-    market's on-demand price; checkpoint-restart gets the predicted interval). The job is
-    ``profile.job`` with ``workers`` (and the batch size's step time) set."""
+    of a price history; a price-driven process gets the candidate's bid, ``bid_fraction``
+    times the market's on-demand price). Checkpoint-restart gets the candidate's interval
+    (``yd_steps × period``, the planner's MTTF), SCAR the fraction and priority rule (its
+    period is the simulator's Young/Daly), TierML the reliable/transient split. The job is
+    ``profile.job`` with ``workers`` (and the batch size's step time) set. ``model``: the
+    MarketModel the candidates were built on, if ``market`` is not (checked for the machine
+    and bid indices only)."""
     from scarjax.cluster import policies as po
     from scarjax.cluster import syncfly as sf
     from scarjax.cluster import tierml as tm
@@ -1265,8 +1279,11 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
         raise TypeError(f"profile must be a JobProfile, got {type(profile).__name__}")
     if profile.job is None:
         raise ValueError("profile has no job (build it with JobProfile.from_job): nothing to simulate")
-    if model is not None and not isinstance(model, MarketModel):
-        raise TypeError(f"model must be a MarketModel or None, got {type(model).__name__}")
+    if model is not None:
+        if not isinstance(model, MarketModel):
+            raise TypeError(f"model must be a MarketModel or None, got {type(model).__name__}")
+        if int(np.max(cands.machine)) >= len(model.names) or int(np.max(cands.bid)) >= len(model.bids):
+            raise ValueError("model: the candidates' machine or bid indices are outside it")
     d = cands.row(i)
     if isinstance(market, MarketModel):
         if market.build is None:
@@ -1276,10 +1293,7 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     elif isinstance(market, ck.Market):
         mkt = market
         if isinstance(mkt.process, mk.PriceDriven):
-            if model is None:
-                raise ValueError("model: a price-driven clock.Market needs the MarketModel of the candidates "
-                                 "(model=) to set the candidate's bid")
-            bid = float(model.bids[d["bid"]]) * float(mkt.machine.on_demand_price)
+            bid = float(d["bid_fraction"]) * float(mkt.machine.on_demand_price)
             mkt = dataclasses.replace(mkt, process=dataclasses.replace(mkt.process, bid=bid))
     else:
         raise TypeError(f"market must be a MarketModel or a clock.Market, got {type(market).__name__}")
@@ -1291,9 +1305,9 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     if pol == "on_demand":
         return Simulation(po.on_demand, {}, mkt, job)
     if pol == "checkpoint_restart":
-        pred = predict(profile, model, _subset(cands, i)) if model is not None else None
-        K = pred.interval_steps[0] if pred is not None else None
-        kw = {} if K is None or not math.isfinite(K) else {"interval_steps": int(K)}
+        K = float(d["yd_steps"])
+        K = max(1.0, round(K * float(d["period"]))) if math.isfinite(K) else math.inf
+        kw = {"interval_steps": int(K)} if math.isfinite(K) else {}
         return Simulation(po.checkpoint_restart, kw, mkt, job)
     if pol == "scar":
         return Simulation(po.scar, {"fraction": float(d["fraction"]), "strategy": d["priority"]}, mkt, job)
