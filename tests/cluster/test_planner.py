@@ -224,6 +224,55 @@ def test_to_simulation_and_table():
         pl.to_simulation(p.index, p.candidates, _toy(), m)
 
 
+def check_market_tables(m: pl.MarketModel):
+    """Lifetime CDFs nondecreasing in [0, 1], renewal functions >= the CDF, availability in
+    [0, 1], the spot price paid at most the bid, MTTFs positive."""
+    cdf, ren = np.asarray(m.cdf), np.asarray(m.renewal)
+    assert np.all(np.diff(cdf, axis=-1) >= -1e-12) and cdf.min() >= 0 and cdf.max() <= 1 + 1e-12, "cdf not a CDF"
+    assert np.all(ren >= cdf - 1e-9), "renewal function below the CDF"
+    assert np.all((m.avail >= 0) & (m.avail <= 1)), "availability outside [0, 1]"
+    bid = np.asarray(m.bids)[None, :] * np.asarray(m.on_demand)[:, None]
+    granted = m.avail > 0
+    assert np.all(m.spot[granted] <= bid[granted] * (1 + 1e-6) + 1e-9) or m.bids == (1.0,), "spot price above the bid"
+    assert np.all(np.asarray(m.mttf_h) > 0), "non-positive MTTF"
+
+
+def test_market_tables_and_planted():
+    from scarjax.cluster import market as mk
+    from scarjax.data import transient as td
+
+    sp = td.load_spot_prices("c3.xlarge", "us-east-1a")
+    aws = pl.MarketModel.from_prices(mk.price_series(sp), sp.on_demand, window=(0.0, 7 * 86400.0))
+    gce = pl.MarketModel.from_lifetimes()
+    for m in (aws, gce, _market()):
+        check_market_tables(m)
+    assert aws.bulk and aws.fallback and aws.billing == "hourly" and 1.0 in aws.bids
+    assert gce.billing == "per_second" and np.allclose(gce.spot[:, 0], 0.3 * gce.on_demand, rtol=1e-5)
+    bad = dataclasses.replace(aws, cdf=aws.cdf[..., ::-1].copy())
+    with pytest.raises(AssertionError, match="cdf not a CDF"):
+        check_market_tables(bad)
+
+
+def test_on_demand_prediction_equals_the_simulator():
+    """On-demand is deterministic: the predicted time and cost are the simulator's exactly."""
+    prof = _qp_setup()[0]
+    for billing in ("hourly", "per_second"):
+        m = _market(billing=billing)
+        cands = pl.candidates(prof, m, workers=[3], policies=["on_demand"])
+        pred = pl.predict(prof, m, cands)
+        sim = pl.to_simulation(0, cands, prof, m)
+        o = sim.policy(sim.job, sim.market, key=0, horizon_s=1e6).to_target(sim.job.target_loss)
+        assert o.reached and o.steps == prof.iterations
+        check_close(pred.time_s[0], o.time_s, "time")
+        check_close(pred.cost[0], o.dollars, "cost")
+    with pytest.raises(AssertionError, match="predicted cost"):
+        check_close(1.1 * o.dollars, o.dollars, "cost")
+
+
+def check_close(pred, sim, what, rtol=1e-5):
+    assert abs(pred - sim) <= rtol * abs(sim) + 1e-9, f"predicted {what} {pred:.6g} != simulated {sim:.6g}"
+
+
 def test_cli_prints_a_table():
     from scarjax import cli
 
