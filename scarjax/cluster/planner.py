@@ -749,19 +749,19 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     step = np.empty(len(rows))
     less = np.full(len(rows), np.inf)
     tier = pol == POLICIES.index("tierml")
-    for bi in range(len(bsizes)):
+    wmax = int(max(wk.max(), 1))
+    for bi in range(len(bsizes)):  # one step-time evaluation per batch size, then lookups
+        tab = np.asarray(times[bi](np.arange(1, wmax + 1)), np.float64).reshape(-1)
         sel = bat == bi
-        w_all = np.maximum(wk, 1)
-        step[sel] = np.asarray(times[bi](w_all[sel]), np.float64)
+        step[sel] = tab[wk[sel] - 1]
         s2 = sel & (wk > 1)
-        if s2.any():
-            less[s2] = np.asarray(times[bi](wk[s2] - 1), np.float64)
+        less[s2] = tab[wk[s2] - 2]
         st = sel & tier
         if st.any():
             stage = tm.select_stage(trn[st], rel[st])
             ratio = trn[st] / rel[st]
             nw = np.where(stage == 3, trn[st], trn[st] + rel[st])
-            step[st] = np.asarray(times[bi](nw), np.float64) * tm.stage_slowdown(stage, ratio)
+            step[st] = tab[nw - 1] * tm.stage_slowdown(stage, ratio)
     step = step / speed
     less = less / speed
     iters = profile.iterations * np.asarray(scales, np.float64)[bat]

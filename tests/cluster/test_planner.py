@@ -288,6 +288,22 @@ def test_cli_prints_a_table():
     assert len(lines) >= 5  # runners-up
 
 
+def test_pollux_goodput_profile_chooses_batch_size():
+    """A Pollux goodput profile (thesis Eq 3.3, 3.5-3.8): iterations scale by b0 / (b EFF(b));
+    with a large noise scale (efficiency ~ 1) the fastest plan takes the largest batch, with a
+    tiny one (efficiency ~ b0 / b) the base batch."""
+    from scarjax import pollux
+
+    tp = pollux.ThroughputParams(0.05, 0.002, 0.01, 0.001, 0.05, 0.004, 1.5)
+    for phi, want in ((1e7, 1024), (1e-3, 128)):
+        prof = pl.JobProfile.from_pollux("p", tp, phi, 128, 2000.0, 0.999, [128, 1024],
+                                         checkpoint_s=60.0, restore_s=30.0, max_workers=8)
+        eff = np.asarray(pollux.efficiency(np.asarray(prof.batch_sizes, np.float32), phi, 128), np.float64)
+        assert np.allclose(prof.iteration_scale, 128 / (np.asarray(prof.batch_sizes) * eff), rtol=1e-5)
+        p = pl.plan(prof, _market(), pl.Objective("time"), grid={"workers": [1, 2, 4, 8]})
+        assert p.best["batch_size"] == want, (phi, p.best)
+
+
 def test_errors_name_arguments():
     with pytest.raises(ValueError, match="c must"):
         pl.JobProfile("x", 10.0, 1.5, ck.step_time_fixed(1.0))
