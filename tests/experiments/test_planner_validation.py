@@ -20,7 +20,8 @@ def check_results(res: dict) -> None:
     """The JSON's shape and its invariants: every case has its keys, regret >= 0 (or inf when
     censored), the chosen plan among the simulated ones, censored runs recounted from the
     per-start outcomes and never dropped from the summaries."""
-    assert {"config", "cases", "points", "summary"} <= set(res), f"results lack keys {sorted({'config', 'cases', 'points', 'summary'} - set(res))}"
+    need = {"config", "profiles", "cases", "points", "summary"}
+    assert need <= set(res), f"results lack keys {sorted(need - set(res))}"
     s = res["summary"]
     for k in ("err_dollars_chosen", "err_time_h_chosen", "err_dollars_all", "err_time_h_all", "regret"):
         assert k in s, f"summary lacks {k!r}"
