@@ -54,5 +54,6 @@ REGISTRY: tuple[str, ...] = (
     "experiments.cluster_scar",  # A (issue 14)
     "experiments.tierml_fig1", "experiments.tierml_fig11",  # B (issue 14)
     "experiments.cmdare",  # H4 (issue 16)
+    "experiments.perf_models_local",  # H5 (issue 16)
     "experiments.planner_validation",  # H7 (issue 16)
 )

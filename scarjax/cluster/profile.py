@@ -185,8 +185,14 @@ def step_program(algorithm: Algorithm, key: Any = 0) -> tuple[Callable, tuple]:
         raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
     k = va.check_key("key", key)
     k_init, k_step = jax.random.split(k)
-    state = State(*algorithm.init(k_init, algorithm.data))
+    # one compiled program for the initial state (eager, every op of init compiles its own)
+    state = _init(k_init, algorithm)
     return jax.jit(_one_step), (algorithm, state, k_step)
+
+
+@jax.jit
+def _init(key: jax.Array, algorithm: Algorithm) -> State:
+    return State(*algorithm.init(key, algorithm.data))
 
 
 # One compilation per (algorithm object, key): features() reads its cost analysis and
@@ -518,13 +524,19 @@ def _groups(records: Sequence[dict], key: str, where: str) -> list[str]:
         raise ValueError(f"{where}: a record lacks its model label {key!r}") from None
 
 
-def _folds(n: int, k: int, where: str) -> int:
-    """Folds for ``fit_regression`` on ``n`` records: ``k`` lowered to the size of its 4:1
-    training part (at least 2)."""
+def _folds(n: int, k: int, kind: str, where: str) -> int:
+    """Folds for ``fit_regression`` on ``n`` records: ``k`` lowered so that every fold keeps
+    at least 2 rows of its 4:1 training part where possible (at least 2 folds). A fit needs
+    3 records (2 training rows for 2 folds); ``pca2_linear`` needs 5 (two components need
+    two rows in every cross-validation fit)."""
     n_train = n - int(math.ceil(0.2 * n))
-    if n_train < 2:
-        raise ValueError(f"{where}: a fit needs at least 3 records (fit_regression's 4:1 split and 2 folds), got {n}")
-    return max(2, min(k, n_train))
+    need = 4 if kind == "pca2_linear" else 2
+    if n_train < need:
+        raise ValueError(
+            f"{where}: a {kind!r} fit needs at least {3 if need == 2 else 5} records "
+            f"(fit_regression's 4:1 split and 2 folds), got {n}"
+        )
+    return max(2, min(k, n_train // 2))
 
 
 def _lomo(records, specs, target, group_key, seed, k, grid, where) -> dict:
@@ -542,7 +554,7 @@ def _lomo(records, specs, target, group_key, seed, k, grid, where) -> dict:
         for held in names:
             test = g == held
             train = ~test
-            kk = _folds(int(train.sum()), k, f"{where} without model {held!r}")
+            kk = _folds(int(train.sum()), k, kind, f"{where} without model {held!r}")
             predict, _ = _fit(X[train], y[train], kind, cols, unit, seed, kk, grid)
             p = predict(X[test])
             pred_all[test] = p
@@ -550,7 +562,7 @@ def _lomo(records, specs, target, group_key, seed, k, grid, where) -> dict:
             per.append({"model": held, "n": int(test.sum()), "mae": float(err.mean()),
                         "mape": float(np.mean(err / y[test])), "measured": y[test].tolist(), "predicted": p.tolist()})
         err = np.abs(pred_all - y)
-        final_predict, final_res = _fit(X, y, kind, cols, unit, seed, _folds(len(y), k, where), grid)
+        final_predict, final_res = _fit(X, y, kind, cols, unit, seed, _folds(len(y), k, kind, where), grid)
         out[mname] = {
             "kind": kind, "features": list(cols), "unit": unit, "lomo": per,
             "mae": float(err.mean()), "mape": float(np.mean(err / y)),
@@ -695,7 +707,7 @@ def checkpoint_time(fitted: dict, state: Any, *, model: str | None = None) -> fl
     leaves = jax.tree.leaves(state)
     if not leaves:
         raise ValueError("state must hold at least one array")
-    data = sum(int(np.size(x)) * np.dtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype).itemsize
+    data = sum(int(np.size(x)) * np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype).itemsize
                for x in leaves) / MB
     over = fitted["tensor_overhead"]
     n = len(leaves)

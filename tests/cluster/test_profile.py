@@ -180,6 +180,9 @@ def test_fit_errors():
         pf.fit_local_models([], None)
     with pytest.raises(ValueError, match="ckpt_records"):
         pf.fit_local_models(steps, [], grid=COARSE)
+    with pytest.raises(ValueError, match="'pca2_linear' fit needs at least 5 records"):
+        pf.fit_local_models(steps[:6] + steps[9:], ckpt[:4], step_models={"u": pf.STEP_MODELS["univariate"]},
+                            checkpoint_models={"pca2": pf.CHECKPOINT_MODELS["pca2"]}, grid=COARSE)
     with pytest.raises(TypeError, match="step_models"):
         pf.fit_local_models(steps, None, step_models={"x": ("linear", "c_norm")})
     with pytest.raises(ValueError, match="unit"):
