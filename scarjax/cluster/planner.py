@@ -451,11 +451,6 @@ class MarketModel:
         va.check_real("unwarned", self.unwarned, lo=0.0, hi=1.0, scalar=True)
 
     # constructors ---------------------------------------------------------------------
-    @staticmethod
-    def _grid(mttf_h_max: float, horizon_h: float) -> np.ndarray:
-        top = max(horizon_h, 1.0)
-        return np.linspace(0.0, top, 257)
-
     @classmethod
     def parametric(cls, mttf_h: float, spot_price: float, on_demand_price: float, *, startup_s: float = 0.0,
                    billing: str = "per_second", bulk: bool = False, unwarned: float = 0.0,
@@ -1320,10 +1315,6 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     speed = per / max(float(d["step_s"]) - 1e-3, 1e-6)
     fleet = sf.Fleet(tuple([speed] * int(d["workers"])), sync_s=1e-3)
     return Simulation(sf.sync_on_the_fly_policy, {"problem": profile.sync_problem, "fleet": fleet}, mkt, job)
-
-
-def _subset(cands: Candidates, i: int) -> Candidates:
-    return Candidates(*(np.asarray(a)[i:i + 1] for a in cands))
 
 
 # --------------------------------------------------------------------------------------
