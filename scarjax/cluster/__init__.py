@@ -16,11 +16,19 @@ Litz, SCAR).
   (Sync-on-the-fly and a checkpoint-recompute baseline), :mod:`~scarjax.cluster.litz` (Litz
   elasticity); :mod:`~scarjax.cluster.sweep` - the vectorised TierML Fig 12 sweep over every
   start minute of a price history with its calibrated progress model.
+* Performance models and planning (issue 16): :mod:`~scarjax.cluster.cmdare` (CM-DARE's
+  step-time and checkpoint-time regressions, Tables II-IV, and the parameter-server plateau),
+  :mod:`~scarjax.cluster.lifetimes` (GCE revocations: Table V, Fig 8's lifetime CDFs with the
+  24 h cap, Eq 4-5's training time and cost), :mod:`~scarjax.cluster.profile` (the same models
+  fitted to scarjax's own jobs on this machine), :mod:`~scarjax.cluster.planner` (the cheapest
+  way to train: policy, checkpointing, mix, bid, workers and batch size, predicted from the
+  SCAR bound, the fitted models and the market).
 
 Not imported by ``import scarjax``: ``from scarjax import cluster``.
 """
 
-from scarjax.cluster import bidbrain, clock, litz, market, policies, sweep, syncfly, tierml
+from scarjax.cluster import (bidbrain, clock, cmdare, lifetimes, litz, market, planner, policies, profile, sweep,
+                             syncfly, tierml)
 from scarjax.cluster.clock import *  # noqa: F403 (the clock's public names, clock.__all__)
 from scarjax.cluster.market import *  # noqa: F403 (the markets' public names, market.__all__)
 from scarjax.cluster.policies import checkpoint_restart, on_demand, young_daly_s
@@ -28,9 +36,13 @@ from scarjax.cluster.policies import checkpoint_restart, on_demand, young_daly_s
 __all__ = [
     "bidbrain",
     "clock",
+    "cmdare",
+    "lifetimes",
     "litz",
     "market",
+    "planner",
     "policies",
+    "profile",
     "sweep",
     "syncfly",
     "tierml",

@@ -105,8 +105,12 @@ def young_daly_s(checkpoint_s: float, mttf_s: float) -> float:
 
 def checkpoint_interval_steps(job: ck.Job, market: ck.Market) -> float:
     """``K``: the Young/Daly interval of the job on ``market`` in steps of the full fleet
-    (at least 1; ``inf``: never revoked)."""
+    (at least 1; ``inf``: never revoked, or the transient market is unavailable at the start -
+    a price-driven market priced above the bid, whose sampled lifetimes are all 0 - so the
+    fleet starts on reliable machines, which are never revoked)."""
     mttf = market.mttf_s()
+    if mttf <= 0.0:
+        return math.inf
     if not market.bulk:
         mttf = mttf / job.workers
     tau = young_daly_s(job.checkpoint_s, mttf)

@@ -207,5 +207,19 @@ def test_young_daly_interval():
     bulk = _market(mk.exponential(1800.0, bulk=True))
     assert po.checkpoint_interval_steps(job, bulk) == round(math.sqrt(2 * 60 * 1800) / 11.0)
     assert po.checkpoint_interval_steps(job, _market(NEVER)) == math.inf
+
+
+def test_price_above_bid_at_start_runs_on_reliable_machines():
+    """A price-driven market priced above the bid when the job starts: no transient machine is
+    granted (lifetimes 0), so the fleet is reliable, never revoked, and needs no checkpoint
+    (interval inf); SCAR and checkpoint-restart run instead of failing on Young/Daly."""
+    series = mk.price_series(np.array([0.5, 0.01]), np.array([0.0, 10 * 3600.0]), end_s=20 * 3600.0)
+    market = ck.Market(ck.MachineType("m4.xlarge", 0.2), mk.price_driven(series, bid=0.2))
+    job = _job()
+    assert po.checkpoint_interval_steps(job, market) == math.inf
+    for policy in (po.scar, po.checkpoint_restart):
+        run = policy(job, market, key=0, horizon_s=HORIZON)
+        assert run.cost_by_tier.get("transient", 0.0) == 0.0, (policy.__name__, run.cost_by_tier)
+        assert not any(kind == "revocation" for _, kind, _ in run.events), policy.__name__
     with pytest.raises(ValueError, match="mttf_s"):
         po.young_daly_s(1.0, 0.0)
