@@ -24,7 +24,8 @@ sizes: total ``S_c``, data ``S_d``, meta ``S_m`` and index ``S_i`` (Table IV). H
   orbax), with the file sizes of the written step split like TensorFlow's (data / meta /
   index analogues) and the seconds each blocking save took.
 * :func:`fit_local_models`: Table II's single-GPU models (univariate, SVR polynomial, SVR RBF
-  on ``C_norm``; a multivariate linear model on ``(C_norm, bytes accessed)``) and Table IV's
+  on ``C_norm``; ours in addition: a multivariate linear model on ``(C_norm, bytes accessed)``
+  and a power law, linear in ``log10 C_norm``, see :data:`STEP_MODELS`) and Table IV's
   four models, fitted with :func:`scarjax.cluster.cmdare.fit_regression`, with
   leave-one-model-out MAE and MAPE (every record of the held-out model predicted by a model
   fitted on the others only).
