@@ -13,6 +13,7 @@ import io
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -317,3 +318,18 @@ def test_errors_name_arguments():
         pl.MarketModel.parametric(-1.0, 0.1, 0.2)
     with pytest.raises(TypeError, match="profile must be a JobProfile"):
         pl.candidates("job", _market())
+
+
+@settings(max_examples=25, deadline=None)
+@given(mu=st.floats(0.0, 50.0), sd=st.floats(0.0, 2.0))
+def test_expected_ceil_matches_numerical_integration(mu, sd):
+    """A4': ``E[ceil(Y)]`` for a normal ``Y`` against a fine quadrature of the same integral."""
+    got = float(pl._expected_ceil(jnp.float32(mu), jnp.float32(sd)))
+    if sd < 1e-6:
+        want = math.ceil(np.float32(mu))
+    else:
+        y = np.linspace(mu - 12 * sd, mu + 12 * sd, 400_001)
+        pdf = np.exp(-0.5 * ((y - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+        trapezoid = getattr(np, "trapezoid", None) or np.trapz  # NumPy < 2 has only trapz
+        want = float(trapezoid(np.ceil(y) * pdf, y))
+    assert abs(got - want) < 2e-3 * max(1.0, mu), f"E[ceil(N({mu}, {sd}))]: {got} vs quadrature {want}"
