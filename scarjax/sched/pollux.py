@@ -55,12 +55,14 @@ Everything the search touches is a fixed-shape JAX array: the speedup of each jo
 ``(nodes, replicas)`` is precomputed into a table (:func:`speedup_tables`, vectorised over
 jobs and allocations and 50 geometrically spaced batch sizes as the artifact's
 ``GoodputFunction.optimize`` samples), the population is ``int32[P, J, N]``, every operator
-is ``vmap``-ed over the population and one generation is one jitted call (a host loop over
-generations: XLA's CPU backend ran the same body 2-3x slower inside ``lax.scan``). Per-element
-random bits come from a counter hash salted by the ``jax.random`` key (:func:`_element_bits`;
-threefry dominated a generation). Jobs are padded to a multiple of 32 (one compilation serves
-many intervals). Deterministic per key. ``benchmarks/bench_sched.py`` times one decision
-(``P = 100``, 100 generations, 160 jobs, 16 x 4 GPUs) against pymoo's NSGA-II with the
+is ``vmap``-ed over the population (the repair works on the whole population at once,
+:func:`_repair_population`: only the few rows and columns that break a constraint are gathered
+and fixed, bit-identical to ``vmap(repair)``) and one generation is one jitted call (a host loop
+over generations: inside ``lax.fori_loop`` or in unrolled chunks XLA's CPU backend was no
+faster). Per-element random bits come from a counter hash salted by the ``jax.random`` key
+(:func:`_element_bits`; threefry dominated a generation). Jobs are padded to a multiple of 32
+(one compilation serves many intervals). Deterministic per key. ``benchmarks/bench_sched.py`` times one decision
+(``P = 100``, 100 generations; 160 jobs on 16 x 4 GPUs and 80 jobs on 8 x 4) against pymoo's NSGA-II with the
 artifact's operators.
 """
 
@@ -254,22 +256,32 @@ def fitness(states, prob: AllocationProblem, p: float = -1.0, *, eps: float = 1e
 # ---------------------------------------------------------------------------------------
 
 
-def _element_bits(key, shape):
-    """``uint32`` bits, one per element: the murmur3 finaliser of a counter salted by two
-    threefry draws from ``key``. Statistically enough for a genetic search and ~10x cheaper
-    than threefry on a CPU, where the per-element draws otherwise dominate a generation."""
-    import jax
+def _murmur_bits(ctr, salt):
+    """The murmur3 finaliser of the ``uint32`` counters ``ctr`` salted by ``salt[..., 0]`` and
+    ``salt[..., 1]`` (broadcast against ``ctr``)."""
     import jax.numpy as jnp
 
-    salt = jax.random.bits(key, (2,))
-    n = int(np.prod(shape))
-    x = jax.lax.iota(jnp.uint32, n).reshape(shape) * jnp.uint32(0x9E3779B9) + salt[0]
+    x = ctr * jnp.uint32(0x9E3779B9) + salt[..., 0]
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x85EBCA6B)
     x = x ^ (x >> 13)
     x = x * jnp.uint32(0xC2B2AE35)
     x = x ^ (x >> 16)
-    return x ^ salt[1]
+    return x ^ salt[..., 1]
+
+
+def _element_bits(key, shape):
+    """``uint32`` bits, one per element: the murmur3 finaliser of a counter salted by two
+    threefry draws from ``key``. Statistically enough for a genetic search and ~10x cheaper
+    than threefry on a CPU, where the per-element draws otherwise dominate a generation.
+    Element ``i`` (row-major) is ``_murmur_bits(i, salt)``, so any subset of the elements can
+    be drawn alone (:func:`_repair_population` draws only the rows it changes)."""
+    import jax
+    import jax.numpy as jnp
+
+    salt = jax.random.bits(key, (2,))
+    n = int(np.prod(shape))
+    return _murmur_bits(jax.lax.iota(jnp.uint32, n).reshape(shape), salt)
 
 
 def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob=0.1, zero_elem_prob=0.1):
@@ -407,6 +419,95 @@ def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool 
     return jnp.diff(cs, axis=0, prepend=0)
 
 
+def _true_indices(mask, size: int):
+    """The first ``size`` indices where the 1-D ``mask`` holds, padded with ``mask.size``
+    (``jnp.nonzero(mask, size=size, fill_value=mask.size)``; a binary search in the running
+    count, about twice as fast on a CPU)."""
+    import jax
+    import jax.numpy as jnp
+
+    count = jax.lax.associative_scan(jnp.add, mask.astype(jnp.int32))
+    return jnp.searchsorted(count, jnp.arange(1, size + 1, dtype=jnp.int32), side="left", method="scan")
+
+
+def _cap_rows(rows, order_key, cap, max_nodes):
+    """Step (2) of :func:`repair` on ``rows`` ``[K, N]``: in the node order of ``order_key``
+    (``[K, N]``, distinct within a row), each row keeps its first ``cap`` GPUs and its first
+    ``max_nodes`` nodes (an ``N x N`` comparison per row, no sort)."""
+    import jax.numpy as jnp
+
+    before = order_key[:, None, :] < order_key[:, :, None]  # [K, n, m]: m before n
+    prefix = jnp.sum(jnp.where(before, rows[:, None, :], 0), axis=-1)
+    rows = jnp.clip(cap[:, None] - prefix, 0, rows)
+    nz_before = jnp.sum((rows > 0)[:, None, :] & before, axis=-1)
+    return jnp.where(nz_before < max_nodes, rows, 0)
+
+
+def _repair_population(keys, states, prob: AllocationProblem, *, interference_avoidance: bool = True,
+                       row_budget: int | None = None, col_budget: int | None = None):
+    """:func:`repair` of a whole population ``int32[P, J, N]`` (member ``i`` with ``keys[i]``),
+    bit-identical to ``vmap(repair)`` and the one the search runs.
+
+    Steps (2) and (3) of the repair change only the rows over their cap or ``max_nodes`` and
+    the node columns over capacity, a few per cent of them in a search: those are gathered
+    (at most ``row_budget`` rows and ``col_budget`` columns; more take the dense path, so the
+    result never depends on the budgets), processed, and scattered back. A row's shuffled node
+    order uses the same bits as :func:`repair` (``_murmur_bits`` of the row's counters)."""
+    import jax
+    import jax.numpy as jnp
+
+    P, J, N = states.shape
+    states = jnp.maximum(states, 0)
+    jj = jnp.arange(J)[:, None]
+    if interference_avoidance:
+        distributed = (states > 0).sum(2, keepdims=True) > 1
+        mask = (states > 0) & distributed
+        first = jnp.min(jnp.where(mask, jj, J), axis=1, keepdims=True)
+        states = jnp.where(mask & (jj != first), 0, states)
+    # (2) caps in a random node order, on the rows that break one (the others are unchanged:
+    # with a row sum <= cap every prefix leaves each element whole)
+    bad = (states.sum(2) > prob.cap) | ((states > 0).sum(2) > prob.max_nodes)  # [P, J]
+    salts = jax.vmap(lambda k: jax.random.bits(k, (2,)))(keys)  # [P, 2] as in _element_bits
+    node = jnp.arange(N, dtype=jnp.uint32)
+    K = min(P * J, max(64, P * J // 32)) if row_budget is None else max(1, min(int(row_budget), P * J))
+
+    def order_key(rows_j, salt):  # 16-bit ranks of repair(), ties broken by the node index
+        return (_murmur_bits(rows_j.astype(jnp.uint32)[..., None] * jnp.uint32(N) + node, salt) >> 16) \
+            * jnp.uint32(N) + node
+
+    def rows_dense(states):
+        ok = order_key(jnp.broadcast_to(jnp.arange(J), (P, J)), salts[:, None, None, :])
+        out = _cap_rows(states.reshape(P * J, N), ok.reshape(P * J, N),
+                        jnp.broadcast_to(prob.cap, (P, J)).reshape(-1), prob.max_nodes)
+        return out.reshape(P, J, N)
+
+    def rows_sparse(states):
+        flat = states.reshape(P * J, N)
+        sel = _true_indices(bad.reshape(-1), K)
+        p, j = jnp.minimum(sel // J, P - 1), sel % J
+        rows = _cap_rows(flat[jnp.minimum(sel, P * J - 1)], order_key(j, salts[p][:, None, :]), prob.cap[j],
+                         prob.max_nodes)
+        return flat.at[sel].set(rows, mode="drop").reshape(P, J, N)
+
+    states = jax.lax.cond(bad.sum() > K, rows_dense, rows_sparse, states)
+    # (3) node capacities, jobs in priority order, on the columns over capacity
+    over = states.sum(1) > prob.capacity  # [P, N]
+    KC = min(P * N, max(16, P * N // 4)) if col_budget is None else max(1, min(int(col_budget), P * N))
+
+    def cols_dense(states):
+        cs = jnp.minimum(jax.lax.associative_scan(jnp.add, states, axis=1), prob.capacity)
+        return jnp.diff(cs, axis=1, prepend=0)
+
+    def cols_sparse(states):
+        sel = _true_indices(over.reshape(-1), KC)
+        p, n = sel // N, sel % N
+        cols = states[jnp.minimum(p, P - 1), :, n]  # [KC, J]
+        cs = jnp.minimum(jax.lax.associative_scan(jnp.add, cols, axis=1), prob.capacity[n][:, None])
+        return states.at[p, :, n].set(jnp.diff(cs, axis=1, prepend=0), mode="drop")
+
+    return jax.lax.cond(over.sum() > KC, cols_dense, cols_sparse, states)
+
+
 def _dedup_penalty(states, f):
     """``f`` with ``-inf`` for every matrix equal to an earlier one (pymoo's duplicate
     elimination), by a random-weight hash then an exact comparison with its sort neighbour."""
@@ -430,8 +531,9 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
 
     mut = jax.vmap(lambda k, s, pr: mutate(k, s, pr, reset_prob=reset_prob, zero_row_prob=zero_row_prob,
                                            zero_elem_prob=zero_elem_prob), in_axes=(0, 0, None))
-    rep = jax.vmap(lambda k, s, pr: repair(k, s, pr, interference_avoidance=interference_avoidance),
-                   in_axes=(0, 0, None))
+    def rep(keys, states, prob):
+        return _repair_population(keys, states, prob, interference_avoidance=interference_avoidance)
+
     cross = jax.vmap(crossover)
     half = pop_size // 2
 
