@@ -55,9 +55,9 @@ Everything the search touches is a fixed-shape JAX array: the speedup of each jo
 ``(nodes, replicas)`` is precomputed into a table (:func:`speedup_tables`, vectorised over
 jobs and allocations and 50 geometrically spaced batch sizes as the artifact's
 ``GoodputFunction.optimize`` samples), the population is ``int32[P, J, N]``, every operator
-is ``vmap``-ed over the population (the repair works on the whole population at once,
-:func:`_repair_population`: only the few rows and columns that break a constraint are gathered
-and fixed, bit-identical to ``vmap(repair)``) and one generation is one jitted call (a host loop
+is ``vmap``-ed over the population (``GAConfig(sparse_repair=True)``: the repair works on the
+whole population at once, :func:`_repair_population`, gathering only the few rows and columns
+that break a constraint, 2-3x faster) and one generation is one jitted call (a host loop
 over generations: inside ``lax.fori_loop`` or in unrolled chunks XLA's CPU backend was no
 faster). Per-element random bits come from a counter hash salted by the ``jax.random`` key
 (:func:`_element_bits`; threefry dominated a generation). Jobs are padded to a multiple of 32
@@ -119,6 +119,11 @@ class GAConfig:
       speedup_base: ``'fair'`` (Eq 3.12, the artifact) or ``'one_gpu'``.
       reset_prob, zero_row_prob, zero_elem_prob: the mutation's probabilities (0.1 each).
       fixed_replicas: per-application GPU caps (the artifact fixes NCF to one GPU).
+      sparse_repair: repair the population with :func:`_repair_population` (2-3x faster
+        decisions). Its repaired matrices are bit-identical to the default's, but the fitness
+        XLA computes inside the fused generation can differ by one ulp (a different fusion), so
+        a simulation's trajectory can differ from the default's; off by default so results stay
+        those of the default search.
     """
 
     pop_size: int = 100
@@ -134,6 +139,7 @@ class GAConfig:
     zero_row_prob: float = 0.1
     zero_elem_prob: float = 0.1
     fixed_replicas: dict = field(default_factory=lambda: {"ncf": 1})
+    sparse_repair: bool = False
 
     def __post_init__(self):
         va.check_int("pop_size", self.pop_size, lo=2)
@@ -525,14 +531,18 @@ def _dedup_penalty(states, f):
 
 
 def _make_search(pop_size: int, generations: int, p: float, interference_avoidance: bool,
-                 reset_prob: float, zero_row_prob: float, zero_elem_prob: float):
+                 reset_prob: float, zero_row_prob: float, zero_elem_prob: float, sparse_repair: bool = False):
     import jax
     import jax.numpy as jnp
 
     mut = jax.vmap(lambda k, s, pr: mutate(k, s, pr, reset_prob=reset_prob, zero_row_prob=zero_row_prob,
                                            zero_elem_prob=zero_elem_prob), in_axes=(0, 0, None))
-    def rep(keys, states, prob):
-        return _repair_population(keys, states, prob, interference_avoidance=interference_avoidance)
+    if sparse_repair:
+        def rep(keys, states, prob):
+            return _repair_population(keys, states, prob, interference_avoidance=interference_avoidance)
+    else:
+        rep = jax.vmap(lambda k, s, pr: repair(k, s, pr, interference_avoidance=interference_avoidance),
+                       in_axes=(0, 0, None))
 
     cross = jax.vmap(crossover)
     half = pop_size // 2
@@ -614,7 +624,7 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
     P = config.pop_size
     J, N = prob.base.shape
     cfg_key = (P, config.generations, float(config.p), config.interference_avoidance, config.reset_prob,
-               config.zero_row_prob, config.zero_elem_prob)
+               config.zero_row_prob, config.zero_elem_prob, bool(config.sparse_repair))
     if cfg_key not in _SEARCH_CACHE:
         _SEARCH_CACHE[cfg_key] = _make_search(*cfg_key)
     search = _SEARCH_CACHE[cfg_key]

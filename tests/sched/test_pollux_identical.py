@@ -1,5 +1,5 @@
-"""PolluxSched's fast search is the same search: :func:`scarjax.sched.pollux.solve` (population-level
-sparse repair, ``_repair_population``) gives bit-identical allocations, fitness and final populations
+"""PolluxSched's fast search is the same search: :func:`scarjax.sched.pollux.solve` (by default, and with
+``GAConfig(sparse_repair=True)``: population-level sparse repair, ``_repair_population``) gives bit-identical allocations, fitness and final populations
 to the plain search it replaced (every operator ``vmap``-ed one matrix at a time, the per-matrix
 :func:`~scarjax.sched.pollux.repair` of the artifact's ``Problem._repair``), kept here as the reference.
 Simulations already run with the old search (e.g. the sched_sweeps experiment) stay reproducible."""
@@ -110,11 +110,11 @@ def _problem(J=20, N=4, gpn=4, seed=0):
 
 
 @pytest.mark.cpu_exact
-@pytest.mark.parametrize("seed,avoid,p,warm", [(0, True, -1.0, False), (2, True, -1.0, True)])
-def test_solve_bit_identical_to_reference_search(seed, avoid, p, warm):
+@pytest.mark.parametrize("seed,avoid,p,warm,sparse", [(0, True, -1.0, False, True), (2, True, -1.0, True, False)])
+def test_solve_bit_identical_to_reference_search(seed, avoid, p, warm, sparse):
     from dataclasses import replace
 
-    cfg = replace(CFG, interference_avoidance=avoid, p=p)
+    cfg = replace(CFG, interference_avoidance=avoid, p=p, sparse_repair=sparse)
     prob = _problem(seed=seed)
     init = None
     if warm:  # a warm start: a previous population
