@@ -63,6 +63,10 @@ class Config:
     first_jobs: int | None = None  # keep only the first jobs (in submission order)
     exclude_apps: tuple[str, ...] = ()
     seed: int = 0
+    # The committed results were computed with the dense (vmapped per-matrix) repair; the
+    # library's default sparse repair gives the same repairs but may round a fitness one ulp
+    # differently and so drift slightly (GAConfig.sparse_repair).
+    sparse_repair: bool = False
 
     @classmethod
     def quick(cls) -> "Config":
@@ -78,7 +82,8 @@ def make_policy(name: str, config) -> object:
     if name == "pollux":
         from scarjax.sched.pollux import GAConfig, PolluxPolicy
 
-        return PolluxPolicy(GAConfig(pop_size=config.population, generations=config.generations, p=config.p))
+        return PolluxPolicy(GAConfig(pop_size=config.population, generations=config.generations, p=config.p,
+                                     sparse_repair=config.sparse_repair))
     if name == "tiresias":
         from scarjax.sched.tiresias import TiresiasPolicy
 
