@@ -451,15 +451,17 @@ def _rel(pred: float, meas: float) -> float:
 
 def _default_step_time_predictions(speed_table) -> dict[str, float]:
     """Eq 1 (univariate, GPU-specific least squares of step time on model FLOPs) per GPU of the
-    supertable, at ResNet-32's FLOPs (the second-smallest of its four models: Table I's
-    ResNet-15 < ResNet-32 < Shake Shake Small < Big)."""
-    flops = np.unique(speed_table.model_flops)
-    res32 = flops[1]
+    20-model step-time data Table II was fitted on (``load_cmdare_speed(dataset="models20")``),
+    at ResNet-32's FLOPs (its ``Res32`` rows)."""
+    res32 = np.asarray(speed_table.model) == "Res32"
+    if not res32.any():
+        raise ValueError("speed_table: no 'Res32' rows (use load_cmdare_speed(dataset='models20'))")
+    flops = float(np.asarray(speed_table.model_flops)[res32][0])
     out = {}
     for g in np.unique(speed_table.gpu).tolist():
         m = speed_table.gpu == g
         a, b = np.polyfit(speed_table.model_flops[m], speed_table.step_time_s[m], 1)
-        out[g] = float(a * res32 + b)
+        out[g] = float(a * flops + b)
     return out
 
 
@@ -530,8 +532,9 @@ def validate_training_time(
         raise ValueError("checkpoints: no ResNet-32 rows")
     ckpt_meas = float(checkpoints.duration_s[res32_ckpt].mean())
     if predicted_step_time_s is None:
-        predicted_step_time_s = _default_step_time_predictions(load_cmdare_speed() if speed_table is None else speed_table)
-        pred_source = "Eq 1 least squares per GPU on the supertable (in-sample)"
+        table = load_cmdare_speed(dataset="models20") if speed_table is None else speed_table
+        predicted_step_time_s = _default_step_time_predictions(table)
+        pred_source = "Eq 1 least squares per GPU on the 20-model step times (in-sample)"
     else:
         pred_source = "given"
     if predicted_ckpt_s is None:
