@@ -712,8 +712,7 @@ def report(results: dict) -> str:
         "Regret is measured on a documented subsample of the planner's grid (see above), so it is a lower bound on "
         "the regret against the whole grid. SCAR's checkpoint interval in the simulator is the planner's (Young/Daly "
         "with the planning window's MTTF): the simulator's own estimate for a price-driven market is the exact time to "
-        "the next price rise at the start (look-ahead), and 0, which `policies.scar` rejects, when the price is above "
-        "the bid at the start. Spot machines are simulated at a sentinel price and re-billed at the evaluation "
+        "the next price rise at the start (look-ahead, information a planner does not have). Spot machines are simulated at a sentinel price and re-billed at the evaluation "
         "window's price series by a NumPy mirror of `market.bill` (tested equal to it).",
     ]
     return "\n".join(lines)
