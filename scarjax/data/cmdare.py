@@ -44,6 +44,7 @@ import numpy as np
 from scarjax._validate import DataFormatError, check_path
 
 from ._parse import Column, freeze, parse_table, read_bytes, text_lines
+from .transient import _locate as _locate_file
 
 __all__ = [
     "CMDARE_GPU_TFLOPS",
@@ -614,20 +615,6 @@ def read_gce_training_vms(path: Path, setting: str) -> list[TrainingRun]:
 # ---------------------------------------------------------------------------
 # Public loaders
 # ---------------------------------------------------------------------------
-
-
-def _locate_file(path, names: tuple[str, ...], what: str) -> Path:
-    """``path`` itself if it is a file, else the first ``path/<name>`` (``.gz`` too) that exists."""
-    p = check_path("path", path)
-    if p.is_file():
-        return p
-    if p.is_dir():
-        for name in names:
-            for cand in (p / name, p / (name + ".gz")):
-                if cand.is_file():
-                    return cand
-        raise FileNotFoundError(f"path: no {what} in {p} (looked for {', '.join(names)})")
-    raise FileNotFoundError(f"path: {p} does not exist")
 
 
 def _locate_dir(root, name: str, ok, what: str, base: str = "cmdare") -> Path:
