@@ -203,7 +203,7 @@ def main(argv=None):
                          "--quick: 1)")
     ap.add_argument("--no-sim", action="store_true", help="skip the whole-workload simulation")
     ap.add_argument("--dense-repair", action="store_true",
-                    help="time the default search (GAConfig(sparse_repair=False)) instead of the sparse repair")
+                    help="time the dense repair (GAConfig(sparse_repair=False): vmap of the per-matrix repair) instead of the default sparse one")
     ap.add_argument("--one-problem", action="store_true", help="only the 160-job decision")
     args = ap.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 5)
