@@ -12,6 +12,15 @@ from typing import Any, Callable
 import jax
 
 
+def loadavg() -> float | None:
+    """The 1-minute load average (``None`` where the platform has none), recorded beside
+    every timing so a reader can tell an idle machine from a busy one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def block(x: Any) -> Any:
     return jax.block_until_ready(x)
 

@@ -32,18 +32,14 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
+
 from scarjax.cluster import sweep as sw
 from scarjax.data import transient as td
 
 FULL = os.path.join(
     os.environ.get("SCARJAX_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")), "transient")
-
-
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
 
 
 def main(argv=None) -> dict:
@@ -106,7 +102,7 @@ def main(argv=None) -> dict:
         if vec_out[o]["revocations"][i] != ref["revocations"] or vec_out[o]["switches"][i] != ref["switches"]:
             raise AssertionError(f"vectorised and loop disagree on {combos[o]} start {batches[o][0][i]} job {batches[o][2][i]} h")
     rates = {"vectorised": [], "loop": []}
-    load0 = _loadavg()
+    load0 = _timing.loadavg()
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         vectorised()
@@ -128,7 +124,7 @@ def main(argv=None) -> dict:
         "ratio_median": statistics.median(per_round),
         "goal_ratio": 50,
         "max_rel_diff": diff,
-        "loadavg": [load0, _loadavg()],
+        "loadavg": [load0, _timing.loadavg()],
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
     }
     if not args.quick:
@@ -145,7 +141,7 @@ def main(argv=None) -> dict:
                 "seconds": time.perf_counter() - t0,
                 "minutes": r["minutes"],
             }
-        whole["loadavg_end"] = _loadavg()
+        whole["loadavg_end"] = _timing.loadavg()
         out["whole_sweep"] = whole
     print(json.dumps(out, indent=1))
     return out

@@ -29,18 +29,16 @@ import argparse
 import json
 import os
 import platform
+from pathlib import Path
 import statistics
+import sys
 import time
 
 import jax
 import numpy as np
 
-
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -50,7 +48,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 rounds, the loop over a 1,000-candidate sample")
     args = ap.parse_args(argv)
-    load0 = _loadavg()
+    load0 = _timing.loadavg()
     t_import = time.perf_counter()
     from scarjax.cluster import planner as pl
 
@@ -122,7 +120,7 @@ def main(argv=None) -> dict:
         "best": {k: plan.best[k] for k in ("policy", "workers", "bid_fraction", "cost", "time_s")},
         "platform": {"machine": platform.machine(), "python": platform.python_version(), "jax": jax.__version__,
                      "backend": jax.default_backend(), "cpus": os.cpu_count(), "loadavg_start": load0,
-                     "loadavg_end": _loadavg()},
+                     "loadavg_end": _timing.loadavg()},
     }
     print(json.dumps(out, indent=1))
     return out
