@@ -500,14 +500,16 @@ class MarketModel:
         counts as a revocation, as the simulator's process does), the fixed preemptible price
         (70% off on-demand), per-second billing, the mean start-up delay of CM-DARE
         (87 s, :data:`scarjax.cluster.market.DEFAULT_STARTUP_S`). ``on_demand``: USD/h per GPU
-        machine (default, stated — not in the data or the paper: approximate 2019 us-central1 list
-        prices of an n1-standard-8, $0.38/h, plus the GPU, $0.45 / $1.46 / $2.48: K80 0.83,
-        P100 1.84, V100 2.86); ``speed``: relative speed (default 1, 2.1, 3.2 from CM-DARE Table I's
+        machine (default, stated — not in the data or the paper: 2019 us-central1 list prices of
+        an n1-standard-8 plus the GPU, :func:`scarjax.cluster.lifetimes.gce_hourly_price`: K80
+        0.83, P100 1.84, V100 2.86); ``speed``: relative speed (default 1, 2.1, 3.2 from CM-DARE Table I's
         TFLOPS ratios 4.37 / 9.3 / 14)."""
         gpus = tuple(gpus)
         if not gpus:
             raise ValueError("gpus must name at least one GPU type")
-        default_od = {"K80": 0.83, "P100": 1.84, "V100": 2.86}
+        from scarjax.cluster.lifetimes import gce_hourly_price
+
+        default_od = {g: gce_hourly_price(g, preemptible=False, vm="n1-standard-8") for g in ("K80", "P100", "V100")}
         default_speed = {"K80": 1.0, "P100": 9.3 / 4.37, "V100": 14.0 / 4.37}
         for g in gpus:
             if g not in default_od:
