@@ -1,4 +1,4 @@
-"""Loop overhead and Monte-Carlo throughput of the core loop (issue 2 benchmarks).
+"""Loop overhead and Monte-Carlo throughput of the core loop (the core loop's benchmarks).
 
 1. ``scarjax.run`` with no hooks vs a hand-written ``lax.scan`` + optax loop on the same
    MLR problem, both recording the full-data loss every step (target ratio <= 1.05).

@@ -1,6 +1,6 @@
 """Benchmark: wall time of the SCAR figure suite (thesis Figs 5.7–5.10) in full and quick mode.
 
-Issue 3's target: the full suite — Figs 5.7/5.8 (partial vs full recovery) and Figs
+The target: the full suite — Figs 5.7/5.8 (partial vs full recovery) and Figs
 5.9/5.10 (prioritised running checkpoints) for every model (MLR, MF, LDA, CNN by layer,
 CNN by shard) at 100 trials per point — runs in under 15 minutes on 2 CPU cores; its
 ``--quick`` mode is part of the < 5 minute quick reproduction.

@@ -1,16 +1,16 @@
-"""PolluxSched benchmark (issue 15): one scheduling decision, our jitted GA vs pymoo NSGA-II; prints JSON.
+"""PolluxSched benchmark: one scheduling decision, our jitted GA vs pymoo NSGA-II; prints JSON.
 
 Two problems (the same arrays for both solvers): ``160_jobs_64_gpus``, the one the GA was
 tuned on, and ``80_jobs_32_gpus`` (another random draw on 8 x 4 GPUs, not tuned on). Each: jobs
 of the six Pollux applications (random application, progress, most GPUs seen in
 {0, 1, 2, 4, 8, 16}, age and restarts) on the cluster, their speedup tables (Eq 3.12,
-:func:`scarjax.sched.pollux.speedup_tables`), the re-allocation factors and caps, and the
+:func:`scarjax.sched.ga.speedup_tables`), the re-allocation factors and caps, and the
 current allocation found by a first decision (so the decision timed is a warm interval, as in a
 simulation). Both solvers start from the same
 initial population (the current allocation, the greedy seed and mutated copies) and run
 population 100 for 100 generations (the artifact's settings).
 
-* ``ours``: :func:`scarjax.sched.pollux.solve` (a host loop over one jitted generation, operators
+* ``ours``: :func:`scarjax.sched.ga.solve` (a host loop over one jitted generation, operators
   on the whole population); timed after one compiling call (``compile_s`` reported apart).
 * ``pymoo_nsga2``: the artifact's ``simulator/pollux.py`` ``Problem`` (its ``_mutation``,
   ``_crossover``, ``_repair`` and ``_evaluate``: two objectives, -fitness and -cluster
@@ -47,7 +47,7 @@ from _timing import emit, loadavg  # noqa: E402
 
 def make_problem(J=160, nodes=16, gpn=4, seed=0):
     from scarjax.sched import load_apps
-    from scarjax.sched import pollux as P
+    from scarjax.sched import ga as P
     from scarjax.sched.simulator import Cluster, JobsView
 
     apps = load_apps()
@@ -78,7 +78,7 @@ def initial_population(prob, cfg, seed):
     import jax
     import jax.numpy as jnp
 
-    from scarjax.sched import pollux as P
+    from scarjax.sched import ga as P
 
     Pn = cfg.pop_size
     J, N = prob.base.shape
@@ -228,7 +228,7 @@ def decision_row(kw, repeats, sparse_repair=True):
     same initial population and seed per repeat."""
     import jax
 
-    from scarjax.sched import pollux as P
+    from scarjax.sched import ga as P
 
     t0 = time.perf_counter()
     prob, one, cfg = make_problem(**kw)
@@ -285,8 +285,8 @@ def decision_row(kw, repeats, sparse_repair=True):
 
 def simulate_row(workload: str, max_hours):
     """Simulated cluster-hours per wall-clock second of ``scarjax.sched.simulate`` with
-    :class:`~scarjax.sched.pollux.PolluxPolicy` (default settings) on ``workload``."""
-    from scarjax.sched.pollux import PolluxPolicy
+    :class:`~scarjax.sched.ga.PolluxPolicy` (default settings) on ``workload``."""
+    from scarjax.sched.ga import PolluxPolicy
     from scarjax.sched.simulator import simulate
 
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Trials per second of ``scarjax.run_trials``: one device vs sharded over 8 devices vs
 chunked, for 10,000 QP and 10,000 MLR trials, measured side by side in one run; and the
-peak memory of 100,000 QP trials (issue 12 §3).
+peak memory of 100,000 QP trials.
 
 Configurations (same keys, same hooks, same compiled loop; only the mesh and chunks differ):
 

@@ -1,5 +1,5 @@
 """How far trial ``i`` of ``scarjax.run_trials`` is from ``scarjax.run`` with key ``i``
-(issue 11 §2: the guarantee stated in ``run_trials``' docstring).
+(the guarantee stated in ``run_trials``' docstring).
 
 For each model (4-d and 50-d QPs, MLR on digits with minibatches of 64, MF by ALS on the
 synthetic ratings, an element-wise fixed-point map) and each hook set (none; Gaussian

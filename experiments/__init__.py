@@ -29,7 +29,9 @@ Rework statistics go through :mod:`experiments._stats`: a trial that never re-re
 is censored at its run's horizon (restricted means printed "≥", censored counts in every
 table and JSON, bound checks over all trials), never dropped.
 
-``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce`` runs them.
+``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce`` runs them;
+:func:`load_results`, :func:`plot_results` and :func:`headline_table` are what the command
+line uses (``scarjax reproduce``, ``replot``).
 """
 
 REGISTRY: tuple[str, ...] = (
@@ -46,14 +48,21 @@ REGISTRY: tuple[str, ...] = (
     "experiments.pollux_efficiency",
     "experiments.pollux_throughput",
     "experiments.pollux_adaptive",
-    "experiments.proteus",  # C2 (issue 14)
-    "experiments.tierml_fig12",  # C1 (issue 14)
-    "experiments.sched_main", "experiments.sched_sweeps", "experiments.sched_autoscale",  # S3 (issue 15)
-    "experiments.sync_on_the_fly",  # D (issue 14)
-    "experiments.litz_elasticity",  # D (issue 14)
-    "experiments.cluster_scar",  # A (issue 14)
-    "experiments.tierml_fig1", "experiments.tierml_fig11",  # B (issue 14)
-    "experiments.cmdare",  # H4 (issue 16)
-    "experiments.perf_models_local",  # H5 (issue 16)
-    "experiments.planner_validation",  # H7 (issue 16)
+    "experiments.proteus",  # transient clusters: Proteus' BidBrain
+    "experiments.tierml_fig12",  # transient clusters: TierML's cost sweep
+    "experiments.sched_main", "experiments.sched_sweeps", "experiments.sched_autoscale",  # cluster scheduling
+    "experiments.sync_on_the_fly",  # transient clusters: Sync-on-the-fly
+    "experiments.litz_elasticity",  # transient clusters: Litz
+    "experiments.cluster_scar",  # transient clusters: SCAR on the cluster clock
+    "experiments.tierml_fig1", "experiments.tierml_fig11",  # transient clusters: TierML
+    "experiments.cmdare",  # performance models: CM-DARE's
+    "experiments.perf_models_local",  # performance models: fitted on this machine
+    "experiments.planner_validation",  # the planner against the simulator
 )
+
+# The package's public API for the command line (``scarjax reproduce``/``replot``): results
+# I/O and the headline table; everything else is private to the experiments.
+from experiments._common import load_results, plot_results  # noqa: E402
+from experiments._headline import table as headline_table  # noqa: E402
+
+__all__ = ["REGISTRY", "headline_table", "load_results", "plot_results"]

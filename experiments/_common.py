@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import jax
 import numpy as np
 
 __all__ = ["to_jsonable", "revive", "save_results", "load_results", "plot_results", "progress", "recorded",
-           "run_meta", "machine"]
+           "run_meta", "machine", "shared_data_root", "shown_path"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -88,8 +89,25 @@ def plot_results(module: Any, out_dir: str | os.PathLike, results_dir: str | os.
     return list(paths) if isinstance(paths, (list, tuple)) else [paths]
 
 
+def shared_data_root() -> Path:
+    """The shared data folder: ``$SCARJAX_SHARED_DATA``, else ``shared/data`` beside the
+    checkout (the full spot-price history and other data too large to embed)."""
+    return Path(os.environ.get("SCARJAX_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")))
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as a report prints it, never a machine's absolute path: under the shared data
+    root as ``$SCARJAX_SHARED_DATA/...``, otherwise its file name."""
+    p = Path(path).resolve()
+    try:
+        return "$SCARJAX_SHARED_DATA/" + p.relative_to(shared_data_root().resolve()).as_posix()
+    except ValueError:
+        return p.name
+
+
 def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterable:
     """A tqdm progress bar on stderr (disabled when ``SCARJAX_NO_PROGRESS`` is set)."""
+    # tqdm (progress bars) is optional output, imported only when shown
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, leave=False, disable=bool(os.environ.get("SCARJAX_NO_PROGRESS")))
@@ -135,8 +153,6 @@ def _utc() -> str:
 
 def machine() -> dict:
     """The machine an experiment runs on: platform, Python, JAX and its devices, CPUs."""
-    import jax
-
     devices = jax.devices()
     return {
         "platform": platform.platform(),
@@ -191,6 +207,9 @@ def recorded(name: str) -> Callable:
         def wrapper(config, out_dir, *args, **kwargs):
             started, load0, t0 = _utc(), _loadavg(), time.perf_counter()
             results = run(config, out_dir, *args, **kwargs)
+            if isinstance(results.get("config"), dict):  # paths in the inputs as reports print them
+                results["config"] = {k: shown_path(v) if isinstance(v, str) and os.path.isabs(v) else v
+                                     for k, v in results["config"].items()}
             results["meta"] = run_meta(config, started, time.perf_counter() - t0, load0)
             save_results(out_dir, name, results)
             module = importlib.import_module(run.__module__)

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Any
 
+import jax
+
 __all__ = ["call", "call_processes", "env", "free_port", "init_distributed", "unpin_threads", "ROOT"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the source tree (``experiments`` importable)
@@ -106,8 +108,6 @@ def call_processes(target: str, world: int, *args: Any, timeout: float = 900.0) 
 def init_distributed(rank: int, world: int, port: int) -> None:
     """Join the ``world`` processes of :func:`call_processes` (gloo CPU collectives); a
     no-op for one process."""
-    import jax
-
     if world > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{port}", num_processes=world, process_id=rank)

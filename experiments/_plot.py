@@ -60,9 +60,11 @@ RC = {
 def pyplot():
     """matplotlib's pyplot on the non-interactive Agg backend with :data:`RC` applied
     (experiments run headless)."""
+    # matplotlib is slow to import and needed only to draw
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib is slow to import and needed only to draw
     import matplotlib.pyplot as plt
 
     matplotlib.rcParams.update(RC)
@@ -93,6 +95,7 @@ def figure_path(out_dir: str | os.PathLike, name: str) -> Path:
 def save(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
     """Save ``fig`` to ``out_dir/paper_figs/<name>.png`` and close it; warns (``UserWarning``)
     naming the texts when a panel's labels overlap another panel (:func:`overlaps`)."""
+    # matplotlib is slow to import and needed only to draw
     import matplotlib.pyplot as plt
 
     path = figure_path(out_dir, name)
@@ -123,6 +126,7 @@ def overlaps(fig: Any, tol: float = 1.0) -> list[str]:
     plotting area or texts, or the figure's suptitle, by more than ``tol`` pixels: e.g.
     a y-label drawn over the tick labels of the panel to its left. Twin axes (same
     position) are one panel. Returns descriptions, empty when the layout is clean."""
+    # matplotlib is slow to import and needed only to draw
     from matplotlib.transforms import Bbox
 
     fig.canvas.draw()

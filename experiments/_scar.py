@@ -25,6 +25,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from scarjax.data import load_mnist_5k
+from scarjax.models import lda, mf, mlr
 from scarjax.scar import partition as P
 
 
@@ -49,23 +51,16 @@ CNN_SHARDS = 8  # "by shard": every tensor split along its first dimension into 
 
 
 def _mlr_digits():
-    from scarjax.models import mlr
-
     return mlr.digits(lr=MLR_LR, batch_size=MLR_BATCH)
 
 
 def _mlr_digits_long():
-    from scarjax.models import mlr
-
     # A smaller step than Figs 5.7-5.10 so that 30 epochs stay in the steadily converging
     # regime (with lr 0.5 the loss reaches its noise floor within ~10 epochs).
     return mlr.digits(lr=MLR_LONG_LR, batch_size=MLR_BATCH)
 
 
 def _mlr_mnist5k():
-    from scarjax.data import load_mnist_5k
-    from scarjax.models import mlr
-
     x, y = load_mnist_5k()
     return mlr.mlr(x, y, num_classes=10, lr=0.5, batch_size=1000, name="mlr_mnist5k")
 
@@ -75,8 +70,6 @@ def _rows(s0, alg, num_servers=8):
 
 
 def _mf():
-    from scarjax.models import mf
-
     return mf.synthetic()
 
 
@@ -85,8 +78,6 @@ def _mf_part(s0, alg, num_servers=8):
 
 
 def _lda():
-    from scarjax.models import lda
-
     # 100 documents x 80 tokens (8,000 tokens, 100 words): the NLL falls steeply until
     # ~15 sweeps (about 8 sampling-noise standard deviations per sweep at 15, vs < 0.5 at
     # 30 on the 2,000-token default corpus), so hitting times of ε are sharp.
@@ -94,22 +85,16 @@ def _lda():
 
 
 def _lda_long():
-    from scarjax.models import lda
-
     return lda.synthetic()  # Fig 5.11 (unchanged: the 2,000-token default corpus)
 
 
 def _lda_part(s0, alg, num_servers=8):
-    from scarjax.models import lda
-
     dot = np.asarray(lda.doc_of_token(alg))
     return P.build(s0, "row", num_servers=num_servers, key=0,
                    aux_blocks=lambda aux, pb: type(aux)(np.asarray(pb)[:, 0][dot], "never", "never"))
 
 
 def _lda_rebuild(state, data):
-    from scarjax.models import lda
-
     return lda.rebuild_counts(state, data)
 
 

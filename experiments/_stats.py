@@ -106,6 +106,7 @@ def summary(rework: Any, horizon: Any, level: float = LEVEL) -> dict:
     n = v.size
     mean = float(v.mean())
     if n > 1:
+        # scipy's submodules are slow to import and needed only here
         from scipy import stats
 
         sd = float(v.std(ddof=1))

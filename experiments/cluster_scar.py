@@ -1,6 +1,6 @@
 """SCAR on a transient cluster: partial recovery with priority running checkpoints vs
 checkpoint-restart vs on-demand, on the same market, cost and time to the same target loss
-(issue 14 Sec 4, last item; thesis Ch 5 on the cluster clock of :mod:`scarjax.cluster.clock`).
+(SCAR on transient clusters: thesis Ch 5 on the cluster clock of :mod:`scarjax.cluster.clock`).
 
 The job is real training (full-batch MLR on digits, :func:`experiments._problems.mlr_digits`)
 on ``workers`` machines whose iterations take ``step_time_linear(compute_s, sync_s)``

@@ -1,6 +1,6 @@
 """CM-DARE (Li, Walls, Guo, ICDCS'20) on its own measurements: Tables II, IV, V and Fig 8, the
 cluster-size plateau and the second parameter server's gain (Table III / Fig 12), and Eq 4-5's
-training-time error, ours beside the paper's (issue 16 Sec 1).
+training-time error, ours beside the paper's.
 
 * Table II / IV: :func:`scarjax.cluster.cmdare.step_time_models` / ``checkpoint_models``
   (scikit-learn, min-max scaling, 4:1 split, k-fold MAE, SVR grid search; quick mode: a 3 x 3
@@ -24,6 +24,9 @@ import numpy as np
 from experiments import _plot
 from experiments._common import recorded
 from scarjax.cluster import lifetimes as L
+from scarjax.cluster import cmdare as cm
+from scarjax.data import load_gce_lifetimes
+from scarjax.data.cmdare import load_cmdare_cluster_speed, load_cmdare_speed
 
 NAME = "cmdare"
 DESCRIPTION = "CM-DARE: Tables II/IV/V, Fig 8, PS plateau/gain, Eq 4-5 training-time error on its measurements"
@@ -51,9 +54,6 @@ def _res(r) -> dict:
 
 @recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax.cluster import cmdare as cm
-    from scarjax.data.cmdare import load_cmdare_cluster_speed, load_cmdare_speed
-
     t0 = time.perf_counter()
     grid = QUICK_GRID if config.quick_grid else None
     st = cm.step_time_models(seed=config.seed, k=config.k, grid=grid)
@@ -79,7 +79,6 @@ def run(config: Config, out_dir) -> dict:
     gain = cm.ps_gain(summary)
 
     cdfs = {}
-    from scarjax.data import load_gce_lifetimes
 
     data = load_gce_lifetimes().select(campaign=config.campaign)
     for gpu, region in data.groups():

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import _scar
 import scarjax
 from experiments import _common, _plot, _problems, _rework, _stats
 from scarjax import bounds, perturb
@@ -92,8 +93,6 @@ def lda_panel(config: Config) -> dict:
     the Thm 5.3.1 bound from ``w⁽⁰⁾`` (Eq 5.6) and restarted at ``T``. Returns arrays
     (``fraction``, ``rework``, ``delta_T``, ``size``, ``bound``, ``bound_restarted``) and
     scalars (``c``, ``d0``, ``dT``, ``eps``)."""
-    from experiments import _scar
-
     spec, alg, part = _scar.setup("lda_synthetic")
     n, T, N = config.lda_trials, config.lda_perturb_at, config.lda_converge_at
     if not 0 < T < N < config.lda_steps:

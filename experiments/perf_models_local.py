@@ -1,5 +1,5 @@
-"""CM-DARE's performance models fitted on this machine (issue 16 part 1, "Also measure this
-machine"; Li et al., ICDCS'20, Sec III-B Table II and Sec IV-C Table IV).
+"""CM-DARE's performance models fitted on this machine (measured here as well as
+from the paper's data; Li et al., ICDCS'20, Sec III-B Table II and Sec IV-C Table IV).
 
 Step time: several sizes and batch sizes of every scarjax model (the quadratic program, MLR on
 the digits, ALS matrix factorisation, LDA collapsed Gibbs, and in full mode the thesis CNN on
@@ -30,7 +30,9 @@ import numpy as np
 
 from experiments import _common, _plot
 from experiments._common import revive
+from scarjax.cluster import cmdare as cm
 from scarjax.cluster import profile as pf
+from scarjax.models import lda, mf, mlr, quadratic
 
 NAME = "perf_models_local"
 DESCRIPTION = "CM-DARE Tables II/IV models fitted on this machine to scarjax's models: leave-one-model-out error"
@@ -72,14 +74,13 @@ class Config:
 
 def _jobs(cfg: Config) -> list[tuple[str, str, object]]:
     """(model family, label, factory) for every profiled job."""
-    from scarjax.models import lda, mf, mlr, quadratic
-
     jobs = [("qp", f"qp d={d}", lambda d=d: quadratic.random_problem(cfg.seed, d, 10.0)) for d in cfg.qp_dims]
     jobs += [("mlr", f"mlr b={b or 'full'}", lambda b=b: mlr.digits(batch_size=b or None)) for b in cfg.mlr_batches]
     jobs += [("mf", f"mf {u}x{i} p={p}", lambda u=u, i=i, p=p: mf.synthetic(cfg.seed, n_users=u, n_items=i, factors=p))
              for u, i, p in cfg.mf_sizes]
     jobs += [("lda", f"lda docs={n}", lambda n=n: lda.synthetic(cfg.seed, n_docs=n)) for n in cfg.lda_docs]
     if cfg.cnn_batches:
+        # the flax model: flax is slow to import and only the CNN jobs need it
         from scarjax.models import cnn
 
         jobs += [("cnn", f"cnn b={b}", lambda b=b: cnn.mnist_small(batch_size=b)) for b in cfg.cnn_batches]
@@ -113,7 +114,6 @@ def run(config: Config, out_dir) -> dict:
     grid = None if cfg.grid is None else {"C": tuple(cfg.grid[0]), "epsilon": tuple(cfg.grid[1])}
     fitted = pf.fit_local_models(records, ckpt, seed=cfg.seed, grid=grid)
     # a job outside the training set, through step_time_model
-    from scarjax.models import mlr, quadratic
 
     held = mlr.digits(batch_size=size) if kind == "mlr" else quadratic.random_problem(cfg.seed, size, 10.0)
     hf = pf.features(held, tflops=tflops, key=cfg.seed)
@@ -175,22 +175,18 @@ def _pct(x: float) -> str:
 
 def _paper() -> dict:
     """CM-DARE's numbers recorded with the results (from :mod:`scarjax.cluster.cmdare`)."""
-    from scarjax.cluster import cmdare as cm
-
     return {"table_ii": cm.TABLE_II, "table_iv": cm.TABLE_IV, "test_mape": cm.PAPER_MAPE,
             "mean_step_s": PAPER_MEAN_STEP_S}
 
 
 def report(res: dict) -> str:
-    from scarjax.cluster import cmdare as cm
-
     res = revive(res)
     meta = res.get("meta", {})
     recs = res["step_records"]
     fams = list(dict.fromkeys(r["model"] for r in recs))
     mean_ms = 1e3 * float(np.mean([r["step_s"] for r in recs]))
     L = [
-        "## CM-DARE performance models on this machine (issue 16; CM-DARE Tables II and IV)",
+        "## CM-DARE performance models on this machine (CM-DARE Tables II and IV)",
         "",
         f"Machine: {meta.get('cpu_model', '?')} ({meta.get('cpu_count', '?')} CPUs, JAX {meta.get('jax', '?')} on "
         f"{meta.get('jax_backend', '?')}), load average {meta.get('loadavg_start', '?')} at the start; measured "

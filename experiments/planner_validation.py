@@ -1,5 +1,5 @@
-"""Planner validation (issue 16 part 2): the planner's predicted cost and time against the
-issue-14 simulator on *held-out* market windows, and its regret against the best plan that
+"""Planner validation: the planner's predicted cost and time against the
+cluster simulator (:mod:`scarjax.cluster`) on *held-out* market windows, and its regret against the best plan that
 exhaustive simulation finds.
 
 **Protocol.** For each job, spot market and pair of consecutive windows of the 2015 AWS
@@ -13,7 +13,7 @@ price history (the embedded April 2015 extract: plan on week ``w``, evaluate on 
    ``K0`` and ``c``, Thm 5.3.1), and :func:`~scarjax.cluster.planner.plan` picks the best
    feasible candidate of its grid for the objective.
 2. *Simulate* the chosen plan on the evaluation window: the candidate is turned into a
-   ``(policy, options, market)`` of the issue-14 simulator by
+   ``(policy, options, market)`` of the cluster simulator by
    :func:`~scarjax.cluster.planner.to_simulation` and run for real (the job trains through
    :mod:`scarjax.cluster.clock`; revocations are the price history's, bid as planned) from
    ``starts`` start minutes drawn uniformly in the evaluation window (the same starts for every
@@ -67,10 +67,13 @@ import numpy as np
 from experiments import _plot
 from experiments._common import recorded, revive
 from experiments._problems import MLR_L2, MLR_LR, mlr_digits
+from scarjax import bounds
 from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
+from scarjax.cluster import planner as pl
 from scarjax.data import transient as td
 from scarjax.models import mlr
+from scarjax.models import mf
 
 NAME = "planner_validation"
 DESCRIPTION = ("Planner validation: predicted vs simulated cost and time on held-out spot-price windows, "
@@ -215,8 +218,6 @@ def _reference(name: str, steps: int, seed: int, optimum: bool = True):
     if name == "mlr":
         alg = mlr_digits() if optimum else mlr.digits(lr=MLR_LR, l2=MLR_L2)
     elif name == "mf":
-        from scarjax.models import mf
-
         alg = mf.synthetic(seed)
     else:
         raise ValueError(f"jobs: unknown job {name!r} (one of {JOBS})")
@@ -241,7 +242,7 @@ def make_job(name: str, cfg: Config) -> ck.Job:
 
 def simulate(policy, job: ck.Job, market: ck.Market, options: dict, starts, *, horizon_s: float, seed: int,
              times_s, prices) -> dict:
-    """Run ``policy`` (issue-14 signature) from each of ``starts`` (market seconds) on ``market``
+    """Run ``policy`` (the cluster policies' signature) from each of ``starts`` (market seconds) on ``market``
     with the sentinel spot price, re-bill at ``(times_s, prices)`` and return per-start arrays
     ``reached, time_h, dollars, steps, revocations, tie_purchases`` (censored starts: their
     end's time and cost, lower bounds)."""
@@ -378,8 +379,6 @@ def _prediction(pred) -> dict:
 
 @recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax.cluster import planner as pl
-
     cfg = config
     t_start = time.perf_counter()
     period = "month" if cfg.data_root else "week"
@@ -476,8 +475,6 @@ def _profile(pl, job: ck.Job, name: str):
     so Eq 5.3's max-ratio ``c`` is >= 1) gets the *typical* rate instead: ``exp`` of the
     least-squares slope of ``log(loss - min loss)`` over its first ``K0`` iterations
     (:func:`scarjax.bounds.estimate_c`, ``method='fit'``, R² >= 0.5), stated in the results."""
-    from scarjax import bounds
-
     try:
         return pl.JobProfile.from_job(job, 0, name=name), "max_ratio (planner)"
     except ValueError:
@@ -627,11 +624,11 @@ def report(results: dict) -> str:
     data = ("the full March-August 2015 history, months (plan on month m, evaluate on m + 1)"
             if results["period"] == "month" else "the embedded April 2015 extract, weeks (plan on week w, evaluate on w + 1)")
     lines = [
-        "## Planner validation: predicted vs simulated on held-out market windows (issue 16 part 2)",
+        "## Planner validation: predicted vs simulated on held-out market windows",
         "",
         "**Question.** Does the planner's prediction (expected cost and time to the target, from the SCAR rework "
         "bound Thm 5.3.1 / Thm 5.4.2, the step/checkpoint-time models and the planning window's prices and MTTF) "
-        "match the issue-14 simulator on the *next* window of the price history, and how much does its choice cost "
+        "match the cluster simulator on the *next* window of the price history, and how much does its choice cost "
         "against the best plan found by simulating?",
         "",
         f"**Setting.** Jobs {', '.join(cfg['jobs'])} (real training: MLR on digits to its loss at iteration "

@@ -55,7 +55,7 @@ def _rows(cfg):
         rows.append((f"m={m}", m, -126, vmax))
     for f in cfg.formats:
         m, emin, _ = P.FORMATS[f]
-        rows.append((f, m, emin, P._format_max(f)))
+        rows.append((f, m, emin, P.format_max(f)))
     return [(lab, m, e, v, sto) for sto in (False, True) for (lab, m, e, v) in rows]
 
 
@@ -255,7 +255,7 @@ def _prose(results: dict) -> str:
         out.append(f"Named formats ({named}) against the m-bit row with their mantissa: within 25% of its "
                    f"achieved floor in {len(same)} of {len(same) + len(diff)} settings"
                    + (f"; off the curve: {'; '.join(diff)} — their exponent range matters "
-                      f"(float8 e4m3 saturates at {P._format_max('float8_e4m3fn'):g} and flushes small weights to "
+                      f"(float8 e4m3 saturates at {P.format_max('float8_e4m3fn'):g} and flushes small weights to "
                       "subnormals)." if diff else "."))
     return " ".join(out)
 

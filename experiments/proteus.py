@@ -27,7 +27,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from experiments import _plot
+from experiments import _common, _plot
 from experiments._common import recorded
 from scarjax.cluster import bidbrain as bb
 
@@ -158,7 +158,8 @@ def run(config: Config, out_dir) -> dict:
     return {
         "config": dataclasses.asdict(config),
         "work_units": job.work,
-        "data": "embedded April 2015 extract" if config.data_root is None else f"full history from {config.data_root}",
+        "data": ("embedded April 2015 extract" if config.data_root is None
+                 else f"full history from {_common.shown_path(config.data_root)}"),
         "progress_model": "stated scaling model (scarjax.cluster.bidbrain.ScalingModel), not calibrated",
         "runs": per_run,
         "summary": summary,
@@ -205,7 +206,7 @@ def report(res: dict) -> str:
     c = res["config"]
     n = s["proteus"]["n"]
     lines = [
-        "## Proteus BidBrain on the 2015 spot history (issue 14 Sec 4)",
+        "## Proteus BidBrain on the 2015 spot history",
         "",
         f"{n} start times over {len(c['zones'])} zone(s) ({', '.join(c['zones'])}; {res['data']}); a job of "
         f"{res['work_units']:.0f} work units = {c['job_hours']:g} h on {c['od_machines']} on-demand c3.xlarge; "

@@ -30,6 +30,8 @@ import time
 import numpy as np
 
 from experiments import _common, _plot
+from scarjax.sched.apps import load_apps
+from scarjax.sched.autoscaler import GoodputAutoscaler, simulate_autoscaling
 
 NAME = "sched_autoscale"
 DESCRIPTION = "Pollux Sec 3.5.4 / Fig 3.14: goodput vs throughput autoscaling of ImageNet, cost and JCT"
@@ -76,8 +78,6 @@ SENSITIVITY = {
 
 
 def _runs(app: str, config: Config, apps) -> dict:
-    from scarjax.sched.autoscaler import GoodputAutoscaler, simulate_autoscaling
-
     kw = dict(gpus_per_node=config.gpus_per_node, up=config.up, target=config.target)
     scalers = {"goodput": GoodputAutoscaler(max_nodes=config.max_nodes, **kw),
                "throughput": GoodputAutoscaler(max_nodes=config.max_nodes, use_efficiency=False, **kw)}
@@ -119,8 +119,6 @@ def _lag(r: dict, max_nodes: int, target: float) -> dict | None:
 
 
 def _sensitivity(app: str, config: Config, apps) -> dict:
-    from scarjax.sched.autoscaler import GoodputAutoscaler, simulate_autoscaling
-
     a = apps.names.index(app)
     out = {}
     for label, (fields, kw) in SENSITIVITY.items():
@@ -141,8 +139,6 @@ def _sensitivity(app: str, config: Config, apps) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax.sched.apps import load_apps
-
     t0 = time.perf_counter()
     apps = load_apps()
     res = {"config": dataclasses.asdict(config), "runs": {}}

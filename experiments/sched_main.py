@@ -6,7 +6,7 @@ scheduling interval and a 30 s restart penalty (:func:`scarjax.sched.simulator.s
 under
 
 * **Pollux** (PolluxSched's genetic search, population 100, 100 generations, p = -1,
-  interference avoidance; adaptive batch sizes; :mod:`scarjax.sched.pollux`),
+  interference avoidance; adaptive batch sizes; :mod:`scarjax.sched.ga`),
 * **Tiresias+TunedJobs** (two-queue discretised LAS, the user's tuned configuration),
 * **Optimus+Oracle+TunedJobs** (greedy marginal gain with oracle remaining iterations),
 
@@ -20,10 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 
 from experiments import _common, _plot
+from scarjax.data.pollux_sim import load_workload
+from scarjax.sched.apps import load_apps
+from scarjax.sched.ga import GAConfig, PolluxPolicy
+from scarjax.sched.optimus import OptimusPolicy
+from scarjax.sched.simulator import Cluster, simulate
+from scarjax.sched.tiresias import TiresiasPolicy
+from scarjax.sched.workload import subset
 
 NAME = "sched_main"
 DESCRIPTION = "Pollux Sec 3.5.3 / Table 3.2: avg, p99, makespan JCT of Pollux, Tiresias, Optimus on workloads 1-6"
@@ -80,28 +88,17 @@ def make_policy(name: str, config) -> object:
     """The named policy with the experiment's settings (lazy imports: each policy module
     loads JAX or SciPy only when used)."""
     if name == "pollux":
-        from scarjax.sched.pollux import GAConfig, PolluxPolicy
-
         return PolluxPolicy(GAConfig(pop_size=config.population, generations=config.generations, p=config.p,
                                      sparse_repair=config.sparse_repair))
     if name == "tiresias":
-        from scarjax.sched.tiresias import TiresiasPolicy
-
         return TiresiasPolicy()
     if name == "optimus":
-        from scarjax.sched.optimus import OptimusPolicy
-
         return OptimusPolicy()
     raise ValueError(f"policy must be one of {POLICIES}, got {name!r}")
 
 
 def load(name: str, config):
     """Workload ``name`` (embedded or from ``config.root``), cut as the config says."""
-    from pathlib import Path
-
-    from scarjax.data.pollux_sim import load_workload
-    from scarjax.sched.workload import subset
-
     w = load_workload(name) if config.root is None else load_workload(Path(config.root) / "workloads" / f"{name}.csv")
     if config.exclude_apps:
         keep = ~np.isin(w.application, list(config.exclude_apps))
@@ -135,9 +132,6 @@ def summarize(res) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax.sched.apps import load_apps
-    from scarjax.sched.simulator import Cluster, simulate
-
     t0 = time.perf_counter()
     cluster = Cluster(nodes=config.nodes, gpus_per_node=config.gpus_per_node, interval_s=config.interval_s,
                       restart_penalty_s=config.restart_penalty_s)
@@ -246,7 +240,7 @@ def report(res: dict) -> str:
         "Optimus (mean over its 8 workloads), the thesis text (Sec 3.5.3) -32% and -48%.",
         "",
         "Differences from the artifact's simulator (by design, see `scarjax/sched/simulator.py` and "
-        "`scarjax/sched/pollux.py`): adaptive jobs choose the batch size with the per-application throughput "
+        "`scarjax/sched/ga.py`): adaptive jobs choose the batch size with the per-application throughput "
         "model fitted to all measurements (the artifact refits online to what the job has run, so its early "
         "choices are noisier), Eq 3.10 is solved exactly on the integer grid (the artifact samples 50 batch "
         "sizes), and PolluxSched keeps the best-fitness individual of a plain (mu + lambda) search where the "

@@ -50,6 +50,14 @@ import time
 import numpy as np
 
 from experiments import _common, _plot
+from experiments.sched_main import REFERENCE_AVG_JCT
+from scarjax.data.pollux_sim import Workload
+from scarjax.sched.apps import load_apps
+from scarjax.sched.ga import GAConfig, PolluxPolicy
+from scarjax.sched.optimus import OptimusPolicy
+from scarjax.sched.simulator import Cluster, packed_placement, simulate
+from scarjax.sched.tiresias import TiresiasPolicy
+from scarjax.sched.workload import sample_workload
 
 NAME = "sched_sweeps"
 DESCRIPTION = "Pollux Figs 3.12-3.13: job load 0.5-2x, interval 30 s-8 min, interference avoidance, finish-time fairness p=1,-1,-10"
@@ -116,24 +124,16 @@ class Config:
 
 def _policy(name: str, config, **ga):
     if name == "pollux":
-        from scarjax.sched.pollux import GAConfig, PolluxPolicy
-
         return PolluxPolicy(GAConfig(pop_size=config.population, generations=config.generations,
                                      sparse_repair=config.sparse_repair, **ga))
     if name == "tiresias":
-        from scarjax.sched.tiresias import TiresiasPolicy
-
         return TiresiasPolicy()
     if name == "optimus":
-        from scarjax.sched.optimus import OptimusPolicy
-
         return OptimusPolicy()
     raise ValueError(f"policy must be one of {POLICIES}, got {name!r}")
 
 
 def _workload(load: float, seed: int, config):
-    from scarjax.sched.workload import sample_workload
-
     w = sample_workload(load, seed=seed, duration_hours=config.duration_hours)
     if config.exclude_apps:
         keep = ~np.isin(w.application, list(config.exclude_apps))
@@ -162,8 +162,6 @@ class FixedShare:
         self.gpus, self.adaptive = int(gpus), bool(adaptive)
 
     def allocate(self, jobs, cluster, now, rng) -> np.ndarray:
-        from scarjax.sched.simulator import packed_placement
-
         n = jobs.num_jobs
         out = np.zeros((n, cluster.nodes), np.int64)
         if n:
@@ -190,8 +188,6 @@ def mean_active_jobs(submit: np.ndarray, completion: np.ndarray) -> np.ndarray:
 def finish_time_fairness(res, workload, policy_adaptive: bool, cluster, apps, cache: dict) -> np.ndarray:
     """``rho`` per completed job of ``res`` (module docstring); ``cache`` holds isolated JCTs
     by ``(app, gpus, adaptive, batch size)``."""
-    from scarjax.sched.simulator import Cluster, simulate
-
     jct = res.jcts
     submit = np.array([j.submit_s for j in res.jobs])
     comp = submit + jct
@@ -210,8 +206,6 @@ def finish_time_fairness(res, workload, policy_adaptive: bool, cluster, apps, ca
         k = int(np.clip(np.floor(g / n_bar[i]), 1, min(cap, g)))
         key = (job.app, k, policy_adaptive, bsz)
         if key not in cache:
-            from scarjax.data.pollux_sim import Workload
-
             solo = Workload(name=np.array([job.app]), time=np.array([float(cluster.interval_s)]),
                             application=np.array([job.app]),
                             num_replicas=np.array([k]), batch_size=np.array([bsz]), source="isolated")
@@ -235,9 +229,6 @@ def _rho_stats(rho: np.ndarray) -> dict:
 
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax.sched.apps import load_apps
-    from scarjax.sched.simulator import Cluster, simulate
-
     t0 = time.perf_counter()
     apps = load_apps()
     base = Cluster(nodes=config.nodes, gpus_per_node=config.gpus_per_node, interval_s=config.interval_s)
@@ -455,8 +446,6 @@ def report(res: dict) -> str:
                          f"{_fmt(r.get('ours'))} | {'-' if a is None else format(a, '.0f')} | "
                          f"{_fmt(_ratio(a, ref['load']['pollux']['1.0']))} | {per} |")
     if res["comparable"] and any("1.0" in d for d in res["load"].values()):
-        from experiments.sched_main import REFERENCE_AVG_JCT
-
         same = []
         for p, d in res["load"].items():
             a = [REFERENCE_AVG_JCT.get(p, {}).get(f"workload-{k}") for k in c["seeds"]]

@@ -66,7 +66,7 @@ def _spot(history: str):
     if history not in ("full", "embedded"):
         raise ValueError(f"history must be 'full' or 'embedded', got {history!r}")
     if history == "full" and os.path.isdir(os.path.join(FULL_HISTORY, "aws-spot-2015")):
-        return td.load_spot_market(FULL_HISTORY), f"full history ({FULL_HISTORY}/aws-spot-2015)"
+        return td.load_spot_market(FULL_HISTORY), f"full history ({_common.shown_path(os.path.join(FULL_HISTORY, 'aws-spot-2015'))})"
     return td.load_spot_market(), "embedded extract (April 2015)"
 
 

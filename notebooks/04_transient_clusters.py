@@ -14,7 +14,7 @@
 # # 04 - Transient clusters on a simulated clock
 #
 # `scarjax.cluster` puts a training job on machines that the provider can take away
-# (issue 14). A **market** says which machines we buy, what they cost, how long they
+# (transient clusters). A **market** says which machines we buy, what they cost, how long they
 # live and how they are billed; a **policy** decides what to do when one goes; the
 # **clock** advances simulated time interval by interval while the job trains *for
 # real* (`scarjax.cluster.clock.Trainer`), so the loss-vs-hours and loss-vs-dollars

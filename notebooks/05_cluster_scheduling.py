@@ -38,7 +38,7 @@ import numpy as np
 
 from scarjax.data.pollux_sim import load_workload
 from scarjax.sched.apps import load_apps
-from scarjax.sched.pollux import GAConfig, PolluxPolicy
+from scarjax.sched.ga import GAConfig, PolluxPolicy
 from scarjax.sched.simulator import Cluster, simulate
 from scarjax.sched.optimus import OptimusPolicy
 from scarjax.sched.tiresias import TiresiasPolicy

@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 06 - Planning a training run on transient machines
 #
-# `scarjax.cluster.planner` (issue 16) answers a budget question before anything runs: *given
+# `scarjax.cluster.planner` answers a budget question before anything runs: *given
 # this job and this market, which policy, how many machines, which bid, which checkpoint
 # period and SCAR fraction make it cheapest (or fastest, or cheapest by a deadline)?* It does
 # not simulate the candidates: it **predicts** each one's expected cost and time (revocations
@@ -25,7 +25,7 @@
 # 2. measure the job's profile and plan for the least expected cost;
 # 3. look at cost against time over every candidate, with the Pareto front;
 # 4. re-plan under a deadline;
-# 5. simulate the chosen plan on the *next* week of prices (the issue-14 simulator, real
+# 5. simulate the chosen plan on the *next* week of prices (the cluster simulator, real
 #    training) and compare with the prediction.
 
 # %%
@@ -131,7 +131,7 @@ print(f"re-planned under the deadline: {best['policy']} on {best['workers']} mac
 # %% [markdown]
 # ## Simulate the chosen plan on the next week
 #
-# `to_simulation` turns a candidate into the issue-14 simulator's call: the policy, its
+# `to_simulation` turns a candidate into the cluster simulator's call: the policy, its
 # options (checkpoint interval, SCAR fraction and priority rule), the job on the plan's
 # fleet and the market with the plan's bid. We run it on **week 2** of the price history,
 # which the planner never saw, from three start times; the job trains for real, the machines

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.perturb import workers as wk
 from scarjax.core import Algorithm, State

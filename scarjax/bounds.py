@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Sequence
 
+import jax
+from jax.flatten_util import ravel_pytree
 import numpy as np
 from scipy.special import logsumexp
 
@@ -684,9 +686,6 @@ def local_contraction(algorithm: Any, key: Any = None) -> float:
     ``algorithm.optimum``; the Jacobian is dense (``d × d``), so this is for models up to a
     few thousand parameters.
     """
-    import jax
-    from jax.flatten_util import ravel_pytree
-
     if getattr(algorithm, "optimum", None) is None:
         raise ValueError("algorithm has no optimum: local_contraction needs w*")
     key = jax.random.key(0) if key is None else key

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from scarjax.cluster.planner import plan_command
+from scarjax.sched.command import cluster_sim
+
 __all__ = ["main", "experiments", "write_reproduction", "run_settings", "replot"]
 
 _HEADER = """# Reproduction report
@@ -92,16 +95,21 @@ def run_settings(results: dict[str, dict | None]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def experiments() -> dict[str, ModuleType]:
-    """``{NAME: module}`` for every registered experiment, in registry order."""
+def _experiments_package() -> ModuleType:
+    """The ``experiments`` package (of the source tree; looked up by name when a command
+    needs it, like the experiment modules its ``REGISTRY`` names)."""
     try:
-        registry = importlib.import_module("experiments").REGISTRY
+        return importlib.import_module("experiments")
     except ModuleNotFoundError as e:  # pragma: no cover - installation problem
         raise SystemExit(
             "scarjax: the 'experiments' package is not importable; install scarjax from its "
             "source tree (pip install -e .)"
         ) from e
-    mods = [importlib.import_module(m) for m in registry]
+
+
+def experiments() -> dict[str, ModuleType]:
+    """``{NAME: module}`` for every registered experiment, in registry order."""
+    mods = [importlib.import_module(m) for m in _experiments_package().REGISTRY]
     return {m.NAME: m for m in mods}
 
 
@@ -110,14 +118,11 @@ def write_reproduction(out_dir: Path, flags: str = "", note: str = "") -> Path:
     run settings (:func:`run_settings`, from the results' metadata), the headline table and
     each experiment's section (``note``: an optional paragraph placed under the settings;
     ``flags`` is accepted for compatibility — the settings now come from the metadata)."""
-    from experiments._common import load_results
-
-    from experiments._headline import table
-
-    results = {name: load_results(out_dir, name) for name in experiments()}
+    pkg = _experiments_package()
+    results = {name: pkg.load_results(out_dir, name) for name in experiments()}
     settings = run_settings(results)
     parts = [_HEADER + (f"\n{settings}" if settings else "") + (f"\n{note.strip()}\n" if note else "")]
-    headline = table(results)
+    headline = pkg.headline_table(results)
     if headline:
         parts.append(headline.strip() + "\n")
     for name, mod in experiments().items():
@@ -144,8 +149,7 @@ def replot(names: list[str] | None, out_dir, results_dir=None) -> dict[str, list
       ValueError: an unknown name in ``names``.
       FileNotFoundError: a named experiment has no results.
     """
-    from experiments._common import plot_results
-
+    plot_results = _experiments_package().plot_results
     available = experiments()
     src = Path(results_dir if results_dir is not None else out_dir)
     unknown = [n for n in names or () if n not in available]
@@ -205,9 +209,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # issue 15 (scarjax.sched, imported lazily)
-    from scarjax.sched.simulator import cluster_sim
-
+def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # the scheduling simulator (scarjax.sched)
     res = cluster_sim(args.workload, args.policy, args.out, traces=args.traces, interval_s=args.interval,
                       seed=args.seed, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                       interference=args.interference, timeline=args.timeline)
@@ -217,9 +219,7 @@ def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # issue 15 (scarjax.sche
     return 0
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:  # issue 16 (scarjax.cluster.planner, imported lazily)
-    from scarjax.cluster.planner import plan_command
-
+def _cmd_plan(args: argparse.Namespace) -> int:  # the transient-cluster planner (scarjax.cluster.planner)
     print(plan_command(args.job, args.market, args.objective, deadline_h=args.deadline_h, budget=args.budget,
                        max_machines=args.max_machines, data=args.data, window_days=args.window_days,
                        seed=args.seed).table())

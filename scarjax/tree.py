@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 # ``is_traced`` lives with the other argument checks; re-exported here for the modules
 # that still import it from ``scarjax.tree`` (one implementation).
-from scarjax._validate import is_traced
+from scarjax.validate import is_traced
 
 PyTree = Any
 Norm = Callable[[PyTree], jax.Array]

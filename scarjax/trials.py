@@ -28,10 +28,11 @@ import sys
 from typing import Any, Callable, Sequence
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import core
 from scarjax.core import Algorithm, State, Trace
 from scarjax.hooks import Hook, flatten_hooks
@@ -187,7 +188,6 @@ def _to_host(x: jax.Array) -> np.ndarray:
     """All of a (possibly multi-process) global array, in this process's memory."""
     if x.is_fully_addressable:
         return np.asarray(x)
-    from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
@@ -377,6 +377,7 @@ def run_trials(
         first = mesh.devices.flat[0]
         return jax.tree.map(lambda x: jax.device_put(x, first)[:n], out)
 
+    # tqdm (progress bars) is optional output, imported only when shown
     from tqdm.auto import tqdm
 
     bar = tqdm(total=n, desc="trials", unit="trial", leave=False, disable=not _show_progress(progress, chunks))

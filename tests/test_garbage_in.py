@@ -1,4 +1,4 @@
-"""Garbage in, a clear error out (issue 11 §4): malformed arguments to the public
+"""Garbage in, a clear error out: malformed arguments to the public
 (non-data) API raise a ``ValueError``/``TypeError`` raised by scarjax's own validation
 whose message names the argument, never a silently wrong result or an error from deep
 inside NumPy/JAX.

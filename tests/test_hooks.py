@@ -192,7 +192,7 @@ def test_scheduled_keys_are_the_former_when_keys(qp):
 
 @pytest.mark.cpu_exact
 def test_stored_numbers_unchanged():
-    """Distances recorded with the API before issue 12 (``hooks.gaussian(1.0,
+    """Distances recorded with the API before its names were made unambiguous (``hooks.gaussian(1.0,
     when=hooks.with_probability(0.05, stop=150))`` and ``hooks.reset(0.3, when=50)`` on
     the Fig 5.3 QP, key 5)."""
     qp = quadratic.fig53_problem()

@@ -25,8 +25,8 @@ EXPECTED = {
     "01_rework_cost": "predicted floor",
     "02_goodput": "PGNS: running estimate",
     "03_parameter_server": "recovered",
-    "04_transient_clusters": "SCAR: reached the target in",  # A (issue 14)
-    "05_cluster_scheduling": "policy ordering by average JCT",  # S3 (issue 15)
-    "06_planning": "re-planned under the deadline",  # H7 (issue 16)
+    "04_transient_clusters": "SCAR: reached the target in",  # transient clusters
+    "05_cluster_scheduling": "policy ordering by average JCT",  # cluster scheduling
+    "06_planning": "re-planned under the deadline",  # the planner
     "07_property_testing": "1 failed, 1 passed",
 }

@@ -16,7 +16,7 @@ Litz, SCAR).
   (Sync-on-the-fly and a checkpoint-recompute baseline), :mod:`~scarjax.cluster.litz` (Litz
   elasticity); :mod:`~scarjax.cluster.sweep` - the vectorised TierML Fig 12 sweep over every
   start minute of a price history with its calibrated progress model.
-* Performance models and planning (issue 16): :mod:`~scarjax.cluster.cmdare` (CM-DARE's
+* Performance models and planning: :mod:`~scarjax.cluster.cmdare` (CM-DARE's
   step-time and checkpoint-time regressions, Tables II-IV, and the parameter-server plateau),
   :mod:`~scarjax.cluster.lifetimes` (GCE revocations: Table V, Fig 8's lifetime CDFs with the
   24 h cap, Eq 4-5's training time and cost), :mod:`~scarjax.cluster.profile` (the same models

@@ -1,5 +1,5 @@
 """Proteus BidBrain: spot allocations renewed or dropped by expected cost per unit of work
-(issue 14 Sec 3 item 5; Harlap et al., "Proteus: agile ML elasticity through tiered
+(Harlap et al., "Proteus: agile ML elasticity through tiered
 reliability in dynamic resource markets", EuroSys'17, Sec 4 "BidBrain"; TierML Sec 3.4).
 
 **Allocations.** An allocation is ``n`` instances of one type bought at one time with one bid

@@ -1,5 +1,5 @@
 """CM-DARE's performance models (Li, Walls, Guo, ICDCS'20), fitted to its own measurements with
-scikit-learn (issue 16 Sec 1).
+scikit-learn.
 
 * :func:`fit_regression` - the paper's recipe for every regression (Sec III-B): min-max scaling of
   the inputs (footnote 2), a random 4:1 train/test split, k-fold cross-validated MAE on the
@@ -27,7 +27,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scarjax._validate import check_choice, check_int
+from scarjax.data.cmdare import load_cmdare_checkpoints
+from scarjax.data.cmdare import load_cmdare_speed
+from scarjax.validate import check_choice, check_int
 
 __all__ = [
     "KINDS",
@@ -211,6 +213,7 @@ def _check_grid(grid) -> dict:
 
 
 def _pipeline(kind: str):
+    # scikit-learn is slow to import and needed only here
     from sklearn.decomposition import PCA
     from sklearn.linear_model import LinearRegression
     from sklearn.pipeline import Pipeline
@@ -309,6 +312,7 @@ def fit_regression(
         raise ValueError(f"k={k} folds need at least {k} training rows; X has {n} rows ({n_train} for training)")
     grid = _check_grid(grid) if kind.startswith("svr") else None
 
+    # scikit-learn is slow to import and needed only here
     from sklearn.model_selection import GridSearchCV, KFold, cross_validate, train_test_split
 
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=n_test, random_state=seed, shuffle=True)
@@ -376,8 +380,6 @@ def step_time_models(table=None, *, seed: int = 0, k: int = 5, grid: dict | None
       ``list[RegressionResult]`` named as :data:`TABLE_II`'s keys.
     """
     if table is None:
-        from scarjax.data.cmdare import load_cmdare_speed
-
         table = load_cmdare_speed(dataset="models20")
     cols = {
         "C_norm": np.asarray(table.model_flops, np.float64) / np.asarray(table.gpu_tflops, np.float64),
@@ -411,8 +413,6 @@ def checkpoint_models(table=None, *, seed: int = 0, k: int = 5, grid: dict | Non
       ``list[RegressionResult]`` named as :data:`TABLE_IV`'s keys.
     """
     if table is None:
-        from scarjax.data.cmdare import load_cmdare_checkpoints
-
         table = load_cmdare_checkpoints()
     cols = {
         "S_c": np.asarray(table.size_mb, np.float64),

@@ -1,5 +1,5 @@
 """Revocations of GCE preemptible GPU servers and CM-DARE's training-time model (Li, Walls, Guo,
-ICDCS'20, Sec V and Sec VI-A; issue 16 Sec 1).
+ICDCS'20, Sec V and Sec VI-A).
 
 * :func:`revocation_table` - Table V: servers launched and revoked per region and GPU type.
 * :func:`kaplan_meier`, :func:`lifetime_cdf` - Fig 8's lifetime CDFs, with GCE's 24-hour cap
@@ -36,9 +36,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.cluster.market import cmdare_startup, gce_preemptible_price
+from scarjax.data import load_gce_lifetimes
+from scarjax.data.cmdare import (
+    load_cmdare_checkpoints,
+    load_cmdare_cluster_speed,
+    load_cmdare_speed,
+    load_cmdare_step_logs,
+    load_gce_training_runs,
+)
 
 __all__ = [
     "GCE_CAP_H",
@@ -200,8 +211,6 @@ def restricted_mean(t_h, F) -> float:
 
 def _lifetimes(lifetimes, campaign):
     if lifetimes is None:
-        from scarjax.data import load_gce_lifetimes
-
         lifetimes = load_gce_lifetimes()
     if not (hasattr(lifetimes, "select") and hasattr(lifetimes, "lifetime_s")):
         raise TypeError(f"lifetimes must be a GceLifetimes record (load_gce_lifetimes()), got {type(lifetimes).__name__}")
@@ -260,8 +269,6 @@ def expected_revocations(probs, axis: int = -1):
     """Eq 5: ``N_r = sum_i Pr(R_i)`` over the servers (``axis``), each probability in [0, 1].
     Vectorised; JAX arrays stay JAX arrays (traced values are not checked)."""
     if _is_jax(probs):
-        import jax.numpy as jnp
-
         va.check_real("probs", probs, lo=0.0, hi=1.0)
         return jnp.sum(jnp.asarray(probs), axis=axis)
     p = va.check_numeric("probs", probs)
@@ -273,10 +280,6 @@ def expected_revocations(probs, axis: int = -1):
 
 
 def _is_jax(*xs) -> bool:
-    try:
-        import jax
-    except ImportError:  # pragma: no cover
-        return False
     return any(isinstance(x, jax.Array) or va.is_traced(x) for x in xs)
 
 
@@ -298,8 +301,6 @@ def training_time(
     args = dict(n_steps=n_steps, speed=speed, ckpt_interval=ckpt_interval, ckpt_s=ckpt_s,
                 n_revocations=n_revocations, provision_s=provision_s, replace_s=replace_s)
     if _is_jax(*args.values()):
-        import jax.numpy as jnp
-
         xp = jnp
     else:
         xp = np
@@ -334,7 +335,6 @@ def gce_hourly_price(gpu: str | None, *, preemptible: bool = True, vm: str = "n1
     on_demand = GCE_ON_DEMAND_2019[vm] + (GCE_ON_DEMAND_2019[gpu] if gpu is not None else 0.0)
     if not preemptible:
         return float(on_demand)
-    from scarjax.cluster.market import gce_preemptible_price
 
     return float(gce_preemptible_price(on_demand))
 
@@ -514,14 +514,6 @@ def validate_training_time(
 
     ``"summary"``: mean/median |relative error| per part and setting.
     """
-    from scarjax.data.cmdare import (
-        load_cmdare_checkpoints,
-        load_cmdare_cluster_speed,
-        load_cmdare_speed,
-        load_cmdare_step_logs,
-        load_gce_training_runs,
-    )
-
     va.check_int("n_steps", n_steps, lo=1)
     va.check_int("ckpt_interval", ckpt_interval, lo=1)
     va.check_real("replace_s", replace_s, lo=0.0, scalar=True)
@@ -557,7 +549,6 @@ def validate_training_time(
         rows.append(r)
 
     # --- the GCE training runs
-    from scarjax.cluster.market import cmdare_startup
 
     training_runs = load_gce_training_runs() if training_runs is None else training_runs
     cluster_runs = load_cmdare_cluster_speed() if cluster_runs is None else cluster_runs

@@ -1,4 +1,4 @@
-"""The planner (issue 16 part 2): the cheapest (or fastest) way to train a job on transient
+"""The planner: the cheapest (or fastest) way to train a job on transient
 machines, chosen by *predicting* every candidate plan instead of simulating it.
 
 Given a job (:class:`JobProfile`: fault-free iterations to the target ``K0``, linear rate
@@ -10,11 +10,11 @@ under a deadline; budget and machine limits), :func:`plan` scores a grid of cand
 program) and returns the best feasible one with its runners-up (:class:`Plan`).
 
 Candidates: the policy (``on_demand``, ``checkpoint_restart``, ``scar``, ``tierml``,
-``sync_on_the_fly``: the issue-14 policies), the machine type, the bid, the number of machines
+``sync_on_the_fly``: the cluster policies), the machine type, the bid, the number of machines
 (and for TierML the transient:reliable split), the checkpoint period (a multiple of the
 Young/Daly interval), SCAR's fraction ``r`` and priority rule, and the batch size (when the
 profile has a Pollux goodput profile). :func:`to_simulation` turns any candidate into the
-policy call of the issue-14 simulator, so every prediction can be checked against it.
+policy call of the cluster simulator, so every prediction can be checked against it.
 
 **The model** (every assumption is stated here; ``n`` transient machines, ``dt`` seconds per
 iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` restore):
@@ -115,10 +115,18 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from scarjax import _validate as va
+from scarjax import bounds, pollux
+from scarjax import validate as va
 from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
+from scarjax.cluster import policies as po
+from scarjax.cluster import syncfly as sf
+from scarjax.cluster import tierml as tm
+from scarjax.cluster.lifetimes import gce_hourly_price
+from scarjax.data import transient as td
+from scarjax.models import mlr, quadratic
 
 __all__ = [
     "POLICIES",
@@ -255,10 +263,6 @@ class JobProfile:
         ``snapshots`` evenly spaced steps, ``c`` by :func:`scarjax.bounds.estimate_c`
         (``'max_ratio'``, per snapshot stride ``s``: ``c = c_s^{1/s}``) unless given, and the
         drift ``D(a) = max_ℓ ‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` at the snapshot ages (A3)."""
-        from jax.flatten_util import ravel_pytree
-
-        from scarjax import bounds
-
         if not isinstance(job, ck.Job):
             raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
         snapshots = va.check_int("snapshots", snapshots, lo=8)
@@ -325,8 +329,6 @@ class JobProfile:
         ``b0``; at each of ``batch_sizes`` the step time is :func:`~scarjax.cluster.clock.
         step_time_pollux` (thesis Eq 3.5-3.8 with ``params``) and the iterations ``b0 / (b ·
         EFFICIENCY(b))`` times ``iterations`` (Eq 3.3, PGNS ``phi``)."""
-        from scarjax import pollux
-
         bs = tuple(va.check_int("batch_sizes", b, lo=1) for b in batch_sizes)
         if not bs:
             raise ValueError("batch_sizes must not be empty")
@@ -507,7 +509,6 @@ class MarketModel:
         gpus = tuple(gpus)
         if not gpus:
             raise ValueError("gpus must name at least one GPU type")
-        from scarjax.cluster.lifetimes import gce_hourly_price
 
         default_od = {g: gce_hourly_price(g, preemptible=False, vm="n1-standard-8") for g in ("K80", "P100", "V100")}
         default_speed = {"K80": 1.0, "P100": 9.3 / 4.37, "V100": 14.0 / 4.37}
@@ -713,7 +714,6 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
         raise TypeError(f"market must be a MarketModel, got {type(market).__name__}")
     if objective is not None and not isinstance(objective, Objective):
         raise TypeError(f"objective must be an Objective, got {type(objective).__name__}")
-    from scarjax.cluster import tierml as tm
 
     if policies is None:
         policies = [p for p in POLICIES if p != "sync_on_the_fly"
@@ -1275,7 +1275,7 @@ def plan(profile: JobProfile, market: MarketModel, objective: Objective = Object
 
 
 class Simulation(NamedTuple):
-    """What runs candidate ``i`` in the issue-14 simulator:
+    """What runs candidate ``i`` in the cluster simulator:
     ``policy(job, market, key=..., horizon_s=..., **kwargs)`` (or
     :func:`scarjax.cluster.clock.simulate_trials`)."""
 
@@ -1297,10 +1297,6 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     ``profile.job`` with ``workers`` (and the batch size's step time) set. ``model``: the
     MarketModel the candidates were built on, if ``market`` is not (checked for the machine
     and bid indices only)."""
-    from scarjax.cluster import policies as po
-    from scarjax.cluster import syncfly as sf
-    from scarjax.cluster import tierml as tm
-
     if not isinstance(cands, Candidates):
         raise TypeError(f"cands must be Candidates, got {type(cands).__name__}")
     if not isinstance(profile, JobProfile):
@@ -1366,11 +1362,8 @@ def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.J
     va.check_choice("job", name, JOB_PRESETS)
     st = ck.step_time_linear(step_s, sync_s)
     if name == "mlr":
-        from scarjax.models import mlr
-
         alg = mlr.digits(lr=1.0, l2=1e-2)  # w*: the iterate at max_steps (JobProfile.from_job)
         return ck.Job(alg, 0.745, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=400)
-    from scarjax.models import quadratic
 
     alg = quadratic.random_problem(0, 64, 10.0, c=0.99)
     return ck.Job(alg, 1e-4, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=1500)
@@ -1385,16 +1378,12 @@ def market_from_spec(spec: str, *, data: str | None = None, window_days: float =
     parts = spec.split(":")
     kind = parts[0]
     if kind == "aws":
-        from scarjax.data import transient as td
-
         if len(parts) != 3:
             raise ValueError(f"market: expected aws:ZONE:TYPE, got {spec!r}")
         sp = td.load_spot_prices(parts[2], parts[1], data)
         end = min(float(sp.duration_s), window_days * 86400.0)
         return MarketModel.from_prices(mk.price_series(sp), sp.on_demand, window=(0.0, end), names=(f"{parts[1]}:{parts[2]}",))
     if kind == "gce":
-        from scarjax.data import transient as td
-
         if len(parts) not in (2, 3):
             raise ValueError(f"market: expected gce:GPU[:REGION], got {spec!r}")
         lt = None if data is None else td.load_gce_lifetimes(data)

@@ -52,9 +52,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
+from scarjax.cluster import clock
+from scarjax.cluster import cmdare
 from scarjax.core import Algorithm, State
+from scarjax.scar import partition as pt
+from scarjax.scar import persistent as ps
 
 __all__ = [
     "MB",
@@ -395,9 +399,6 @@ def measure_checkpoint_time(
     The stores are written under ``directory`` (created) and deleted afterwards unless
     ``keep_files``.
     """
-    from scarjax.scar import partition as pt
-    from scarjax.scar import persistent as ps
-
     if isinstance(sizes_mb, (str, bytes)) or not hasattr(sizes_mb, "__len__") or len(sizes_mb) == 0:
         raise ValueError(f"sizes_mb must be a non-empty sequence of sizes in MB, got {sizes_mb!r}")
     sizes = [float(va.check_real("sizes_mb", s, lo=0.0, lo_open=True, scalar=True)) for s in sizes_mb]
@@ -503,9 +504,9 @@ def _fit(X: np.ndarray, y_s: np.ndarray, kind: str, cols: tuple, unit: str, seed
     hyperparameters (MinMax scaling, SVR grid search, Sec III-B) on its own 4:1 split,
     then its pipeline is re-fitted with those hyperparameters on every given record.
     Returns ``(predict, result)``; ``predict`` gives seconds clipped at a floor of 10⁻⁶ s."""
+    # scikit-learn is slow to import and needed only here
     from sklearn.base import clone
 
-    from scarjax.cluster import cmdare
 
     y = _to_unit(y_s, unit)
     res = cmdare.fit_regression(X, y, kind, features=cols, seed=seed, k=k, grid=grid)
@@ -683,8 +684,6 @@ def step_time_model(
 
     ``algorithm``/``batch_size`` as in :func:`features` (``feats``: precomputed features of
     it, skipping the compilation)."""
-    from scarjax.cluster import clock
-
     entry = _pick(fitted, "step", model)
     va.check_real("sync_s", sync_s, lo=0.0, scalar=True)
     f = features(algorithm, batch_size=batch_size) if feats is None else feats

@@ -1,4 +1,4 @@
-"""Sync-on-the-fly on a simulated clock (Zhao, Gao & Irwin; issue 14 policy 6).
+"""Sync-on-the-fly on a simulated clock (Zhao, Gao & Irwin).
 
 Gradient descent in which the *coordinator* decides when to synchronise, from the progress
 the workers report, instead of a fixed (BSP) barrier (paper Sec II-A, III-B):
@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.algorithms import from_optax
 from scarjax.cluster import clock

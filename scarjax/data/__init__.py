@@ -20,20 +20,21 @@ raise ``ValueError``/``TypeError`` naming the argument.
 Pollux cluster-simulator inputs (Sec 3.5.3; embedded, Apache-2.0): :func:`load_workload`,
 :func:`load_philly`, :func:`load_app_traces` (:mod:`scarjax.data.pollux_sim`).
 
-Transient clouds (issue 14; embedded, Apache-2.0/MIT, the spot prices as an April 2015 extract):
+Transient clouds (embedded, Apache-2.0/MIT, the spot prices as an April 2015 extract):
 :func:`load_gce_lifetimes`, :func:`load_spot_prices`, :func:`load_spot_market`,
 :func:`load_aws_p3_trace`, :func:`load_gcp_v100_trace`, :func:`load_startup_times`
 (:mod:`scarjax.data.transient`).
 
-CM-DARE (issue 16; embedded, Apache-2.0): :func:`load_cmdare_speed`, :func:`load_cmdare_checkpoints`,
+CM-DARE (embedded, Apache-2.0): :func:`load_cmdare_speed`, :func:`load_cmdare_checkpoints`,
 :func:`load_cmdare_cluster_speed`, :func:`load_cmdare_step_logs`, :func:`load_gce_training_runs`
 (:mod:`scarjax.data.cmdare`).
 """
 
-from scarjax._validate import DataFormatError
+from scarjax.validate import DataFormatError
 
 from ._cache import ChecksumError, DownloadError, cache_dir, fetch, sha256sum
-from .cmdare import (  # CM-DARE measurements (issue 16): step/checkpoint times, cluster size, GCE training runs
+from ._parse import read_bytes  # a data file's bytes, gunzipped if gzip (shared with scarjax.sched)
+from .cmdare import (  # CM-DARE measurements: step/checkpoint times, cluster size, GCE training runs
     load_cmdare_checkpoints,
     load_cmdare_cluster_speed,
     load_cmdare_speed,
@@ -108,6 +109,7 @@ __all__ = [
     "load_text",
     "load_workload",
     "ratings_from_triples",
+    "read_bytes",
     "read_idx",
     "sha256sum",
     "synthetic_lda_corpus",

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from scarjax._validate import check_path, check_real
+from scarjax.validate import check_path, check_real
 
 __all__ = ["ChecksumError", "DownloadError", "cache_dir", "fetch", "resolve", "sha256sum"]
 

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from scarjax._validate import DataFormatError
+from scarjax.validate import DataFormatError
 
 __all__ = ["Column", "check_columns", "decode", "parse_table", "read_bytes", "text_lines"]
 

@@ -1,4 +1,4 @@
-"""CM-DARE's processed measurements (Li, Walls, Guo, ICDCS'20; issue 16 Sec 1), as typed read-only
+"""CM-DARE's processed measurements (Li, Walls, Guo, ICDCS'20), as typed read-only
 NumPy records: the inputs of the paper's step-time regressions (Sec III-B, Table II), its
 checkpoint-time regressions (Sec IV, Table IV), the cluster-size runs behind Table III, Fig 4 and
 the parameter-server bottleneck of Fig 12 (Sec III-D, VI-B), the single-worker step-time logs
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scarjax._validate import DataFormatError, check_path
+from scarjax.validate import DataFormatError, check_path
 
 from ._parse import Column, freeze, parse_table, read_bytes, text_lines
 from .transient import _locate as _locate_file

@@ -19,6 +19,7 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     >>> X.shape, y.shape, float(X.max())
     ((1797, 64), (1797,), 1.0)
     """
+    # scikit-learn is slow to import and needed only here
     from sklearn.datasets import load_digits as _sk_load_digits
 
     bunch = _sk_load_digits()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scarjax._validate import DataFormatError, check_choice, check_path
+from scarjax.validate import DataFormatError, check_choice, check_path
 
 from ._cache import resolve
 from ._parse import read_bytes

@@ -36,7 +36,7 @@ from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
-from scarjax._validate import DataFormatError, check_path
+from scarjax.validate import DataFormatError, check_path
 
 from ._parse import Column, freeze, _check_field_counts, parse_table, read_bytes, text_lines
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scarjax._validate import (
+from scarjax.validate import (
     DataFormatError,
     as_rng,
     check_choice,
@@ -320,6 +320,7 @@ def _jester_columns(n_fields: int, scale) -> list[Column]:
 def _xls_table(source, scale, file_contents: bytes | None = None) -> np.ndarray:
     """The first sheet of a Jester ``.xls`` as float64, every cell checked (unit "row")."""
     try:
+        # xlrd is optional (not a dependency): only the legacy .xls format needs it
         import xlrd
     except ImportError as e:
         raise ImportError(

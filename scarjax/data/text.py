@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import html
+import importlib.resources
 import os
 import re
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from scarjax._validate import DataFormatError, as_rng, check_bool, check_choice, check_int, check_path, check_real
+from scarjax.validate import DataFormatError, as_rng, check_bool, check_choice, check_int, check_path, check_real
 
 from ._cache import DownloadError, cache_dir, fetch
 from ._parse import _NUMBER, decode, read_bytes, text_lines
@@ -61,6 +62,7 @@ _WORD = re.compile(r"[a-z]{2,}")
 
 def _stop_set(stop_words) -> frozenset:
     if stop_words is None:
+        # scikit-learn is slow to import and needed only here
         from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
         return ENGLISH_STOP_WORDS
@@ -238,8 +240,6 @@ def load_lee(path: str | os.PathLike | None = None, which: str = "background", m
     name, sha = _LEE[which]
     if path is None:
         try:
-            import importlib.resources
-
             res = importlib.resources.files("gensim") / "test" / "test_data" / name
             file = Path(str(res)) if res.is_file() else None
         except ModuleNotFoundError:

@@ -1,4 +1,4 @@
-"""Transient-cloud measurements (issue 14 Sec 1): how long preemptible/spot machines live, what
+"""Transient-cloud measurements: how long preemptible/spot machines live, what
 spot machines cost, how fast new machines start, as typed read-only NumPy records.
 
 * :func:`load_gce_lifetimes` - Google Compute Engine preemptible VM lifetimes measured by the
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scarjax._validate import DataFormatError, check_path
+from scarjax.validate import DataFormatError, check_path
 
 from ._parse import Column, freeze, parse_table, read_bytes, text_lines
 

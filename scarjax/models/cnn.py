@@ -45,7 +45,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import algorithms
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State

@@ -60,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.core import Algorithm, State
 from scarjax.data import load_20newsgroups, load_lee, load_reuters, synthetic_lda_corpus
 

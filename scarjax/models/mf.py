@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import algorithms
 from scarjax.core import Algorithm
 from scarjax.data import load_jester, load_movielens_small, synthetic_ratings

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import algorithms
 from scarjax.data import load_digits
 from scarjax.core import Algorithm

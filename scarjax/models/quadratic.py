@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.core import Algorithm, State
 
 __all__ = ["problem", "random_problem", "fig53_problem", "contraction"]

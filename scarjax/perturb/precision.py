@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook, param_hook
 
@@ -48,6 +48,8 @@ PyTree = Any
 
 __all__ = [
     "FORMATS",
+    "check_bits",
+    "format_max",
     "Quantizer",
     "round_float",
     "mantissa",
@@ -79,7 +81,9 @@ def relative_bound(mantissa_bits: Any, *, stochastic: bool = False) -> Any:
     return 2.0 ** (-m) if stochastic else 2.0 ** (-(m + 1))
 
 
-def _check_bits(name: str, bits: Any, lo: int, hi: int) -> None:
+def check_bits(name: str, bits: Any, lo: int, hi: int) -> None:
+    """``ValueError`` naming ``name`` unless ``bits`` is a scalar integer in ``[lo, hi]``
+    (a traced value passes unchecked)."""
     if tu.is_traced(bits):
         return
     if isinstance(bits, bool):
@@ -108,7 +112,7 @@ def round_float(
     by ``ldexp`` and integer-valued floats); ``mantissa_bits`` and ``min_exponent`` may be
     traced. Non-finite entries are returned unchanged.
     """
-    _check_bits("mantissa_bits", mantissa_bits, 0, 23)
+    check_bits("mantissa_bits", mantissa_bits, 0, 23)
     if max_value is not None:
         va.check_real("max_value", max_value, lo=0.0, lo_open=True, scalar=True)
     x = jnp.asarray(x, jnp.float32)
@@ -149,7 +153,7 @@ def mantissa(bits: Any, *, stochastic: bool = False) -> Quantizer:
     """Round to ``bits`` stored mantissa bits (``p = bits + 1``), float32 exponent range.
 
     ``bits`` in ``[0, 23]`` (23: float32 itself, the identity); may be traced."""
-    _check_bits("bits", bits, 0, 23)
+    check_bits("bits", bits, 0, 23)
     return _Q(
         lambda x, key: round_float(x, bits, stochastic=stochastic, key=key),
         f"mantissa{bits if not tu.is_traced(bits) else ''}",
@@ -157,7 +161,9 @@ def mantissa(bits: Any, *, stochastic: bool = False) -> Quantizer:
     )
 
 
-def _format_max(name: str) -> float:
+def format_max(name: str) -> float:
+    """The largest finite value of the float format ``name`` (a key of :data:`FORMATS`;
+    ``'float8_e4m3fn'``: 448)."""
     return float(jnp.finfo(getattr(jnp, FORMATS[name][2])).max)
 
 
@@ -172,7 +178,7 @@ def float_format(name: str, *, stochastic: bool = False, emulate: bool = True) -
     if not isinstance(name, str) or name not in FORMATS:
         raise ValueError(f"name must be one of {tuple(FORMATS)}, got {name!r}")
     m, emin, dtype = FORMATS[name]
-    vmax = _format_max(name)
+    vmax = format_max(name)
     if not emulate:
         if stochastic:
             raise ValueError("stochastic rounding needs emulate=True")
@@ -198,7 +204,7 @@ def fixed_point_quantizer(bits: Any, *, stochastic: bool = False) -> Quantizer:
     """Symmetric fixed point with ``bits`` bits (8: int8, 16: int16) and a per-tensor scale
     ``σ = max|x| / (2^{bits−1} − 1)``: ``x̃ = σ · round(x/σ)`` (``|δ| ≤ σ/2``; stochastic
     rounding: ``|δ| < σ``, unbiased). ``bits`` in ``[2, 24]``; may be traced."""
-    _check_bits("bits", bits, 2, 24)
+    check_bits("bits", bits, 2, 24)
 
     def fn(x, key):
         x = jnp.asarray(x, jnp.float32)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook
 from scarjax.perturb.workers import check_workers

@@ -20,7 +20,7 @@ implement it are private:
 
 from scarjax.pollux._agent import AgentConfig, PolluxAgent, train_adaptive
 from scarjax.pollux._efficiency import efficiency, efficiency_from_stats, goodput, statistical_epochs
-from scarjax.pollux._estimate import PGNSEstimate, estimate_pgns_at
+from scarjax.pollux._estimate import PGNSEstimate, estimate_pgns_at, pgns_data, pgns_draws, pgns_exact
 from scarjax.pollux._estimators import (
     GradStats,
     MicrobatchMoments,
@@ -34,7 +34,9 @@ from scarjax.pollux._estimators import (
     reduce_microbatches,
     two_batch_stats,
 )
+from scarjax.pollux._precond import collect as collect_preconditioners
 from scarjax.pollux._precond import preconditioner
+from scarjax.pollux._throughput import check_params as check_throughput_params
 from scarjax.pollux._throughput import (
     FitResult,
     ThroughputParams,
@@ -77,6 +79,8 @@ __all__ = [
     "PGNSWrapperState",
     "PolluxAgent",
     "ThroughputParams",
+    "check_throughput_params",
+    "collect_preconditioners",
     "differenced_stats",
     "efficiency",
     "efficiency_from_stats",
@@ -92,6 +96,9 @@ __all__ = [
     "noise_scale",
     "optimize_batch_size",
     "per_example_grads",
+    "pgns_data",
+    "pgns_draws",
+    "pgns_exact",
     "pgns_from_state",
     "placement",
     "preconditioner",

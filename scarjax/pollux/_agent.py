@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.pollux._efficiency import _stat_efficiency
 from scarjax.pollux._estimators import _check_axis, reduce_microbatches
 from scarjax.pollux._transforms import find_pgns_state, pgns_from_state

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.pollux._throughput import ThroughputParams, _t_iter, check_config, check_params, total_batch_size
 from scarjax.pollux._estimators import GradStats, noise_scale
 

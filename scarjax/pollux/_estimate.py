@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.pollux import _precond
 from scarjax.pollux._estimators import GradStats, _microbatch_mean_stats
 
@@ -47,7 +47,9 @@ class PGNSEstimate(NamedTuple):
     draws: int
 
 
-def _as_data(data) -> tuple:
+def pgns_data(data) -> tuple:
+    """``data`` (an array or a tuple/list of arrays, examples on the leading axis) as a tuple
+    of JAX arrays, checked: at least one array, a shared leading axis, at least 2 examples."""
     arrays = tuple(data) if isinstance(data, (tuple, list)) else (data,)
     if not arrays:
         raise ValueError("data must hold at least one array (examples on the leading axis)")
@@ -64,7 +66,7 @@ def _as_data(data) -> tuple:
 
 
 @functools.partial(jax.jit, static_argnames=("loss_fn", "k", "b", "draws"))
-def _draws(loss_fn, params, p, data, key, *, k: int, b: int, draws: int):
+def pgns_draws(loss_fn, params, p, data, key, *, k: int, b: int, draws: int):
     """``(sqr, var)`` of ``draws`` independent estimates, each from ``k`` micro-batches."""
     n = data[0].shape[0]
     grad_k = jax.vmap(jax.grad(loss_fn), (None,) + (0,) * len(data))
@@ -79,7 +81,7 @@ def _draws(loss_fn, params, p, data, key, *, k: int, b: int, draws: int):
 
 
 @functools.partial(jax.jit, static_argnames=("loss_fn", "chunk"))
-def _exact(loss_fn, params, p, data, *, chunk: int):
+def pgns_exact(loss_fn, params, p, data, *, chunk: int):
     """Exact ``GradStats`` in chunks of per-example gradients (two passes: mean, then the
     centred second moment, so that float32 does not cancel ``E|Pg_i|^2 - |Pg|^2``)."""
     n = data[0].shape[0]
@@ -178,7 +180,7 @@ def estimate_pgns_at(
     chunk = va.check_int("chunk", chunk, lo=1)
     if exact is not None and not isinstance(exact, bool):
         raise TypeError(f"exact must be None, True or False, got {exact!r}")
-    arrays = _as_data(data)
+    arrays = pgns_data(data)
     n = arrays[0].shape[0]
     if opt_state is not None:
         if preconditioner is not None:
@@ -198,7 +200,7 @@ def estimate_pgns_at(
     if not isinstance(key, jax.Array):  # an int seed: its typed key
         key = typed
 
-    est = np.asarray(_draws(loss_fn, params, p, arrays, key, k=k, b=b, draws=draws), np.float64)
+    est = np.asarray(pgns_draws(loss_fn, params, p, arrays, key, k=k, b=b, draws=draws), np.float64)
     sqr, var = est[:, 0], est[:, 1]
     stats = GradStats(float(sqr.mean()), float(var.mean()))
     phi = stats.var / stats.sqr if stats.sqr > 0 else math.inf  # noise_scale, in NumPy
@@ -214,7 +216,7 @@ def estimate_pgns_at(
     ex = None
     exact_phi = float("nan")
     if exact:
-        e = _exact(loss_fn, params, p, arrays, chunk=min(chunk, n))
+        e = pgns_exact(loss_fn, params, p, arrays, chunk=min(chunk, n))
         ex = GradStats(float(e.sqr), float(e.var))
         exact_phi = max(ex.var, 0.0) / ex.sqr if ex.sqr > 0 else math.inf
     return PGNSEstimate(phi, stderr, exact_phi, stats, ex, draws)

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 
 PyTree = Any
 Preconditioner = PyTree | None  # a diagonal with the structure of params, or None = I

@@ -59,12 +59,24 @@ LOOK_THROUGH: dict[type, str] = {}
 SKIP: list[type] = []
 
 
+#: State classes optax does not export under a public name, found as the type of the state
+#: the public transformation builds (on an empty tree).
+_UNEXPORTED = {
+    "ScaleByRmsWithCountState": lambda: optax.scale_by_rms(bias_correction=True),
+    "ScaleByRStdDevWithCountState": lambda: optax.scale_by_stddev(bias_correction=True),
+}
+
+
 def _optax_types(*names: str) -> tuple[type, ...]:
     out = []
     for n in names:
         t = getattr(optax, n, None)
-        if t is None:
-            t = getattr(optax._src.transform, n, None)  # pylint: disable=protected-access
+        if t is None and n in _UNEXPORTED:
+            try:
+                t = type(_UNEXPORTED[n]().init({}))
+            except TypeError:  # pragma: no cover - an optax without the bias_correction option
+                t = None
+            t = t if t is not None and t.__name__ == n else None
         if isinstance(t, type):
             out.append(t)
     return tuple(out)

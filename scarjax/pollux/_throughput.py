@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from scarjax import _validate as va
+from scarjax import validate as va
 
 GAMMA_RANGE = (1.0, 10.0)
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.pollux import _precond
 from scarjax.pollux._estimators import (
     GradStats,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.pollux._efficiency import _goodput, _stat_efficiency
 from scarjax.pollux._throughput import GAMMA_RANGE, ThroughputParams, _t_iter, check_config, check_params
 

@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax.data import load_mnist_5k
 from scarjax.pollux._throughput import ThroughputParams
 
 __all__ = [
@@ -149,8 +150,6 @@ def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
 def mlr_mnist(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
     """Multinomial logistic regression on the embedded MNIST-5k sample (784 -> 10, 7,850
     parameters; the thesis's MLR data set is MNIST), pixels in [0, 1], centred."""
-    from scarjax.data import load_mnist_5k
-
     x, y = load_mnist_5k()
     x = np.asarray(x, np.float32).reshape(len(x), -1)
     x = x / max(float(x.max()), 1.0)
@@ -171,6 +170,7 @@ def cnn(key: jax.Array | None = None) -> Problem:
     The nnx module is split once into a static graph and a params pytree, so the
     loss is a pure function of params (vmap/grad friendly).
     """
+    # flax is imported only when a flax model is used (`import scarjax` must not import it)
     from flax import nnx
 
     class SmallCNN(nnx.Module):
@@ -206,8 +206,6 @@ def sample_microbatches(key, x, y, num_micro: int, micro_size: int):
 @functools.lru_cache(maxsize=1)
 def _mnist():
     """MNIST-5k as float32 ``[5000, 784]`` raw pixels in [0, 1] and int32 labels (cached)."""
-    from scarjax.data import load_mnist_5k
-
     x, y = load_mnist_5k()
     return np.asarray(x, np.float32).reshape(len(x), -1), np.asarray(y, np.int32)
 
@@ -275,9 +273,10 @@ def mixed_mnist(key: jax.Array | None = None) -> Problem:
 def cnn_mnist(key: jax.Array | None = None) -> Problem:
     """The thesis's CNN (:class:`scarjax.models.cnn.CNN`: two 3x3 convs with ReLU and max
     pooling, three dense layers; channels (4, 8), hidden (32, 32)) on MNIST-5k 28x28."""
+    # flax (and the flax model) are imported only when used (`import scarjax` must not import flax)
     from flax import nnx
 
-    from scarjax.models.cnn import CNN
+    from scarjax.models.cnn import CNN  # the flax model
 
     x, y = _mnist()
     seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**30))

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 
 __all__ = ["SSP", "SSPState", "init_state", "views"]
 

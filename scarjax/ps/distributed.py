@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 
 __all__ = ["initialize", "to_host", "is_initialized"]
 
@@ -58,8 +59,6 @@ def to_host(x: Any) -> Any:
     def one(a):
         if isinstance(a, jax.Array) and not a.is_fully_addressable:
             if not a.is_fully_replicated:
-                from jax.experimental import multihost_utils
-
                 return np.asarray(multihost_utils.process_allgather(a, tiled=True))
             return np.asarray(a.addressable_data(0))
         return np.asarray(a)

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.ps import mesh as mh
 from scarjax.scar import faults
 from scarjax.ps.store import Layout, Local, check_capacity, place

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import partition as pt
 from scarjax.core import Algorithm, State

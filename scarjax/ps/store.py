@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.core import State
 from scarjax.scar import partition as pt
 from scarjax.ps.mesh import SERVER, WORKER

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.core import State
 from scarjax.ps import mesh as mh
 from scarjax.ps.failures import deal, relocate

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.ps import mesh as mh
 from scarjax.ps.store import Local
 from scarjax.scar import checkpoint as ck

@@ -39,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.choices import STRATEGIES
 from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -61,7 +62,6 @@ __all__ = [
     "saver",
 ]
 
-STRATEGIES = ("full", "priority", "round_robin", "random")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.choices import RECOVERIES
 from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -53,7 +54,6 @@ __all__ = [
     "ScarState",
 ]
 
-RECOVERIES = ("partial", "full")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -46,8 +46,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import tree as tu
+from scarjax.core import State
 
 PyTree = Any
 
@@ -343,8 +344,6 @@ def build(
     Raises:
       ValueError / TypeError on unknown layouts, bad ``num_servers`` or bad aux ids.
     """
-    from scarjax.core import State
-
     if not isinstance(state, State):
         state = State(state, ())
     if isinstance(num_servers, bool) or not isinstance(num_servers, (int, np.integer)) or num_servers < 1:

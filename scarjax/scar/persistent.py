@@ -57,6 +57,7 @@ save is lost).
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours, see _register_exit)
 import dataclasses
 import hashlib
@@ -72,7 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import schedules as sch
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State
@@ -181,6 +182,7 @@ _PADDED = ("ids", "leaf_")
 
 
 def _ocp():
+    # orbax is slow to import and needed only for checkpoints on disk
     import orbax.checkpoint as ocp
 
     return ocp
@@ -251,7 +253,6 @@ def _register_exit() -> None:
             if register is not None:
                 register(_close_open_stores)
             else:  # pragma: no cover - CPython has had threading._register_atexit since 3.9
-                import atexit
 
                 atexit.register(_close_open_stores)
         except RuntimeError:  # already shutting down

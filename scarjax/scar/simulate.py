@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import schedules as sch
 from scarjax.core import Algorithm
 from scarjax.rework import calibrate_near, rework_cost

@@ -4,7 +4,7 @@ artifact's simulator, its applications and policies.
 * :mod:`~scarjax.sched.apps` - the six applications as goodput models (AppModel, AppSet).
 * :mod:`~scarjax.sched.simulator` - the simulated cluster (``Cluster``) and ``simulate(workload,
   policy) -> SimResult`` with per-job records; the ``Policy`` protocol.
-* Policies: :mod:`~scarjax.sched.pollux` (PolluxSched's genetic algorithm, jit + vmap over the
+* Policies: :mod:`~scarjax.sched.ga` (PolluxSched's genetic algorithm, jit + vmap over the
   population), :mod:`~scarjax.sched.tiresias`, :mod:`~scarjax.sched.optimus` (with oracle).
 * :mod:`~scarjax.sched.autoscaler` - the goodput-driven cluster autoscaler (Fig 3.14).
 * :mod:`~scarjax.sched.workload` - workloads sampled from the Philly trace as the artifact does.
@@ -14,11 +14,11 @@ programs are compiled only when a batch size is optimised or PolluxSched runs.
 The command line: ``scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus}``.
 """
 
-from scarjax.sched import apps, autoscaler, optimus, pollux, simulator, tiresias, workload
+from scarjax.sched import apps, autoscaler, ga, optimus, simulator, tiresias, workload
 from scarjax.sched.apps import *  # noqa: F403 (the applications' public names, apps.__all__)
 from scarjax.sched.autoscaler import GoodputAutoscaler, UtilityAutoscaler, simulate_autoscaling
 from scarjax.sched.optimus import OptimusPolicy
-from scarjax.sched.pollux import GAConfig, PolluxPolicy, PolluxSched, power_mean
+from scarjax.sched.ga import GAConfig, PolluxPolicy, PolluxSched, power_mean
 from scarjax.sched.simulator import Cluster, JobRecord, JobsView, Policy, SimResult, simulate
 from scarjax.sched.tiresias import TiresiasPolicy
 from scarjax.sched.workload import sample_workload
@@ -27,7 +27,7 @@ __all__ = [
     "apps",
     "autoscaler",
     "optimus",
-    "pollux",
+    "ga",
     "simulator",
     "tiresias",
     "workload",

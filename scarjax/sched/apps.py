@@ -62,12 +62,15 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.data import read_bytes
 from scarjax.data.pollux_sim import APPLICATIONS, AppTraces, embedded_dir, load_app_traces
+from scarjax.pollux import ThroughputParams, fit_throughput, optimize_batch_size
 
 __all__ = [
     "ARTIFACT_SETTINGS",
@@ -138,8 +141,6 @@ def fit_app_throughput(traces: AppTraces, *, gamma_starts: Sequence[float] = (1.
     Returns:
       :class:`scarjax.pollux.FitResult`.
     """
-    from scarjax.pollux import fit_throughput
-
     if not isinstance(traces, AppTraces):
         raise TypeError("traces must be an AppTraces (scarjax.data.load_app_traces), got "
                         f"{type(traces).__name__}")
@@ -403,6 +404,7 @@ class AppModel:
 
     def _nd_interpolator(self):
         if "nd" not in self._cache:
+            # scipy's submodules are slow to import and needed only here
             from scipy.interpolate import LinearNDInterpolator
 
             pl, sc = self.traces.placements, self.traces.scalability
@@ -448,8 +450,6 @@ class AppModel:
         artifact's limits, by :func:`scarjax.pollux.optimize_batch_size`; ``phi`` is the job's
         current PGNS (:meth:`pgns`). Returns its :class:`~scarjax.pollux.BatchConfig`
         (NumPy arrays; ``goodput`` in examples per second)."""
-        from scarjax.pollux import optimize_batch_size
-
         n, k = _alloc(nodes, replicas)
         phi = float(_real("phi", phi, lo=0.0, allow_inf=True, scalar=True))
         out = optimize_batch_size(
@@ -533,8 +533,6 @@ def _efficiency(m, phi, m0) -> np.ndarray:
 
 
 def _sha256(path: os.PathLike) -> str:
-    from scarjax.data._parse import read_bytes
-
     return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
@@ -552,8 +550,6 @@ def _is_embedded(traces: AppTraces) -> bool:
     """Whether the throughput measurements are byte-for-byte the embedded ones."""
     hashes = _embedded_hashes()
     for rec in (traces.placements, traces.scalability):
-        from pathlib import Path
-
         p = Path(rec.source)
         key = f"traces/{traces.name}/{p.name.removesuffix('.gz')}"
         if key not in hashes or _sha256(p) != hashes[key]:
@@ -575,8 +571,6 @@ def app_model(app: str | AppTraces, root: str | os.PathLike | None = None, *, re
         settings (:data:`ARTIFACT_SETTINGS`; default ``M0`` and the largest batch size are
         the smallest and largest validated ones, the per-GPU range the measured one).
     """
-    from scarjax.pollux import ThroughputParams
-
     traces = app if isinstance(app, AppTraces) else load_app_traces(app, root)
     name = traces.name
     settings = ARTIFACT_SETTINGS.get(name, {})

@@ -15,7 +15,7 @@ Two rules, both from the Pollux sources:
 * :class:`UtilityAutoscaler`, the cluster-wide rule of the artifact's simulator
   (``simulator.py`` ``Cluster.step``/``autoscale``/``get_utility``): the cluster utility
   (the jobs' speedups relative to one GPU summed over the cluster's GPUs,
-  :func:`scarjax.sched.pollux.cluster_utility`) is averaged over the last 15 intervals; when
+  :func:`scarjax.sched.ga.cluster_utility`) is averaged over the last 15 intervals; when
   it leaves ``[low_util, high_util]`` the number of nodes is set by binary search to the one
   whose utility (of a fresh PolluxSched decision on that many nodes) is closest to the middle
   of the band (the last probe is a candidate too: the artifact compares only the bracket's
@@ -40,7 +40,8 @@ from typing import Callable
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.sched.ga import speedup_tables
 
 __all__ = ["IDEAL_BASES", "GoodputAutoscaler", "UtilityAutoscaler", "AutoscaleRun", "node_efficiencies",
            "simulate_autoscaling"]
@@ -57,13 +58,11 @@ def node_efficiencies(apps, app: str | int, phi: float, *, max_nodes: int, gpus_
 
     * ``base="gpu"`` (Sec 3.5.4 as written, ``GOODPUT(a) / SUM(a)`` against ``GOODPUT(1)``):
       ``SPEEDUP(k nodes) / (k * gpus_per_node)``, SPEEDUP relative to one GPU (Eq 3.12 with
-      the one-GPU base, :func:`scarjax.sched.pollux.speedup_tables`);
+      the one-GPU base, :func:`scarjax.sched.ga.speedup_tables`);
     * ``base="node"`` (the ideal extrapolated from one whole node instead, a reading of
       ``GOODPUT(1)`` with ``a`` counted in nodes): ``SPEEDUP(k nodes) / (k * SPEEDUP(1 node))``,
       so one node is always efficiency 1.
     """
-    from scarjax.sched.pollux import speedup_tables
-
     if base not in IDEAL_BASES:
         raise ValueError(f"base must be one of {IDEAL_BASES}, got {base!r}")
     a = apps.names.index(app) if isinstance(app, str) else int(app)

@@ -53,11 +53,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+import time as _time
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.data.pollux_sim import Workload, load_workload
 from scarjax.sched.apps import AppSet, canonical_placement, load_apps
 
@@ -579,8 +580,6 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
     Returns:
       :class:`SimResult`.
     """
-    import time as _time
-
     wall0 = _time.perf_counter()
     if isinstance(workload, (str,)) or hasattr(workload, "__fspath__"):
         workload = load_workload(workload)
@@ -647,50 +646,3 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
         makespan_s=float(s.completion[done].max() - s.submit.min()) if jd.size else float("nan"),
         n_unfinished=int((~done).sum()), timeline=timeline, policy=getattr(policy, "name", type(policy).__name__),
         cluster=cluster, seed=seed, workload=str(workload.source), wall_s=_time.perf_counter() - wall0)
-
-
-# ---------------------------------------------------------------------------------------------
-# the command line (``scarjax cluster-sim``)
-# ---------------------------------------------------------------------------------------------
-
-POLICIES = ("pollux", "tiresias", "optimus")
-
-
-def make_policy(name: str, **options) -> Policy:
-    """The policy named ``name`` (one of :data:`POLICIES`); PolluxSched is imported lazily
-    from :mod:`scarjax.sched.pollux`."""
-    va.check_choice("name", name, POLICIES)
-    if name == "tiresias":
-        from scarjax.sched.tiresias import TiresiasPolicy
-
-        return TiresiasPolicy(**options)
-    if name == "optimus":
-        from scarjax.sched.optimus import OptimusPolicy
-
-        return OptimusPolicy(**options)
-    from scarjax.sched.pollux import PolluxPolicy
-
-    return PolluxPolicy(**options)
-
-
-def cluster_sim(workload, policy: str, out, *, traces=None, interval_s: float = 60.0, seed: int = 0,
-                nodes: int = 16, gpus_per_node: int = 4, interference: float = 0.0,
-                timeline: bool = False) -> SimResult:
-    """``scarjax cluster-sim``: simulate a workload file (the artifact's CSV format) under the
-    named policy and write the result as JSON to ``out`` (average, p99 and makespan of the
-    JCTs, per-job completion times and records; with ``timeline`` the GPUs per job after each
-    decision).
-
-    ``traces``: a folder of application traces in the artifact's layout (``<app>/placements.csv``
-    ...; default: the embedded ones).
-    """
-    import json
-    from pathlib import Path
-
-    out = va.check_path("out", out)
-    apps = load_apps(traces) if traces is not None else load_apps()
-    cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s, interference=interference)
-    res = simulate(workload, make_policy(policy), cluster=cluster, apps=apps, seed=seed, record_timeline=timeline)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(res.to_json(timeline=timeline), indent=1))
-    return res

@@ -27,7 +27,7 @@ import collections
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 
 __all__ = ["TiresiasPolicy", "greedy_place"]
 

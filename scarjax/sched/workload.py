@@ -40,8 +40,9 @@ from typing import Sequence
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.data.pollux_sim import APPLICATIONS, PhillyTrace, Workload, load_philly
+from scarjax.sched.apps import AppModel, AppSet, _embedded_model, app_model
 
 __all__ = [
     "BASE_JOBS",
@@ -99,11 +100,7 @@ def app_configurations(app, lo_util: float = 0.5, hi_util: float = 0.8, *, max_j
     Returns:
       ``[(num_replicas, batch_size, jct_s), ...]`` in increasing ``num_replicas``.
     """
-    from scarjax.sched.apps import AppModel, app_model
-
     if isinstance(app, str):
-        from scarjax.sched.apps import _embedded_model
-
         if app not in APPLICATIONS:
             raise ValueError(f"app must be one of {APPLICATIONS}, got {app!r}")
         app = _embedded_model(app)
@@ -225,8 +222,6 @@ def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = 
 
 
 def _models(apps) -> dict:
-    from scarjax.sched.apps import AppSet, _embedded_model
-
     if apps is None:
         return {a: _embedded_model(a) for a in APPLICATIONS}
     if isinstance(apps, AppSet):

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import core
 from scarjax.trials import run_trials, split_trials
 from scarjax.hooks import Hook, flatten_hooks
@@ -458,7 +458,7 @@ def _one_case(algorithm, steps, seed, trials, h: _Hooks, rtol, workers, recompil
 
 
 def _check_args(algorithm, steps, trials, rtol, seed, workers):
-    core._check_algorithm(algorithm)
+    core.check_algorithm(algorithm)
     steps = va.check_int("steps", steps, lo=1)
     trials = va.check_int("trials", trials, lo=1)
     rtol = trial_rtol() if rtol is None else rtol

@@ -48,9 +48,9 @@ import optax
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import pollux as px
-from scarjax.pollux import _estimate, _precond
+from scarjax.pollux import collect_preconditioners, pgns_data, pgns_draws, pgns_exact
 from scarjax.testing._harness import fail, resolve_settings, run_property
 
 __all__ = ["PGNSResult", "StatisticTest", "assert_pgns_unbiased", "check_pgns_unbiased", "ROUNDING"]
@@ -178,7 +178,7 @@ def _describe_p(opt_state, optimizer, p) -> str:
         return f"{_describe_p(opt_state, None, None)}, all ones here (P = I before the optimizer's first update)"
     try:
         found: list = []
-        _precond.collect(opt_state, {}, found, "")
+        collect_preconditioners(opt_state, {}, found, "")
     except (TypeError, ValueError):
         found = []
     if not found:
@@ -256,7 +256,7 @@ def _case(
             prm, p = params, _precond_of(optimizer.init(params), optimizer)
         else:
             prm, p = params, None
-        ex = _estimate._exact(loss, prm, p, arrays, chunk=min(256, n))
+        ex = pgns_exact(loss, prm, p, arrays, chunk=min(256, n))
         ex = px.GradStats(float(ex.sqr), float(ex.var))
         point = (prm, p, ex)
         if steps == 0:
@@ -269,7 +269,7 @@ def _case(
             replay_args,
         )
     if estimator is None:
-        est = _estimate._draws(loss, prm, p, arrays, k_draws, k=k, b=b, draws=draws)
+        est = pgns_draws(loss, prm, p, arrays, k_draws, k=k, b=b, draws=draws)
     else:
         if ("estimator", b, k) not in cache:  # its output checked once per shape
             grads = jax.eval_shape(
@@ -398,7 +398,7 @@ def assert_pgns_unbiased(
     seed = va.check_int("seed", seed, lo=0)
     if steps and optimizer is None:
         raise ValueError(f"steps={steps} needs optimizer= (the optax optimizer to take the steps with)")
-    arrays = _estimate._as_data(data)
+    arrays = pgns_data(data)
     replay = _replay(loss, b, k, optimizer, opt_state, estimator, steps, draws, false_alarm, seed)
     return _case(
         loss, params, arrays, b=b, k=k, optimizer=optimizer, opt_state=opt_state, estimator=estimator,
@@ -458,7 +458,7 @@ def check_pgns_unbiased(
     seed = va.check_int("seed", seed, lo=0)
     if max_steps and optimizer is None:
         raise ValueError(f"max_steps={max_steps} needs optimizer= (the optax optimizer to take the steps with)")
-    arrays = _estimate._as_data(data)
+    arrays = pgns_data(data)
     hs = resolve_settings(settings)
     alpha = false_alarm / hs.max_examples
     seeds = st.integers(0, 2**31 - 1).map(lambda s: (seed + s) % 2**31)  # shrinks to `seed`

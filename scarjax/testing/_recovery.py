@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import schedules
 from scarjax import tree as tu
 from scarjax.core import Algorithm, State, run
@@ -57,6 +57,7 @@ from scarjax.scar import partition as pt
 from scarjax.testing import _harness
 from scarjax.testing._st_scar import DrawnCheckpoint, DrawnFailure, PartitionSpec, failures, save_steps
 from scarjax.trials import run_trials
+from scarjax.trials import trials_mesh
 
 __all__ = [
     "RecoveryCase",
@@ -618,8 +619,6 @@ def _run_example(setup: _Setup, ex: _Example, trials: int) -> tuple[State, State
 
 @functools.lru_cache(maxsize=1)
 def _one_device() -> Any:
-    from scarjax.trials import trials_mesh
-
     return trials_mesh(jax.devices()[:1])
 
 

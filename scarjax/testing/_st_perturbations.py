@@ -184,7 +184,7 @@ def perturbation_sequences(
 # --------------------------------------------------------------------------------------
 # Schedules and hook chains (when perturbations act: scarjax.schedules, scarjax.hooks).
 
-from scarjax import _validate as va  # noqa: E402  (appended section)
+from scarjax import validate as va  # noqa: E402  (appended section)
 from scarjax import schedules as _sch  # noqa: E402
 from scarjax.perturb import generic as _generic  # noqa: E402
 

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import schedules
 from scarjax.core import State
 from scarjax.scar import checkpoint as ck

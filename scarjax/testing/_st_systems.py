@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import hooks as hk
 from scarjax.perturb import precision as P
 from scarjax.perturb import revocation as R
@@ -87,7 +87,7 @@ class PrecisionFormat(NamedTuple):
     @classmethod
     def mantissa(cls, bits: int, stochastic: bool = False) -> "PrecisionFormat":
         """``bits`` stored mantissa bits with float32's exponent range (:func:`~scarjax.perturb.precision.mantissa`)."""
-        P._check_bits("bits", bits, 0, 23)
+        P.check_bits("bits", bits, 0, 23)
         return cls("mantissa", int(bits), bool(stochastic))
 
     @classmethod
@@ -100,13 +100,13 @@ class PrecisionFormat(NamedTuple):
     @classmethod
     def fixed(cls, bits: int, stochastic: bool = False) -> "PrecisionFormat":
         """``bits``-bit fixed point (:func:`~scarjax.perturb.precision.fixed_point_quantizer`)."""
-        P._check_bits("bits", bits, 2, 24)
+        P.check_bits("bits", bits, 2, 24)
         return cls("fixed", int(bits), bool(stochastic))
 
     @classmethod
     def qsgd(cls, levels: int) -> "PrecisionFormat":
         """QSGD with ``levels`` levels (:func:`~scarjax.perturb.precision.qsgd`; stochastic)."""
-        P._check_bits("levels", levels, 1, 2**20)
+        P.check_bits("levels", levels, 1, 2**20)
         return cls("qsgd", int(levels), True)
 
     @classmethod
@@ -116,7 +116,7 @@ class PrecisionFormat(NamedTuple):
         ``stochastic``, is what it is checked against)."""
         if not callable(quantizer):
             raise TypeError(f"quantizer must be callable q(x, key) -> x̃, got {type(quantizer).__name__}")
-        P._check_bits("bits", bits, 0, 23)
+        P.check_bits("bits", bits, 0, 23)
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
         return cls("custom", int(bits), bool(stochastic), name, quantizer)
@@ -171,7 +171,7 @@ class PrecisionFormat(NamedTuple):
         else:
             kind = _KIND_INDEX[self.kind]
         m = self.bits if self.kind in ("mantissa", "float", "custom") else 23
-        vmax = P._format_max(self.name) if self.kind == "float" else float(np.ldexp(2.0 - 2.0**-m, 127))
+        vmax = P.format_max(self.name) if self.kind == "float" else float(np.ldexp(2.0 - 2.0**-m, 127))
         return {
             "kind": np.int32(kind),
             "bits": np.int32(self.bits),

@@ -1,4 +1,4 @@
-"""Garbage in, a clear error out: property-based tests of the data loaders (issue 11 sec 4).
+"""Garbage in, a clear error out: property-based tests of the data loaders.
 
 Each test draws a small valid file and checks that it loads back to exactly what was
 written (round trip); the corruption tests then damage it in one place - a field replaced

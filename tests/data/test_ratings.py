@@ -55,7 +55,7 @@ def test_movielens_bad_input(tmp_path):
         load_movielens_small(tmp_path / "nope")
 
 
-# The silent wrong results of issue 11 sec 4 (3.7 -> 3, out-of-scale and NaN ratings, numpy's
+# Silent wrong results the loaders once gave (3.7 -> 3, out-of-scale and NaN ratings, numpy's
 # message without a file): each is now refused, naming the file, the line and the field.
 @pytest.mark.parametrize("row, match", [
     ("3.7,10,4.0,1", r"userId must be an integer, got '3.7'"),

@@ -52,7 +52,7 @@ def test_embedded_files_match_theread_manifest():
     assert files == set(manifest), sorted(files ^ set(manifest))
     assert (
         len(manifest) == 15 + 1 + 8 + 3 + 3 + 119
-    )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces; issue 16's CM-DARE files (tests/data/test_cmdare.py)
+    )  # spot extracts, CM-DARE licence + 8 start-up files, GCE, traces; the CM-DARE files (tests/data/test_cmdare.py)
     bad = [p for p, h in manifest.items() if content_sha256(EMBEDDED / p) != h]
     assert not bad, bad
     for lic in ("gce-preemptible/LICENSE", "cmdare/LICENSE"):
@@ -87,7 +87,7 @@ def test_embedded_agrees_with_the_shared_readme(shared_data):
     shared_too = [p for p in ours if p in theirs]
     assert len(shared_too) == 3 + 9, (
         shared_too
-    )  # lifetime.csv, the two node traces; issue 16: supertable, 5 checkpoint files, 3 vm_data.csv
+    )  # lifetime.csv, the two node traces; CM-DARE: supertable, 5 checkpoint files, 3 vm_data.csv
     for path in shared_too:
         assert ours[path].startswith(theirs[path]), path
 

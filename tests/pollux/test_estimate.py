@@ -66,7 +66,7 @@ def test_estimate_bad_inputs_name_the_argument():
     call = functools.partial(px.estimate_pgns_at, prob.loss, params)
     with pytest.raises(ValueError, match="microbatches"):
         call(data, microbatch_size=8, key=key, microbatches=1)
-    with pytest.raises(ValueError, match="microbatch_size"):  # scarjax._validate.check_int
+    with pytest.raises(ValueError, match="microbatch_size"):  # scarjax.validate.check_int
         call(data, microbatch_size=8.5, key=key)
     with pytest.raises(ValueError, match="draws"):
         call(data, microbatch_size=8, key=key, draws=1)

@@ -103,7 +103,7 @@ def test_infeasible_allocation_marked():
 def test_optimize_bad_inputs():
     with pytest.raises(ValueError, match="max_batch_size"):
         px.optimize_batch_size(TRUE, 1.0, 64, 1, 1, max_batch_size=32, max_local_bsz=8)
-    with pytest.raises(ValueError, match="max_local_bsz"):  # scarjax._validate.check_int
+    with pytest.raises(ValueError, match="max_local_bsz"):  # scarjax.validate.check_int
         px.optimize_batch_size(TRUE, 1.0, 8, 1, 1, max_batch_size=32, max_local_bsz=8.5)
     with pytest.raises(ValueError, match="phi"):
         px.optimize_batch_size(TRUE, -1.0, 8, 1, 1, max_batch_size=32, max_local_bsz=8)

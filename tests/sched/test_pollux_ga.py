@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scarjax.sched import load_apps
-from scarjax.sched import pollux as P
+from scarjax.sched import ga as P
 from scarjax.sched.simulator import Cluster, JobsView
 
 SMALL = P.GAConfig(pop_size=16, generations=30)  # one compilation shared by the tests (N = 4)

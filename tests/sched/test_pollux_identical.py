@@ -1,7 +1,7 @@
-"""PolluxSched's fast search is the same search: :func:`scarjax.sched.pollux.solve` (by default, and with
+"""PolluxSched's fast search is the same search: :func:`scarjax.sched.ga.solve` (by default, and with
 ``GAConfig(sparse_repair=True)``: population-level sparse repair, ``_repair_population``) gives bit-identical allocations, fitness and final populations
 to the plain search it replaced (every operator ``vmap``-ed one matrix at a time, the per-matrix
-:func:`~scarjax.sched.pollux.repair` of the artifact's ``Problem._repair``), kept here as the reference.
+:func:`~scarjax.sched.ga.repair` of the artifact's ``Problem._repair``), kept here as the reference.
 Simulations already run with the old search (e.g. the sched_sweeps experiment) stay reproducible."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scarjax.sched import pollux as P
+from scarjax.sched import ga as P
 
 CFG = P.GAConfig(pop_size=16, generations=30)  # test_pollux_ga.SMALL: one compilation for both files
 

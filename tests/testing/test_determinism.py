@@ -149,8 +149,8 @@ def test_hook_firing_differently_in_a_trial_is_caught(qp):
 
 
 def test_int_seed_not_its_key_is_caught(qp, monkeypatch):
-    real = core._as_key
-    monkeypatch.setattr(core, "_as_key", lambda key, name="key": real(key + 1 if isinstance(key, int) else key))
+    real = core.as_key
+    monkeypatch.setattr(core, "as_key", lambda key, name="key": real(key + 1 if isinstance(key, int) else key))
     with pytest.raises(sxt.CheckFailure, match=r"run\(\.\.\., 0\) differs from run\(\.\.\., jax\.random\.key\(0\)\)"):
         sxt.assert_determinism(qp, STEPS, hooks=NOISY, recompile=False)
 

@@ -70,12 +70,15 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
+from scarjax.sched.apps import AppSet
 
 __all__ = [
     "GAConfig",
@@ -208,8 +211,6 @@ def power_mean(x, p: float, *, where=None, axis: int = -1, eps: float = 0.0):
     the power (the artifact adds ``1e-3`` so that a zero speedup with ``p < 0`` gives a
     finite, tiny fitness instead of 0 through ``inf``; for ``p = 0`` it floors ``x`` at ``eps``).
     """
-    import jax.numpy as jnp
-
     p = float(p)
     if math.isnan(p) or p == math.inf:
         raise ValueError(f"p must be a real number or -inf, got {p!r}")
@@ -239,8 +240,6 @@ def realloc_factor(age_s, restarts, delay_s: float = 30.0) -> np.ndarray:
 
 def _speedups(states, prob: AllocationProblem):
     """``[..., J]`` speedups of ``states`` ``[..., J, N]`` by one gather in the table."""
-    import jax.numpy as jnp
-
     nodes = jnp.minimum((states > 0).sum(-1), prob.speedup.shape[1] - 1)
     reps = jnp.minimum(states.sum(-1), prob.speedup.shape[2] - 1)
     j = jnp.arange(states.shape[-2])
@@ -251,8 +250,6 @@ def fitness(states, prob: AllocationProblem, p: float = -1.0, *, eps: float = 1e
     """Eq 3.11 of each allocation matrix in ``states`` (``[..., J, N]``): the power mean
     over the real jobs of the speedups, each multiplied by its ``REALLOC_FACTOR`` where the
     row differs from the current allocation (the artifact's ``Problem._evaluate``)."""
-    import jax.numpy as jnp
-
     s = _speedups(states, prob)
     moved = jnp.any(states != prob.base, axis=-1)
     s = s * jnp.where(moved, prob.factor, 1.0)
@@ -267,8 +264,6 @@ def fitness(states, prob: AllocationProblem, p: float = -1.0, *, eps: float = 1e
 def _murmur_bits(ctr, salt):
     """The murmur3 finaliser of the ``uint32`` counters ``ctr`` salted by ``salt[..., 0]`` and
     ``salt[..., 1]`` (broadcast against ``ctr``)."""
-    import jax.numpy as jnp
-
     x = ctr * jnp.uint32(0x9E3779B9) + salt[..., 0]
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x85EBCA6B)
@@ -284,9 +279,6 @@ def _element_bits(key, shape):
     than threefry on a CPU, where the per-element draws otherwise dominate a generation.
     Element ``i`` (row-major) is ``_murmur_bits(i, salt)``, so any subset of the elements can
     be drawn alone (:func:`_repair_population` draws only the rows it changes)."""
-    import jax
-    import jax.numpy as jnp
-
     salt = jax.random.bits(key, (2,))
     n = int(np.prod(shape))
     return _murmur_bits(jax.lax.iota(jnp.uint32, n).reshape(shape), salt)
@@ -294,9 +286,6 @@ def _element_bits(key, shape):
 
 def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob=0.1, zero_elem_prob=0.1):
     """The artifact's mutation (``Problem._mutation``) of one ``int32[J, N]`` matrix."""
-    import jax
-    import jax.numpy as jnp
-
     k1, k2 = jax.random.split(key)
     J, N = state.shape
     rows = jax.random.uniform(k1, (2, J, 1))
@@ -326,9 +315,6 @@ def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob
 def crossover(key, a, b):
     """Single-point crossover over jobs (``Problem._crossover``): the first ``c`` rows swap
     between the parents, ``c`` uniform in ``[0, J)``; returns the two offspring."""
-    import jax
-    import jax.numpy as jnp
-
     J = a.shape[0]
     c = jax.random.randint(key, (), 0, J)
     m = (jnp.arange(J) < c)[:, None]
@@ -390,9 +376,6 @@ def greedy_seed(prob: AllocationProblem, gpus_per_node=None) -> np.ndarray:
 def _cumsum0(x):
     """Cumulative sum over axis 0 by a parallel prefix scan (``O(J log J)``; XLA's CPU
     cumsum is a reduce-window, quadratic in ``J``)."""
-    import jax
-    import jax.numpy as jnp
-
     return jax.lax.associative_scan(jnp.add, x, axis=0)
 
 
@@ -401,9 +384,6 @@ def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool 
     priority order. Always returns a feasible matrix: column sums within ``capacity``, row
     sums within ``cap``, at most ``max_nodes`` nodes per job, and (with
     ``interference_avoidance``) at most one job spanning several nodes on every node."""
-    import jax
-    import jax.numpy as jnp
-
     J, N = state.shape
     state = jnp.maximum(state, 0)
     if interference_avoidance:
@@ -431,9 +411,6 @@ def _true_indices(mask, size: int):
     """The first ``size`` indices where the 1-D ``mask`` holds, padded with ``mask.size``
     (``jnp.nonzero(mask, size=size, fill_value=mask.size)``; a binary search in the running
     count, about twice as fast on a CPU)."""
-    import jax
-    import jax.numpy as jnp
-
     count = jax.lax.associative_scan(jnp.add, mask.astype(jnp.int32))
     return jnp.searchsorted(count, jnp.arange(1, size + 1, dtype=jnp.int32), side="left", method="scan")
 
@@ -442,8 +419,6 @@ def _cap_rows(rows, order_key, cap, max_nodes):
     """Step (2) of :func:`repair` on ``rows`` ``[K, N]``: in the node order of ``order_key``
     (``[K, N]``, distinct within a row), each row keeps its first ``cap`` GPUs and its first
     ``max_nodes`` nodes (an ``N x N`` comparison per row, no sort)."""
-    import jax.numpy as jnp
-
     before = order_key[:, None, :] < order_key[:, :, None]  # [K, n, m]: m before n
     prefix = jnp.sum(jnp.where(before, rows[:, None, :], 0), axis=-1)
     rows = jnp.clip(cap[:, None] - prefix, 0, rows)
@@ -461,9 +436,6 @@ def _repair_population(keys, states, prob: AllocationProblem, *, interference_av
     (at most ``row_budget`` rows and ``col_budget`` columns; more take the dense path, so the
     result never depends on the budgets), processed, and scattered back. A row's shuffled node
     order uses the same bits as :func:`repair` (``_murmur_bits`` of the row's counters)."""
-    import jax
-    import jax.numpy as jnp
-
     P, J, N = states.shape
     states = jnp.maximum(states, 0)
     jj = jnp.arange(J)[:, None]
@@ -519,8 +491,6 @@ def _repair_population(keys, states, prob: AllocationProblem, *, interference_av
 def _dedup_penalty(states, f):
     """``f`` with ``-inf`` for every matrix equal to an earlier one (pymoo's duplicate
     elimination), by a random-weight hash then an exact comparison with its sort neighbour."""
-    import jax.numpy as jnp
-
     P = states.shape[0]
     flat = states.reshape(P, -1).astype(jnp.float32)
     w = jnp.sin(jnp.arange(flat.shape[1], dtype=jnp.float32) * 12.9898 + 1.0) * 43.758
@@ -534,9 +504,6 @@ def _dedup_penalty(states, f):
 
 def _make_search(pop_size: int, generations: int, p: float, interference_avoidance: bool,
                  reset_prob: float, zero_row_prob: float, zero_elem_prob: float, sparse_repair: bool = False):
-    import jax
-    import jax.numpy as jnp
-
     mut = jax.vmap(lambda k, s, pr: mutate(k, s, pr, reset_prob=reset_prob, zero_row_prob=zero_row_prob,
                                            zero_elem_prob=zero_elem_prob), in_axes=(0, 0, None))
     if sparse_repair:
@@ -615,9 +582,6 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
       mutate_init: mutate a given ``init`` too (as the default one is).
       seed_greedy: put :func:`greedy_seed` in the initial population (member 1).
     """
-    import jax
-    import jax.numpy as jnp
-
     if not isinstance(prob, AllocationProblem):
         raise TypeError(f"prob must be an AllocationProblem (build_problem), got {type(prob).__name__}")
     if not isinstance(config, GAConfig):
@@ -652,9 +616,6 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
 
 
 def _goodput_opt_fn():
-    import jax
-    import jax.numpy as jnp
-
     def t_iter(prm, n, k, m, s):  # Eq 3.8, apps._t_iter's formula
         a_g, b_g, a_l, b_l, a_n, b_n, gamma = (prm[..., i] for i in range(7))
         t_grad = a_g + b_g * m
@@ -724,8 +685,6 @@ def speedup_tables(apps, app_ids, phi, *, max_nodes: int, max_replicas: int, bas
     is the optimistic ``r / base_replicas`` (the artifact's speedup before any fit).
     Entries with ``n > r`` or ``n = 0 < r`` are 0 (no allocation reads them).
     """
-    from scarjax.sched.apps import AppSet
-
     if not isinstance(apps, AppSet):
         raise TypeError(f"apps must be an AppSet, got {type(apps).__name__}")
     ids = apps._ids(app_ids).reshape(-1)
@@ -787,8 +746,6 @@ def build_problem(speedup, base, cap, capacity, factor, *, max_job_nodes: int = 
     """Stack one decision's arrays into an :class:`AllocationProblem`, padding the jobs to a
     multiple of ``pad_to`` with empty rows (cap 0) so that one compilation serves intervals
     with different numbers of jobs. Rows must already be in priority order."""
-    import jax.numpy as jnp
-
     speedup = np.asarray(speedup, np.float64)
     base = np.asarray(base)
     if speedup.ndim != 3:
@@ -921,8 +878,6 @@ class PolluxSched:
     def decide(self, jobs, cluster, key) -> Decision:
         """One scheduling decision for the jobs of a ``JobsView`` on ``cluster`` (nodes,
         gpus_per_node); ``key``: a ``jax.random`` key or int seed. Returns :class:`Decision`."""
-        import jax
-
         cfg = self.config
         N, gpn = va.check_int("cluster.nodes", cluster.nodes, lo=1), va.check_int(
             "cluster.gpus_per_node", cluster.gpus_per_node, lo=1)
@@ -962,8 +917,6 @@ class PolluxPolicy:
     adaptive = True
 
     def __init__(self, config: GAConfig | None = None, **overrides):
-        from dataclasses import replace
-
         config = GAConfig() if config is None else config
         if not isinstance(config, GAConfig):
             raise TypeError(f"config must be a GAConfig, got {type(config).__name__}")
