@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import bounds
 from scarjax import hooks as hk
 from scarjax.core import Algorithm, State
@@ -63,6 +63,7 @@ from scarjax.testing._st_systems import (
     precision_formats,
     worker_counts,
 )
+from scarjax.trials import run_trials
 
 __all__ = [
     "PrecisionFloorResult",
@@ -450,7 +451,6 @@ def check_precision_floor(
     seeds = _check_seed(seed)
     formats = precision_formats() if formats is None else _check_strategy("formats", formats)
     _window(steps, tail, window)
-    from scarjax.trials import run_trials
 
     measured = algorithm.replace(loss=_NormLoss(algorithm.norm))
     params0 = State(*algorithm.init(jax.random.key(0), algorithm.data)).params
@@ -741,7 +741,6 @@ def check_staleness(
         va.check_real("lipschitz", lipschitz, lo=0.0, scalar=True)
     if hook is not None:
         va.check_callable("hook", hook)
-    from scarjax.trials import run_trials
 
     w_norm = float(algorithm.norm(algorithm.optimum))
 

@@ -17,6 +17,7 @@ import math
 from typing import Any, Callable
 
 import hypothesis
+import jax
 import numpy as np
 from hypothesis import HealthCheck, Phase
 
@@ -122,7 +123,5 @@ def replay_keys(seed: int, n: int):
     """The keys of a batch of ``n`` trials for a drawn ``seed``: trial ``i`` runs on
     ``jax.random.fold_in(jax.random.key(seed), i)`` (what a counterexample's replay line
     says)."""
-    import jax
-
     base = jax.random.key(int(seed))
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(np.arange(n, dtype=np.uint32))

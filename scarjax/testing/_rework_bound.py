@@ -74,7 +74,7 @@ import numpy as np
 from hypothesis import Phase
 from hypothesis import strategies as st
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import bounds
 from scarjax import rework as rw
 from scarjax.core import Algorithm
@@ -85,6 +85,7 @@ from scarjax.testing._st_perturbations import (
     sequence_hook,
     stack,
 )
+from scarjax.trials import run_trials
 
 __all__ = ["VARIANTS", "ReworkBoundResult", "check_rework_bound", "assert_rework_bound"]
 
@@ -399,6 +400,7 @@ def _b12_bound(D2: np.ndarray, N: np.ndarray, alphas: np.ndarray, G: float) -> n
 
 
 def _t_quantile(p: float, dof: int) -> float:
+    # scipy's submodules are slow to import and needed only here
     from scipy.stats import t as student_t
 
     return float(student_t.ppf(p, dof))
@@ -711,8 +713,6 @@ def check_rework_bound(
       ValueError / TypeError: naming a bad argument (also: ε cannot be calibrated at
         ``converge_at``, or no trial could be decided because ``steps`` is too short).
     """
-    from scarjax.trials import run_trials
-
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
     if algorithm.optimum is None:
