@@ -1,4 +1,4 @@
-"""A simulated cluster clock driving real training (issue 14 Sec 2): the shared API of the
+"""A simulated cluster clock driving real training: the shared API of the
 transient-cluster policies.
 
 Every policy (:mod:`scarjax.cluster.policies` and the TierML, BidBrain, Sync-on-the-fly and
@@ -53,8 +53,11 @@ Pieces:
    ``ClusterRun.to_target`` resolves the time and the dollars at the step the target is
    reached, not at the end of the interval holding it.
 4. ``Market.mttf_s`` (needed by Young/Daly): exact for exponential (capped), Weibull
-   (uncapped) and empirical processes; otherwise the mean of 2048 draws at the market's
-   start time (key 0) with ``inf`` (never revoked) lifetimes counted as ``inf``.
+   (uncapped) and empirical processes; a replayed trace's by renewal over the trace (the
+   nodes' total time present, censored at the observation's end, over the removals:
+   :meth:`~scarjax.cluster.market.Replay.mttf_s`, never draws of machines not granted);
+   otherwise the mean of 2048 draws at the market's start time (key 0) with ``inf`` (never
+   revoked) lifetimes counted as ``inf``.
 5. Added: ``Market.purchase(key, counter, n, t)`` draws the start-up delays and lifetimes of
    the ``counter``-th purchase in one jitted program (eager JAX draws compile a program per
    op: too slow inside a host event loop); ``Market.revocations``/``startup_s`` are jitted too.
@@ -75,8 +78,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
-from scarjax import core
+from scarjax import validate as va
+from scarjax import core, pollux
 from scarjax.cluster import market as mk
 
 __all__ = [
@@ -163,10 +166,7 @@ def step_time_pollux(params: Any, batch_size: int, gpus_per_node: int = 1) -> St
       params: a :class:`scarjax.pollux.ThroughputParams` (fitted, e.g. by
         :func:`scarjax.pollux.fit_throughput`, or given).
     """
-    from scarjax import pollux
-    from scarjax.pollux._throughput import check_params
-
-    params = check_params(params)
+    params = pollux.check_throughput_params(params)
     bs = va.check_int("batch_size", batch_size, lo=1)
     g = va.check_int("gpus_per_node", gpus_per_node, lo=1)
 
@@ -263,12 +263,40 @@ class Market:
         p = self.price(tier)
         return float(p.price_at(t)) if isinstance(p, mk.PriceSeries) else float(p)
 
+    def available(self, t: float) -> float:
+        """How many transient machines can be obtained at market time ``t`` (``inf``: no
+        limit): a replayed trace's nodes present then (:meth:`~scarjax.cluster.market.Replay.
+        available`; the policies subtract the ones they hold), a price-driven market's ``inf``
+        while the price in effect is ``<=`` the bid and 0 above it, ``inf`` for parametric and
+        empirical processes (and without a process)."""
+        p = self.process
+        if isinstance(p, mk.PriceDriven):
+            return math.inf if float(p.series.price_at(t)) <= float(p.bid) else 0.0
+        if isinstance(p, mk.Replay):
+            return float(p.available(float(t)))
+        return math.inf
+
+    def next_available(self, t: float) -> float:
+        """The first market time ``>= t`` at which :meth:`available` is positive (``inf``:
+        never again within what the market knows)."""
+        p = self.process
+        if isinstance(p, mk.Replay):
+            return p.next_available(float(t))
+        if isinstance(p, mk.PriceDriven):
+            s = p.series
+            times, prices = np.asarray(s.times_s, np.float64), np.asarray(s.prices, np.float64)
+            i = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
+            if prices[i] <= float(p.bid):
+                return float(t)
+            ok = np.flatnonzero(prices[i + 1:] <= float(p.bid))
+            return float(times[i + 1 + ok[0]]) if ok.size else math.inf
+        return float(t)
+
     def transient_available(self, t: float) -> bool:
-        """Whether a transient machine bought at market time ``t`` is granted (a
-        price-driven market: the price in effect is ``<=`` the bid)."""
-        if isinstance(self.process, mk.PriceDriven):
-            return float(self.process.series.price_at(t)) <= float(self.process.bid)
-        return True
+        """Whether a transient machine bought at market time ``t`` is granted: :meth:`available`
+        ``>= 1`` (a price-driven market: the price in effect is ``<=`` the bid; a replayed
+        trace: a node is present)."""
+        return self.available(t) >= 1
 
     # revocations and start-up ---------------------------------------------------------
     def revocations(self, key: jax.Array, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -296,6 +324,48 @@ class Market:
         up, life = _sample_purchase(self.process, self.startup, key, jnp.int32(counter), n, jnp.float32(t))
         return np.asarray(up, np.float64), np.asarray(life, np.float64)
 
+    def acquire(self, key: jax.Array, counter: int, n: int, t: float, *, held: Any = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(startup_s, lifetime_s, node)`` float64/float64/int64 ``[n]`` for the
+        ``counter``-th purchase of ``n`` machines at market time ``t``: :meth:`purchase`, and
+        on a replayed trace the trace node each machine is (``-1``: none; ``held``: ``bool[K]``
+        nodes already held, which are not offered again). Lifetime 0: not granted."""
+        n = va.check_int("n", n, lo=1)
+        if not isinstance(self.process, mk.Replay):
+            up, life = self.purchase(key, counter, n, t)
+            return up, life, np.full(n, -1, np.int64)
+        K = int(self.process.add_s.shape[0])
+        held = np.zeros(K, bool) if held is None else np.asarray(held, bool)
+        up, life, node = _sample_replay_purchase(self.process, self.startup, key, jnp.int32(counter), n,
+                                                 jnp.float32(t), jnp.asarray(held))
+        return np.asarray(up, np.float64), np.asarray(life, np.float64), np.asarray(node, np.int64)
+
+    @classmethod
+    def from_availability(cls, times_s: Any, counts: Any, *, machine: MachineType, provider: str | None = None,
+                          warning_s: Any = None, billing: str | None = None, startup: Any = None,
+                          start_time_s: float = 0.0, unwarned: Any = 0.0, end_s: Any = None) -> "Market":
+        """A user's availability trace as a market in one call: ``counts[i]`` transient
+        machines of ``machine`` obtainable from ``times_s[i]`` (any ticks, any counts, 0 =
+        none; :func:`scarjax.cluster.market.from_availability`). The notice and the billing
+        are stated (``warning_s``, ``billing``) or come from a named ``provider`` preset of
+        :data:`~scarjax.cluster.market.PROVIDERS` (``"aws"``, ``"aws_per_second"``,
+        ``"gce"``); never defaulted::
+
+            market = ck.Market.from_availability(times_s, counts, provider="aws_per_second",
+                                                 machine=ck.MachineType("p3.2xlarge", 3.06, spot=0.92))
+        """
+        if billing is None:
+            if provider is None:
+                raise ValueError("billing: state it ('hourly' or 'per_second') or name a provider preset "
+                                 f"(provider= one of {sorted(mk.PROVIDERS)})")
+            va.check_choice("provider", provider, tuple(mk.PROVIDERS))
+            billing = mk.PROVIDERS[provider].billing
+        if provider is not None and warning_s is not None:
+            provider = None  # the stated warning wins; the preset gave the billing
+        process = mk.from_availability(times_s, counts, warning_s=warning_s, provider=provider, unwarned=unwarned,
+                                       end_s=end_s)
+        return cls(machine, process, billing=billing, startup=startup, start_time_s=start_time_s)
+
     @property
     def bulk(self) -> bool:
         """Whether one draw revokes the whole allocation (``bulk`` processes, price-driven)."""
@@ -313,6 +383,8 @@ class Market:
             return float(p.scale_s) * math.gamma(1.0 + 1.0 / float(p.shape))
         if isinstance(p, mk.Empirical):
             return float(np.mean(np.asarray(p.lifetimes_s, np.float64)))
+        if isinstance(p, mk.Replay):
+            return p.mttf_s()
         life, _ = self.revocations(jax.random.key(0), 2048, self.start_time_s)
         return float(np.mean(life))
 
@@ -334,6 +406,14 @@ def _sample_purchase(process, startup, key, counter, n, t):
     up = jnp.zeros((n,), jnp.float32) if startup is None else startup.sample(k_up, n)
     life = jnp.full((n,), jnp.inf, jnp.float32) if process is None else mk.sample_lifetimes(process, k_life, n, t).lifetime
     return up, life
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _sample_replay_purchase(process, startup, key, counter, n, t, held):
+    k_up, k_life = jax.random.split(jax.random.fold_in(key, counter))
+    up = jnp.zeros((n,), jnp.float32) if startup is None else startup.sample(k_up, n)
+    node, rev = process.pick(k_life, n, t, held)
+    return up, rev.lifetime, node
 
 
 @jax.jit
@@ -396,6 +476,38 @@ class Ledger:
     def __init__(self):
         self._entries: list[_Entry] = []
         self._open: dict[Any, _Entry] = {}
+        self._memo: dict = {}
+
+    @property
+    def entries(self) -> tuple:
+        """Every machine's entry, in start order (read them; ``stop`` ends one): ``machine_id,
+        tier, price, billing, start, stop`` (``None``: running), ``revoked``, ``charged``."""
+        return tuple(self._entries)
+
+    def charge(self, entry: Any, end: float, revoked: bool = False) -> float:
+        """USD of ``entry`` (one of :attr:`entries`) had it run from its start to ``end``,
+        ended by the provider (``revoked``) or the user: the market's rule
+        (:func:`scarjax.cluster.market.bill`)."""
+        return self._charge_one(entry, float(end), bool(revoked))
+
+    def _charge_one(self, e: "_Entry", t1: float, r: bool) -> float:
+        """One machine's charge, memoised (machines bought and ended together cost the same)."""
+        k = (id(e.price) if isinstance(e.price, mk.PriceSeries) else e.price, e.billing, e.start, t1, r)
+        if k not in self._memo:
+            self._memo[k] = float(self._charge([e], [t1], [r])[0])
+        return self._memo[k]
+
+    def _groups(self):
+        """Entries that bill alike (tier, price, rule, start, stop, who ended them), with counts."""
+        out: dict = {}
+        for e in self._entries:
+            k = (e.tier, id(e.price) if isinstance(e.price, mk.PriceSeries) else e.price, e.billing, e.start,
+                 e.stop, e.revoked)
+            if k in out:
+                out[k][1] += 1
+            else:
+                out[k] = [e, 1]
+        return list(out.values())
 
     def start(self, machine_id: Any, t: float, *, price: Any, tier: str = "transient",
               billing: str = "hourly") -> None:
@@ -423,7 +535,7 @@ class Ledger:
         if t < e.start:
             raise ValueError(f"t={t} is before machine {machine_id!r} started at {e.start}")
         e.stop, e.revoked = float(t), bool(revoked)
-        e.charged = float(self._charge([e], [e.stop], [e.revoked])[0])
+        e.charged = self._charge_one(e, e.stop, e.revoked)
         del self._open[machine_id]
         return e.charged
 
@@ -452,30 +564,30 @@ class Ledger:
             return 0.0
         if e.stop is not None and e.stop <= t:
             return e.charged
-        return float(self._charge([e], [float(t)], [False])[0])
+        return self._charge_one(e, float(t), False)
 
     def cost(self, t: float) -> float:
         """USD of everything up to ``t`` (the job's cost had it ended at ``t``): machines
         stopped by then at their charge, machines running at ``t`` billed as if the user
         stopped them at ``t`` (a begun hour is charged in full), later ones not at all."""
-        return float(sum(self._charge_at(e, float(t)) for e in self._entries))
+        return float(sum(n * self._charge_at(e, float(t)) for e, n in self._groups()))
 
     def cost_curve(self, times: Any) -> np.ndarray:
         """:meth:`cost` at each of ``times`` (vectorised over times for fixed prices)."""
         times = np.asarray(times, np.float64)
         total = np.zeros_like(times)
-        for e in self._entries:
+        for e, n in self._groups():  # machines that bill alike are billed once, times their number
             after = times > e.start
             done = after & (times >= (e.stop if e.stop is not None else np.inf))
             mid = after & ~done
-            total += np.where(done, e.charged if e.charged is not None else 0.0, 0.0)
+            total += n * np.where(done, e.charged if e.charged is not None else 0.0, 0.0)
             if not mid.any():
                 continue
             if isinstance(e.price, mk.PriceSeries):
                 part = np.asarray(mk.bill(e.start, np.maximum(times, e.start), e.price, False, e.billing), np.float64)
             else:
                 part = hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
-            total += np.where(mid, part, 0.0)
+            total += n * np.where(mid, part, 0.0)
         return total
 
     def free_seconds(self, t: float) -> float:
@@ -497,8 +609,8 @@ class Ledger:
     def by_tier(self, t: float) -> dict[str, float]:
         """:meth:`cost` split by tier (``'reliable'``, ``'transient'``)."""
         out = {k: 0.0 for k in TIERS}
-        for e in self._entries:
-            out[e.tier] += self._charge_at(e, float(t))
+        for e, n in self._groups():
+            out[e.tier] += n * self._charge_at(e, float(t))
         return out
 
 
@@ -552,13 +664,13 @@ class Trainer:
         if not isinstance(algorithm, core.Algorithm):
             raise TypeError(f"algorithm must be a scarjax.Algorithm, got {type(algorithm).__name__}")
         self.algorithm = algorithm
-        self.key = core._as_key(key)
+        self.key = core.as_key(key)
         self.unit = va.check_int("unit", unit, lo=1)
         self.workers = None if workers is None else va.check_int("workers", workers, lo=1)
         if init_state is None:
             init_state = _init_state(algorithm, self.key)
         else:
-            core._check_initial(algorithm, init_state)
+            core.check_initial(algorithm, init_state)
             init_state = core.State(*init_state)
         self.state = init_state
         self.step = 0
@@ -622,7 +734,9 @@ class Job:
       workers: machines the job runs on (data-parallel workers, each also a server shard).
       checkpoint_s: seconds to write a full checkpoint (a partial one: proportionally less).
       restore_s: seconds to read a full checkpoint back.
-      max_steps: iteration budget (a policy stops there even short of the target).
+      max_steps: iteration budget, the same cap for every policy: *executed* iterations
+        (redone ones included: checkpoint-restart's rework, TierML's rollbacks), so a policy
+        stops after ``max_steps`` iterations of work even short of the target.
       batch_size: the global batch (informational; for :func:`step_time_pollux`).
     """
 
@@ -777,7 +891,7 @@ def simulate_trials(policy: Callable, job: Job, market: Market, n: int, key: Any
     n = va.check_int("n", n, lo=1)
     if not callable(policy):
         raise TypeError(f"policy must be a callable policy(job, market, *, key, horizon_s, ...), got {policy!r}")
-    keys = jax.random.split(core._as_key(key), n)
+    keys = jax.random.split(core.as_key(key), n)
     fast = getattr(policy, "run_trials", None)
     if fast is not None:
         return fast(job, market, keys, horizon_s=horizon_s, **options)

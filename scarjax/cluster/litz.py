@@ -1,5 +1,5 @@
 """Litz elasticity on the cluster clock: scale out and in mid-run without restarting (thesis
-Ch 4, Sec 4.3-4.5.1; issue 14 policy 7).
+Ch 4, Sec 4.3-4.5.1).
 
 Litz over-partitions a job into ``E`` *executors* (micro-tasks over data and worker state) and
 its parameters into ``P`` *PShards*; nodes run worker threads that execute the executors and
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax.cluster import clock
 
 __all__ = [
@@ -175,17 +175,20 @@ def _check_schedule(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, 
 
 def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, horizon_s: float,
             spec: LitzSpec, schedule: Sequence[tuple[float, int]] = (), tier: str = "reliable",
-            policy: str = "litz") -> clock.ClusterRun:
+            policy: str = "litz", train_key: Any = 0) -> clock.ClusterRun:
     """Run ``job`` on ``job.workers`` nodes, changing to ``nodes`` at each ``(time_s, nodes)`` of
     ``schedule`` without restarting (module docstring), until ``job.target_loss``,
-    ``job.max_steps`` or ``horizon_s``.
+    ``job.max_steps`` executed iterations or ``horizon_s``.
 
     A scaling event requested at ``t`` takes effect at the end of the iteration in progress,
     then pauses the job for :func:`migration_s`; nodes are billed (``market``, ``tier``; default
     on-demand m4.4xlarge-like $0.8/h per node, per second) from when they join to when they
-    leave. Returns a :class:`~scarjax.cluster.clock.ClusterRun` (one point per iteration,
-    ``'scale'`` events; ``meta['nodes']`` per point) with ``final_state`` (the trained state)
-    attached.
+    leave, on the market's clock (from ``market.start_time_s``, like every policy's ledger).
+    ``key`` has the meaning it has for every policy: the market's draws (a scripted schedule
+    draws none, so it does not change the run); ``train_key`` (default 0) the training
+    (initialisation, minibatches), as in :mod:`scarjax.cluster.policies`. Returns a
+    :class:`~scarjax.cluster.clock.ClusterRun` (one point per iteration, ``'scale'`` events;
+    ``meta['nodes']`` per point) with ``final_state`` (the trained state) attached.
     """
     if not isinstance(job, clock.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
@@ -198,12 +201,13 @@ def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, hor
     if not isinstance(market, clock.Market):
         raise TypeError(f"market must be a scarjax.cluster.clock.Market or None, got {type(market).__name__}")
     workers = spec.executors if job.algorithm.has_workers else None
-    trainer = clock.Trainer(job.algorithm, key, workers=workers)
+    trainer = clock.Trainer(job.algorithm, train_key, workers=workers)
     ledger = clock.Ledger()
     price = market.price(tier)
     nodes = int(job.workers)
+    t0 = float(market.start_time_s)  # the ledger is on the market's clock
     for i in range(nodes):
-        ledger.start(i, 0.0, price=price, tier=tier, billing=market.billing)
+        ledger.start(i, t0, price=price, tier=tier, billing=market.billing)
     rec = clock.Recorder(policy, ledger, market.start_time_s)
     rec.point(0.0, trainer.loss(), 0)
     node_hist = [nodes]
@@ -233,9 +237,9 @@ def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, hor
                 continue
             pause = migration_s(spec, nodes, new)
             for i in range(new, nodes):  # leaving nodes are stopped after the migration
-                ledger.stop(i, t + pause)
+                ledger.stop(i, t0 + t + pause)
             for i in range(nodes, new):  # joining nodes are billed from the start of the migration
-                ledger.start(i, t, price=price, tier=tier, billing=market.billing)
+                ledger.start(i, t0 + t, price=price, tier=tier, billing=market.billing)
             rec.event(t, "scale", f"{nodes} -> {new} nodes at step {trainer.step}, migration {pause:.1f} s")
             t += pause
             nodes = new

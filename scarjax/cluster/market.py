@@ -1,4 +1,4 @@
-"""Markets for transient machines: revocation processes, start-up delays and bills (issue 14 Sec 1).
+"""Markets for transient machines: revocation processes, start-up delays and bills.
 
 **Revocation processes.** Each process says, for ``n`` machines bought at ``start_time``,
 when each is taken away and when its warning comes. :func:`sample_lifetimes` (or
@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import schedules
 from scarjax.data import transient as td
 from scarjax.data.transient import AWS_WARNING_S, GCE_MAX_LIFETIME_S, GCE_PREEMPTIBLE_DISCOUNT, GCE_WARNING_S
@@ -74,6 +74,8 @@ __all__ = [
     "PriceDriven",
     "PriceSeries",
     "Replay",
+    "PROVIDERS",
+    "Provider",
     "Revocations",
     "StartupDelay",
     "Weibull",
@@ -82,7 +84,10 @@ __all__ = [
     "cmdare_startup",
     "empirical",
     "exponential",
+    "counts_to_intervals",
     "fixed_startup",
+    "from_availability",
+    "from_node_events",
     "gce_preemptible",
     "gce_preemptible_price",
     "price_driven",
@@ -105,6 +110,47 @@ GCE_MINIMUM_CHARGE_S = 60.0
 DEFAULT_STARTUP_S = {"aws": 300.0, "gce": 87.0}
 _F32_EXACT = 2.0**24
 _NEVER = -1
+
+
+class Provider(NamedTuple):
+    """A provider's stated rules, named so that a trace states whose rules it runs under.
+
+    Attributes:
+      name: the preset's key in :data:`PROVIDERS`.
+      warning_s: the revocation notice's lead, seconds.
+      billing: ``"hourly"`` or ``"per_second"`` (:func:`bill`'s ``scheme``; the clock's
+        ``Market.billing``).
+    """
+
+    name: str
+    warning_s: float
+    billing: str
+
+
+#: Named provider presets: ``"aws"`` - the 2015 spot rules of the papers (two-minute notice,
+#: hourly billing with the free partial hour on a provider revocation: TierML Sec 2.3, 3.4);
+#: ``"aws_per_second"`` - AWS spot since October 2017 (two-minute notice, per-second billing);
+#: ``"gce"`` - GCE preemptible (30-second notice, per-second billing: TierML Sec 2.3, CM-DARE).
+PROVIDERS = {
+    "aws": Provider("aws", AWS_WARNING_S, "hourly"),
+    "aws_per_second": Provider("aws_per_second", AWS_WARNING_S, "per_second"),
+    "gce": Provider("gce", GCE_WARNING_S, "per_second"),
+}
+
+
+def _stated_warning(warning_s: Any, provider: str | None, what: str) -> Any:
+    """The warning the caller stated, or the named provider's; never a silent default."""
+    if provider is not None:
+        va.check_choice("provider", provider, tuple(PROVIDERS))
+        if warning_s is not None:
+            raise ValueError("give warning_s or provider, not both")
+        return PROVIDERS[provider].warning_s
+    if warning_s is None:
+        raise ValueError(
+            f"warning_s: state the revocation notice of {what} (seconds; 0 = none) or name a provider "
+            f"preset (provider= one of {sorted(PROVIDERS)}); it is never defaulted"
+        )
+    return warning_s
 
 
 def _register(cls, data: tuple[str, ...], meta: tuple[str, ...]):
@@ -277,6 +323,11 @@ def empirical(
         raise ValueError(f"lifetimes_s must be a non-empty 1-D array of seconds, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or arr.min() < 0:
         raise ValueError("lifetimes_s must be finite and >= 0")
+    if not np.any(arr > 0):
+        raise ValueError(
+            "lifetimes_s: every lifetime is 0, so no machine would ever run (a lifetime of 0 is a "
+            "machine never granted); give at least one positive lifetime"
+        )
     _check_common(warning_s, unwarned, bulk)
     _check_cap(cap_s)
     va.check_str("name", name)
@@ -412,8 +463,10 @@ def price_series(
         name = name or "prices"
     if p.ndim != 1 or t.shape != p.shape or p.size == 0:
         raise ValueError(f"prices and times_s must be 1-D of one length >= 1, got {p.shape} and {t.shape}")
-    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(t))) or p.min() < 0:
-        raise ValueError("prices must be finite and >= 0, and times_s finite")
+    if not np.all(np.isfinite(p)) or p.min() < 0:
+        raise ValueError(f"prices must be finite and >= 0 (USD/h), got {p[~(np.isfinite(p) & (p >= 0))][0]!r}")
+    if not np.all(np.isfinite(t)):  # negative times are allowed: the price in effect before a window
+        raise ValueError(f"times_s must be finite (seconds), got {t[~np.isfinite(t)][0]!r}")
     if np.any(np.diff(t) <= 0):
         raise ValueError("times_s must increase strictly")
     if max(abs(t[0]), abs(t[-1]), abs(end)) >= _F32_EXACT:
@@ -517,12 +570,20 @@ def aggressive_bid(price: Any, step: Any = 0.1) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class Replay:
-    """Node intervals ``[add_s, remove_s)`` replayed (see :func:`replay`)."""
+    """Node intervals ``[add_s, remove_s)`` replayed (see :func:`replay`,
+    :func:`from_availability`, :func:`from_node_events`).
+
+    The trace says, at every time, how many machines can be obtained (:meth:`available`: the
+    nodes present and not already held) and when each one goes (its removal). ``end_s`` is the
+    end of the observation (``inf``: the last finite time of the trace): nodes still present
+    then are censored there by :meth:`mttf_s`.
+    """
 
     add_s: Any
     remove_s: Any
     warning_s: Any = AWS_WARNING_S
     unwarned: Any = 0.0
+    end_s: Any = float("inf")
     name: str = "replay"
 
     def alive(self, t: Any) -> jax.Array:
@@ -537,43 +598,117 @@ class Replay:
             jnp.int32
         )
 
-    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+    def pick(self, key: jax.Array, n: int, start_time: Any = 0.0, exclude: Any = None):
+        """``(node int32[n], Revocations)``: ``n`` machines bought at ``start_time``, each one of
+        the nodes present then and not in ``exclude`` (``bool[K]``: nodes already held), a random
+        choice per key; beyond those available, ``node = -1`` and lifetime 0 (not granted).
+        Traceable."""
         k_pick, k_warn = jax.random.split(key)
         t0 = _f32(start_time)
-        alive = self.alive(t0)
-        prio = jnp.where(alive, jax.random.uniform(k_pick, alive.shape), -1.0)
+        free = self.alive(t0)
+        if exclude is not None:
+            free = free & ~jnp.asarray(exclude, bool)
+        prio = jnp.where(free, jax.random.uniform(k_pick, free.shape), -1.0)
         order = jnp.argsort(-prio)
-        K = alive.shape[0]
+        K = free.shape[0]
         pick = order[jnp.arange(n) % K]
-        ok = alive[pick] & (jnp.arange(n) < K)
+        ok = free[pick] & (jnp.arange(n) < K)
         life = jnp.where(ok, self.remove_s[pick] - t0, 0.0).astype(jnp.float32)
-        return _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, False)
+        node = jnp.where(ok, pick, -1).astype(jnp.int32)
+        return node, _warn(k_warn, life, _f32(self.warning_s), self.unwarned, n, False)
+
+    def sample(self, key: jax.Array, n: int, start_time: Any = 0.0) -> Revocations:
+        return self.pick(key, n, start_time)[1]
+
+    # host-side questions about the trace (NumPy, float64) ---------------------------------
+    def _arrays(self):
+        return np.asarray(self.add_s, np.float64), np.asarray(self.remove_s, np.float64)
+
+    def available(self, t: float) -> int:
+        """Machines that can be obtained at ``t``: the nodes present (host, float64)."""
+        add, rem = self._arrays()
+        return int(np.sum((add <= t) & (t < rem)))
+
+    def next_available(self, t: float) -> float:
+        """The first time ``>= t`` at which a node is present (``inf``: never again)."""
+        add, rem = self._arrays()
+        if np.any((add <= t) & (t < rem)):
+            return float(t)
+        later = add[(add > t) & (rem > add)]
+        return float(later.min()) if later.size else math.inf
+
+    def horizon(self) -> float:
+        """The end of the observation: ``end_s``, else the trace's last finite time."""
+        if math.isfinite(float(self.end_s)):
+            return float(self.end_s)
+        add, rem = self._arrays()
+        times = np.concatenate([add, rem[np.isfinite(rem)]])
+        return float(times.max())
+
+    def mttf_s(self) -> float:
+        """Mean time to revocation by renewal over the trace: the nodes' total time present
+        (each stay cut at :meth:`horizon`: a node still present then is censored) divided by
+        the removals within it (``inf``: none). Independent of any draw."""
+        add, rem = self._arrays()
+        end = self.horizon()
+        up = np.clip(np.minimum(rem, end) - add, 0.0, None).sum()
+        removals = int(np.sum(np.isfinite(rem) & (rem <= end) & (rem > add)))
+        return float(up / removals) if removals else math.inf
 
 
-_register(Replay, ("add_s", "remove_s", "warning_s", "unwarned"), ("name",))
+_register(Replay, ("add_s", "remove_s", "warning_s", "unwarned", "end_s"), ("name",))
 
 
-def replay(trace, *, warning_s: Any = None, unwarned: Any = 0.0) -> Replay:
+def _check_times(name: str, t: np.ndarray, *, allow_inf: bool = False) -> None:
+    if np.any(np.isnan(t)):
+        raise ValueError(f"{name} must not be NaN (at index {int(np.flatnonzero(np.isnan(t))[0])})")
+    if not allow_inf and not np.all(np.isfinite(t)):
+        raise ValueError(f"{name} must be finite (at index {int(np.flatnonzero(~np.isfinite(t))[0])})")
+    if np.any(t < 0):
+        raise ValueError(f"{name} must be >= 0 seconds (at index {int(np.flatnonzero(t < 0)[0])}: {t[t < 0][0]!r})")
+    if np.any(np.isfinite(t) & (t >= _F32_EXACT)):
+        raise ValueError(f"{name} must be below 2**24 s (float32 whole seconds); shift the trace's origin")
+
+
+def _make_replay(add, rem, warning_s, unwarned, end_s, name) -> Replay:
+    if add.ndim != 1 or add.shape != rem.shape or add.size == 0:
+        raise ValueError(
+            f"add_s and remove_s must be 1-D of one length >= 1, got {add.shape} and {rem.shape}"
+        )
+    _check_times("add_s", add)
+    _check_times("remove_s", rem, allow_inf=True)
+    if np.any(rem < add):
+        i = int(np.flatnonzero(rem < add)[0])
+        raise ValueError(f"remove_s must be >= add_s for every node (node {i}: added {add[i]}, removed {rem[i]})")
+    _check_common(warning_s, unwarned, False)
+    end = math.inf if end_s is None else float(va.check_real("end_s", end_s, lo=0.0, scalar=True))
+    return Replay(jnp.asarray(add, jnp.float32), jnp.asarray(rem, jnp.float32), warning_s, unwarned, end, name)
+
+
+def replay(trace, *, warning_s: Any = None, provider: str | None = None, unwarned: Any = 0.0) -> Replay:
     """Replay a trace's node events.
 
     ``trace``: a :class:`~scarjax.data.transient.NodeTrace` (the AWS p3 trace: each node's stay
     ``[add, remove)``, never removed: ``inf``), an
-    :class:`~scarjax.data.transient.AvailabilityTrace` (the GCP V100 counts: a rise adds nodes, a
-    fall removes the most recently added ones, last in first out; the count before the first
-    observation is unknown, so the trace starts with the first count's nodes at time 0) or a pair
-    ``(add_s, remove_s)`` of arrays. :meth:`Replay.sample` takes ``n`` of the nodes present at
-    ``start_time`` (a random choice per key; missing ones get lifetime 0). ``warning_s``
-    defaults to the provider's notice: 120 s for a ``NodeTrace`` (AWS), 30 s for an
-    ``AvailabilityTrace`` (GCP), 0 for arrays.
+    :class:`~scarjax.data.transient.AvailabilityTrace` (the GCP V100 counts, as
+    :func:`from_availability`) or a pair ``(add_s, remove_s)`` of arrays (node intervals).
+    :meth:`Replay.sample` takes ``n`` of the nodes present at ``start_time`` (a random choice
+    per key; missing ones get lifetime 0: not granted).
+
+    The warning comes from the caller (``warning_s``) or a named preset (``provider``, a key of
+    :data:`PROVIDERS`); only the package's own records carry their provider's: ``"aws"`` (120 s)
+    for the AWS ``NodeTrace``, ``"gce"`` (30 s) for the GCP ``AvailabilityTrace``. Arrays have no
+    provider: one of the two must be given (``ValueError`` otherwise).
     """
     if hasattr(trace, "intervals"):
         _, add, rem = trace.intervals()
-        name, default_warning = "replay:nodes", AWS_WARNING_S
+        name, own = "replay:nodes", "aws"
+        end = float(np.max(np.asarray(trace.time_s, np.float64))) if len(trace) else None
     elif hasattr(trace, "count") and hasattr(trace, "time_s"):
-        add, rem = _counts_to_intervals(
-            np.asarray(trace.time_s, np.float64), np.asarray(trace.count, np.int64)
-        )
-        name, default_warning = "replay:counts", GCE_WARNING_S
+        if warning_s is None and provider is None:
+            provider = "gce"
+        return from_availability(trace.time_s, trace.count, warning_s=warning_s, provider=provider,
+                                 unwarned=unwarned, name="replay:counts")
     else:
         try:
             add, rem = (np.asarray(a, np.float64) for a in trace)
@@ -582,30 +717,126 @@ def replay(trace, *, warning_s: Any = None, unwarned: Any = 0.0) -> Replay:
                 "trace must be a NodeTrace, an AvailabilityTrace or a pair (add_s, remove_s), got "
                 f"{type(trace).__name__}"
             ) from None
-        name, default_warning = "replay", 0.0
-    if add.ndim != 1 or add.shape != rem.shape or add.size == 0:
-        raise ValueError(
-            f"add_s and remove_s must be 1-D of one length >= 1, got {add.shape} and {rem.shape}"
-        )
-    if np.any(rem < add) or not np.all(np.isfinite(add)):
-        raise ValueError(
-            "every node must be removed (remove_s, inf = never) no earlier than it is added (finite add_s)"
-        )
-    warning_s = default_warning if warning_s is None else warning_s
-    _check_common(warning_s, unwarned, False)
-    return Replay(jnp.asarray(add, jnp.float32), jnp.asarray(rem, jnp.float32), warning_s, unwarned, name)
+        name, own, end = "replay", None, None
+    if warning_s is None and provider is None and own is not None:
+        provider = own
+    warning_s = _stated_warning(warning_s, provider, "the trace")
+    return _make_replay(add, rem, warning_s, unwarned, end, name)
 
 
-def _counts_to_intervals(t: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def from_availability(
+    times_s: Any,
+    counts: Any,
+    *,
+    warning_s: Any = None,
+    provider: str | None = None,
+    unwarned: Any = 0.0,
+    end_s: Any = None,
+    name: str = "availability",
+) -> Replay:
+    """A market from availability counts: ``counts[i]`` machines can be obtained from
+    ``times_s[i]`` until the next tick (the last count holds on; ``end_s``: where the
+    observation stops, for :meth:`Replay.mttf_s`'s censoring, default the last tick). Ticks may
+    have any gaps and counts any size, including 0 (nothing obtainable: policies wait or fall
+    back to on-demand). A rise adds nodes; a fall removes the most recently added ones (last
+    in, first out), with the notice ``warning_s`` before (state it, or name a ``provider`` of
+    :data:`PROVIDERS`: never defaulted).
+
+    Before ``times_s[0]`` nothing is obtainable. The usual call, for a trace of a new user::
+
+        market = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92),
+                           mk.from_availability(times_s, counts, provider="aws_per_second"),
+                           billing=mk.PROVIDERS["aws_per_second"].billing)
+
+    or in one call :meth:`scarjax.cluster.clock.Market.from_availability`.
+
+    Raises ``ValueError`` naming the argument for NaN, negative or unsorted ``times_s``, and for
+    negative, NaN or fractional ``counts``.
+    """
+    t = np.asarray(times_s, np.float64)
+    c = np.asarray(counts, np.float64)
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"times_s must be a non-empty 1-D array of seconds, got shape {t.shape}")
+    if c.shape != t.shape:
+        raise ValueError(f"counts must have the shape of times_s {t.shape}, got {c.shape}")
+    _check_times("times_s", t)
+    if np.any(np.diff(t) <= 0):
+        i = int(np.flatnonzero(np.diff(t) <= 0)[0])
+        raise ValueError(f"times_s must increase strictly (index {i + 1}: {t[i + 1]} after {t[i]})")
+    if np.any(np.isnan(c)) or np.any(c < 0) or np.any(c != np.round(c)) or not np.all(np.isfinite(c)):
+        raise ValueError("counts must be whole numbers >= 0 (machines obtainable from each tick)")
+    va.check_str("name", name)
+    warning_s = _stated_warning(warning_s, provider, "the availability trace")
+    add, rem = counts_to_intervals(t, c.astype(np.int64))
+    if add.size == 0:
+        raise ValueError("counts: every count is 0, so no machine is ever obtainable; use no transient market")
+    end = float(t[-1]) if end_s is None else end_s
+    if float(end) < float(t[-1]):
+        raise ValueError(f"end_s must be >= the last tick {t[-1]}, got {end}")
+    return _make_replay(add, rem, warning_s, unwarned, end, name)
+
+
+def from_node_events(
+    times_s: Any,
+    added: Any,
+    nodes: Any,
+    *,
+    warning_s: Any = None,
+    provider: str | None = None,
+    unwarned: Any = 0.0,
+    end_s: Any = None,
+    name: str = "node_events",
+) -> Replay:
+    """A market from node add/remove events in time order: at ``times_s[i]`` node ``nodes[i]``
+    joins (``added[i]`` true) or is taken away (false); a node may come back later (a new
+    stay). Warning as :func:`from_availability` (``warning_s`` or ``provider``, never
+    defaulted). Raises ``ValueError`` naming the argument for NaN, negative or decreasing
+    ``times_s``, a removal of a node not present, or an addition of one already present."""
+    t = np.asarray(times_s, np.float64)
+    a = np.asarray(added)
+    nd = np.asarray(nodes)
+    if t.ndim != 1 or t.size == 0 or a.shape != t.shape or nd.shape != t.shape:
+        raise ValueError(
+            f"times_s, added and nodes must be 1-D of one length >= 1, got {t.shape}, {a.shape}, {nd.shape}"
+        )
+    if a.dtype != bool:
+        raise TypeError(f"added must be a bool array (True: the node joins), got dtype {a.dtype}")
+    _check_times("times_s", t)
+    if np.any(np.diff(t) < 0):
+        i = int(np.flatnonzero(np.diff(t) < 0)[0])
+        raise ValueError(f"times_s must be non-decreasing (index {i + 1}: {t[i + 1]} after {t[i]})")
+    warning_s = _stated_warning(warning_s, provider, "the node events")
+    adds, rems, open_at = [], [], {}
+    for i, (ti, ai, ni) in enumerate(zip(t.tolist(), a.tolist(), nd.tolist())):
+        if ai:
+            if ni in open_at:
+                raise ValueError(f"nodes: node {ni!r} added at {ti} s (event {i}) is already present")
+            open_at[ni] = len(adds)
+            adds.append(ti)
+            rems.append(np.inf)
+        else:
+            if ni not in open_at:
+                raise ValueError(f"nodes: node {ni!r} removed at {ti} s (event {i}) is not present")
+            rems[open_at.pop(ni)] = ti
+    if not adds:
+        raise ValueError("added: no node is ever added, so no machine is ever obtainable")
+    end = float(t[-1]) if end_s is None else end_s
+    return _make_replay(np.array(adds), np.array(rems), warning_s, unwarned, end, name)
+
+
+def counts_to_intervals(times_s: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(add_s, remove_s)`` node intervals of an availability series (a rise adds nodes, a
+    fall removes the most recently added: last in, first out; never removed: ``inf``). No
+    validation: :func:`from_availability` is the checked entry point."""
     add, rem, stack = [], [], []
-    for ti, c in zip(t.tolist(), count.tolist()):
+    for ti, c in zip(np.asarray(times_s, np.float64).tolist(), np.asarray(counts, np.int64).tolist()):
         while len(stack) < c:
             stack.append(len(add))
             add.append(ti)
             rem.append(np.inf)
         while len(stack) > c:
             rem[stack.pop()] = ti
-    return np.array(add), np.array(rem)
+    return np.array(add, np.float64), np.array(rem, np.float64)
 
 
 # --------------------------------------------------------------------------------------
@@ -631,8 +862,10 @@ def sample_lifetimes(process, key: jax.Array, n: int, start_time: Any = 0.0) -> 
 def revocation_steps(times_s: Any, seconds_per_step: Any, *, start_step: Any = 0) -> jax.Array:
     """``int32``: the iteration during which each event at ``times_s`` (seconds from the run's
     start) happens, ``start_step + floor(t / seconds_per_step)``; ``-1`` for ``inf`` (never; the
-    padding of :func:`scarjax.schedules.steps`). Traceable."""
+    padding of :func:`scarjax.schedules.steps`). Traceable; concrete ``times_s`` that are NaN
+    or negative raise ``ValueError``."""
     va.check_real("seconds_per_step", seconds_per_step, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("times_s", times_s, lo=0.0, allow_inf=True)  # NaN is no time (not "never")
     t = _f32(times_s)
     k = jnp.floor(t / _f32(seconds_per_step))
     ok = jnp.isfinite(k) & (k < 2.0**30)
@@ -736,7 +969,8 @@ def bill(
     machines; traceable).
 
     Args:
-      start, end: seconds on the price's clock (``end >= start``).
+      start, end: seconds on the price's clock (``0 <= start <= end``, finite; NaN, negative
+        or infinite concrete values raise ``ValueError`` naming the argument).
       price: a fixed price in USD/h (scalar or per machine) or a :class:`PriceSeries`.
       revoked_by_provider: ``bool`` (per machine): the provider ended the machine at ``end``.
       scheme: ``"hourly"`` - AWS 2015: whole instance-hours from ``start``, each charged at the
@@ -754,6 +988,8 @@ def bill(
         raise ValueError(f"scheme must be 'hourly' or 'per_second', got {scheme!r}")
     va.check_real("minimum_s", minimum_s, lo=0.0, scalar=True)
     va.check_real("tol_s", tol_s, lo=0.0, hi=60.0, scalar=True)
+    va.check_real("start", start, lo=0.0)
+    va.check_real("end", end, lo=0.0)
     start, end = _f32(start), _f32(end)
     if not (va.is_traced(start) or va.is_traced(end)) and bool(jnp.any(end < start)):
         raise ValueError("end must be >= start for every machine")

@@ -1,12 +1,18 @@
-"""Three policies on the cluster clock (issue 14 Sec 3, items 1-3): on-demand only,
+"""Three policies on the cluster clock: on-demand only,
 checkpoint-restart on transient machines, and SCAR's partial recovery.
 
 Each is ``policy(job, market, *, key, horizon_s, **options) -> ClusterRun`` and trains the
 job for real (:class:`~scarjax.cluster.clock.Trainer`); ``key`` draws the market (revocations,
-start-up delays), ``train_key`` (default 0) the training (initialisation, minibatches), so two
-policies on one ``train_key`` train the same job. A run ends at the first step whose loss is
-``<= job.target_loss`` (then every machine is stopped by the user), at ``job.max_steps`` or at
-``horizon_s`` (censored).
+start-up delays; the same meaning in every policy of :mod:`scarjax.cluster`), ``train_key``
+(default 0) the training (initialisation, minibatches), so two policies on one ``train_key``
+train the same job. A run ends at the first step whose loss is ``<= job.target_loss`` (then
+every machine is stopped by the user), after ``job.max_steps`` *executed* iterations (redone
+ones included; the same cap in every policy), at ``horizon_s`` (censored), or with a
+``'give_up'`` event: the market will offer no machine again (``unavailable="wait"``), or
+:data:`MAX_FUTILE_RESTARTS` revocations came in a row without a completed step. The clock
+always advances: every pass of a planner either trains, or moves to a later event, or counts
+towards one of these ends. ``ClusterRun.meta`` counts (``rework_steps``, ``recoveries``) are
+measured to the run's end (the target when it is reached).
 
 **The fleet.** ``job.workers`` machines, each a data-parallel worker and the parameter
 server of a share of the blocks (a random assignment of the rows of every parameter,
@@ -17,9 +23,13 @@ itself is the algorithm's plain loop (the global batch does not shrink with the 
 is spread over the live machines): the fleet changes the *time* of a step, the policies'
 recoveries change the *state*.
 
-**Buying machines** (``_buy``): the cheapest option at that moment: a transient machine at
-the spot price if one is granted (a price-driven market: price ``<=`` bid) and cheaper than
-on-demand, else an on-demand one (both share the market's start-up delay, so the price
+**Buying machines** (``_Fleet.buy``): the cheapest option at that moment: a transient machine
+at the spot price if the market offers one (:meth:`~scarjax.cluster.clock.Market.available`:
+a price-driven market's price ``<=`` bid, a replayed trace's nodes present and not already
+held by the job; a draw of lifetime 0 is a machine not granted) and it is cheaper than
+on-demand, else, per the policy's ``unavailable`` rule, an on-demand one (``"on_demand"``,
+the default) or none until the market offers one again (``"wait"``); a machine the market
+did not offer is never used (both tiers share the market's start-up delay, so the price
 decides; a market with a per-tier delay would weigh it in). New machines run after the market's start-up delay
 (sampled per machine; the job waits for the slowest) and are billed from then. A transient
 machine's lifetime is drawn when it is requested (``market.revocations``): from its start
@@ -78,7 +88,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import core
 from scarjax import trials as _trials
 from scarjax.cluster import clock as ck
@@ -88,9 +98,16 @@ from scarjax.scar import checkpoint as sck
 from scarjax.scar import faults as sfl
 from scarjax.scar import partition as spt
 
-__all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps"]
+__all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps", "UNAVAILABLE",
+           "MAX_FUTILE_RESTARTS"]
 
 _EPS = 1e-9
+#: What a transient policy does while the market offers fewer machines than it needs.
+UNAVAILABLE = ("on_demand", "wait")
+#: The stated give-up: a run ends (a ``'give_up'`` event) after this many revocations in a row
+#: with no completed step between them (machines that live shorter than a step, forever).
+MAX_FUTILE_RESTARTS = 1000
+_COUNTED = ("rework_steps", "recoveries")  # meta counts measured to the run's end (the target)
 
 
 def young_daly_s(checkpoint_s: float, mttf_s: float) -> float:
@@ -125,53 +142,105 @@ def checkpoint_interval_steps(job: ck.Job, market: ck.Market) -> float:
 
 
 class _Fleet:
-    """Machine slots, their tiers and revocation times (elapsed seconds), the ledger."""
+    """Machine slots, their tiers, trace nodes and revocation times (elapsed seconds), the
+    ledger; ``retry``: when empty slots are requested again (``unavailable="wait"``)."""
 
-    def __init__(self, job, market, key, prefer_transient=True):
+    def __init__(self, job, market, key, prefer_transient=True, unavailable="on_demand"):
         self.job, self.market, self.key = job, market, key
         self.M = job.workers
         self.ledger = ck.Ledger()
         self.t0 = float(market.start_time_s)
         self.mid = [None] * self.M
         self.tier = [None] * self.M
+        self.node = np.full(self.M, -1, np.int64)  # the trace node a replayed machine is
         self.death = np.full(self.M, np.inf)  # elapsed time of revocation (inf: never)
         self.ready = np.full(self.M, np.inf)  # elapsed time it runs (inf: not bought)
         self.buys = 0
         self.prefer_transient = prefer_transient
+        self.unavailable = unavailable
+        self.retry = math.inf
         self.events: list = []
 
-    def option(self, t):
+    def _held(self):
+        p = self.market.process
+        if not isinstance(p, mk.Replay):
+            return None
+        held = np.zeros(int(p.add_s.shape[0]), bool)
+        for s in range(self.M):
+            if self.mid[s] is not None and self.node[s] >= 0:
+                held[self.node[s]] = True
+        return held
+
+    def _want(self, T):
+        """The tier to request at market time ``T``: on-demand unless transient is preferred
+        and cheaper; transient while the market offers machines; else the policy's
+        ``unavailable`` rule (``None``: wait)."""
         m = self.market
-        if not self.prefer_transient:
+        if not self.prefer_transient or not m.price_at("transient", T) < m.machine.on_demand_price:
             return "reliable"
-        if m.transient_available(self.t0 + t) and m.price_at("transient", self.t0 + t) < m.machine.on_demand_price:
+        if m.transient_available(T):
             return "transient"
-        return "reliable"
+        return "reliable" if self.unavailable == "on_demand" else None
 
     def buy(self, slots, t):
-        """Request machines for ``slots`` at ``t``; returns when the last one runs."""
+        """Request machines for ``slots`` at ``t``; returns when the last one bought runs.
+        Transient machines the market does not grant (lifetime 0: none obtainable, on a
+        replayed trace none present that is not already held) are bought on-demand
+        (``unavailable="on_demand"``) or left empty until :attr:`retry` (``"wait"``)."""
         slots = list(slots)
         if not slots:
             return t
-        tier = self.option(t)
-        up, life = self.market.purchase(self.key, self.buys, self.M, t + self.t0)
-        up, life = up[: len(slots)], life[: len(slots)]
+        m, T, k = self.market, self.t0 + t, len(slots)
+        want = self._want(T)
+        up, life, node = m.acquire(self.key, self.buys, self.M, T, held=self._held())
+        up, life, node = up[:k], life[:k], node[:k]
         self.buys += 1
-        if tier == "transient":
-            absolute = isinstance(self.market.process, (mk.PriceDriven, mk.Replay))
+        if want == "transient":
+            granted = life > 0.0
+            absolute = isinstance(m.process, (mk.PriceDriven, mk.Replay))
             death = t + life if absolute else t + up + life
             death = np.maximum(death, t + up)
         else:
-            death = np.full(len(slots), np.inf)
-        price = self.market.price(tier)
+            granted, death = np.zeros(k, bool), np.full(k, np.inf)
+        other = "reliable" if (want == "reliable" or self.unavailable == "on_demand") else None
+        tiers = ["transient" if g else other for g in granted]
+        last = t
         for i, s in enumerate(slots):
+            tier = tiers[i]
+            if tier is None:
+                continue
             self.mid[s] = f"{tier[0]}{self.buys}.{s}"
             self.tier[s] = tier
             self.ready[s] = t + up[i]
-            self.death[s] = death[i]
-            self.ledger.start(self.mid[s], self.t0 + t + up[i], price=price, tier=tier, billing=self.market.billing)
-        self.events.append((t, "request", f"{len(slots)} {tier} at {self.market.price_at(tier, self.t0 + t):.4g} $/h"))
-        return float(t + up.max())
+            self.death[s] = death[i] if tier == "transient" else np.inf
+            self.node[s] = node[i] if tier == "transient" else -1
+            self.ledger.start(self.mid[s], T + up[i], price=m.price(tier), tier=tier, billing=m.billing)
+            last = max(last, float(t + up[i]))
+        for tier in ("transient", "reliable"):
+            n_t = tiers.count(tier)
+            if n_t:
+                self.events.append((t, "request", f"{n_t} {tier} at {m.price_at(tier, T):.4g} $/h"))
+        waiting = tiers.count(None)
+        if waiting:
+            self.retry = self._retry(T) - self.t0
+            self.events.append((t, "unavailable", f"{waiting} machines not obtainable: wait until "
+                                f"{self.retry:.0f} s"))
+        elif not self.empty():
+            self.retry = math.inf
+        return float(last)
+
+    def _retry(self, T):
+        """The next market time after ``T`` at which the market may offer another machine."""
+        p = self.market.process
+        if isinstance(p, mk.Replay):  # a node the fleet does not hold: the next one added
+            add = np.asarray(p.add_s, np.float64)
+            later = add[add > T + _EPS]
+            return float(later.min()) if later.size else math.inf
+        nxt = self.market.next_available(T)
+        return nxt if nxt > T + _EPS else T + 1.0
+
+    def empty(self):
+        return [s for s in range(self.M) if self.mid[s] is None]
 
     def revoke(self, slot):
         d = float(self.death[slot])
@@ -180,6 +249,7 @@ class _Fleet:
         self.death[slot] = np.inf
         self.ready[slot] = np.inf
         self.mid[slot] = None
+        self.node[slot] = -1
 
     def live(self, t):
         return np.array([self.mid[s] is not None and self.ready[s] <= t + _EPS for s in range(self.M)])
@@ -202,6 +272,7 @@ class _Plan:
     fleet: _Fleet
     end_s: float
     meta: dict
+    marks: list = dataclasses.field(default_factory=list)  # (t, meta name, amount): counted to the run's end
 
 
 def _dt(job, market, m):
@@ -264,7 +335,10 @@ def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target
             rec.event(*e)
     if hit:
         rec.event(end, "target", f"loss <= {job.target_loss:g}")
-    run = rec.finish(end, **plan.meta)
+    meta = dict(plan.meta)
+    for name in {nm for _, nm, _ in plan.marks} | {k for k in meta if k in _COUNTED}:
+        meta[name] = int(sum(a for tm, nm, a in plan.marks if nm == name and tm <= end + _EPS))
+    run = rec.finish(end, **meta)
     # points after the end (the rest of a cut interval) are dropped
     keep = run.time_s <= end + _EPS
     for f in ("time_s", "dollars", "loss", "steps"):
@@ -282,7 +356,7 @@ def on_demand(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, tra
     budget or the horizon. ``granularity``: steps per training call (the cut-off's
     resolution is one step whatever it is)."""
     _check(job, market, horizon_s, granularity)
-    fleet = _Fleet(job, market, core._as_key(key), prefer_transient=False)
+    fleet = _Fleet(job, market, core.as_key(key), prefer_transient=False)
     t = fleet.buy(range(job.workers), 0.0)
     dt = _dt(job, market, job.workers)
     ops, step = [], 0
@@ -295,48 +369,76 @@ def on_demand(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, tra
     return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
 
 
-def _check(job, market, horizon_s, granularity):
+def _check(job, market, horizon_s, granularity, unavailable="on_demand"):
     if not isinstance(job, ck.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
     if not isinstance(market, ck.Market):
         raise TypeError(f"market must be a scarjax.cluster.clock.Market, got {type(market).__name__}")
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     va.check_int("granularity", granularity, lo=1)
+    va.check_choice("unavailable", unavailable, UNAVAILABLE)
 
 
 # --------------------------------------------------------------------------------------
 # 2. Checkpoint-restart
 
 
-def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity):
-    fleet = _Fleet(job, market, key)
+def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity, unavailable="on_demand"):
+    fleet = _Fleet(job, market, key, unavailable=unavailable)
     M, delta = job.workers, float(job.checkpoint_s)
     t = fleet.buy(range(M), 0.0)
     dt = _dt(job, market, M)
-    ops, step, ck_step, rework = [], 0, 0, 0
-    while step < job.max_steps and t < horizon_s:
+    ops, marks, step, ck_step, rework, executed, futile = [], [], 0, 0, 0, 0, 0
+    restore_due = False  # a restart waits for the full fleet before reading the checkpoint back
+    while executed < job.max_steps and t < horizon_s:
         td = fleet.next_death()
-        if td <= t + _EPS or (math.isfinite(K) and step == ck_step + K and step < job.max_steps and t + delta > td):
+        if td <= t + _EPS or (math.isfinite(K) and step == ck_step + K and t + delta > td):
             # a revocation (possibly during a checkpoint's write: the write is lost)
             t = max(t, td)
             for s in np.nonzero(fleet.death <= t + _EPS)[0]:
                 fleet.revoke(int(s))
             if step > ck_step:
                 fleet.events.append((t, "rework", f"{step - ck_step} steps back to {ck_step}"))
+                marks.append((t, "rework_steps", step - ck_step))
                 rework += step - ck_step
             ops.append(("rollback",))
             step = ck_step
-            dead = [s for s in range(M) if fleet.mid[s] is None]
-            t = fleet.buy(dead, t) + float(job.restore_s)
-            fleet.events.append((t, "restart", f"from step {ck_step}"))
+            futile += 1
+            if futile > MAX_FUTILE_RESTARTS:
+                fleet.events.append((t, "give_up", f"{futile} revocations without a completed step"))
+                break
+            t = fleet.buy(fleet.empty(), t)
+            restore_due = True
+            if not fleet.empty():
+                t += float(job.restore_s)
+                restore_due = False
+                fleet.events.append((t, "restart", f"from step {ck_step}"))
             continue
-        if math.isfinite(K) and step == ck_step + K and step < job.max_steps:
+        empty = fleet.empty()
+        if empty:  # unavailable="wait": the job waits for the market to offer the missing machines
+            r = fleet.retry
+            if not math.isfinite(min(r, td)):
+                fleet.events.append((t, "give_up", "the market offers no more machines"))
+                break
+            if min(r, td) > horizon_s:
+                t = float(horizon_s)  # waited out to the horizon
+                break
+            if td < r:
+                t = max(t, td)
+                continue
+            t = fleet.buy(empty, max(t, r))
+            if restore_due and not fleet.empty():
+                t += float(job.restore_s)
+                restore_due = False
+                fleet.events.append((t, "restart", f"from step {ck_step}"))
+            continue
+        if math.isfinite(K) and step == ck_step + K:
             ops.append(("save",))
             t += delta
             ck_step = step
             fleet.events.append((t, "checkpoint", f"step {step}"))
             continue
-        left = job.max_steps - step
+        left = job.max_steps - executed
         if math.isfinite(K):
             left = min(left, ck_step + int(K) - step)
         fit = math.floor((min(td, horizon_s) - t) / dt + _EPS)
@@ -347,30 +449,41 @@ def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity):
                 continue
             break
         ops.append(("train", t, dt, n))
-        t, step = t + n * dt, step + n
+        t, step, executed, futile = t + n * dt, step + n, executed + n, 0
     fleet.stop_all(t)
-    return _Plan(ops, fleet, t, {"interval_steps": K, "rework_steps": rework, "workers": M})
+    return _Plan(ops, fleet, t, {"interval_steps": K, "rework_steps": rework, "workers": M,
+                                 "unavailable": unavailable}, marks)
 
 
 def checkpoint_restart(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
                        interval_steps: float | None = None, granularity: int = 25,
-                       stop_at_target: bool = True) -> ck.ClusterRun:
+                       unavailable: str = "on_demand", stop_at_target: bool = True) -> ck.ClusterRun:
     """Policy 2: checkpoint-restart on transient machines at the Young/Daly interval (see
     the module docstring). ``interval_steps``: override ``K`` (steps between full
-    checkpoints; default :func:`checkpoint_interval_steps`)."""
-    _check(job, market, horizon_s, granularity)
-    K = checkpoint_interval_steps(job, market) if interval_steps is None else float(va.check_int("interval_steps", interval_steps, lo=1))
-    plan = _plan_checkpoint_restart(job, market, core._as_key(key), float(horizon_s), K, granularity)
+    checkpoints; default :func:`checkpoint_interval_steps`). ``unavailable``: what the job
+    does while the market offers fewer transient machines than it needs (module docstring,
+    "Buying machines"): ``"on_demand"`` buys the missing ones on-demand, ``"wait"`` waits
+    for the market (the run ends at the horizon, or with a ``'give_up'`` event when the
+    market will offer none again)."""
+    _check(job, market, horizon_s, granularity, unavailable)
+    K = _interval(job, market, interval_steps)
+    plan = _plan_checkpoint_restart(job, market, core.as_key(key), float(horizon_s), K, granularity, unavailable)
     return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "checkpoint_restart",
                     stop_at_target=stop_at_target)
 
 
+def _interval(job, market, interval_steps):
+    if interval_steps is None:
+        return checkpoint_interval_steps(job, market)
+    return float(va.check_int("interval_steps", interval_steps, lo=1))
+
+
 def _checkpoint_restart_trials(job, market, keys, *, horizon_s, train_key=0, interval_steps=None,
-                               granularity=25, stop_at_target=True):
+                               granularity=25, unavailable="on_demand", stop_at_target=True):
     """Trials of :func:`checkpoint_restart`: one real run shared by all (module docstring)."""
-    _check(job, market, horizon_s, granularity)
-    K = checkpoint_interval_steps(job, market) if interval_steps is None else float(interval_steps)
-    plans = [_plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity) for k in keys]
+    _check(job, market, horizon_s, granularity, unavailable)
+    K = _interval(job, market, interval_steps)
+    plans = [_plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity, unavailable) for k in keys]
     need = max([_furthest(p) for p in plans] + [1])
     curve = ck.Trainer(job.algorithm, train_key).train(need)
     return [_execute(p, _Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target) for p in plans]
@@ -397,13 +510,12 @@ checkpoint_restart.run_trials = _checkpoint_restart_trials
 # 3. SCAR
 
 
-def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec):
-    fleet = _Fleet(job, market, key)
+def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec, unavailable="on_demand"):
+    fleet = _Fleet(job, market, key, unavailable=unavailable)
     M, delta = job.workers, float(job.checkpoint_s)
     I = math.inf if spec.period is None else int(sck.interval(spec))
     t = fleet.buy(range(M), 0.0)
-    ops, step, last_ck, losses_events = [], 0, 0, 0
-    pending_loss = False
+    ops, marks, step, last_ck, losses_events, futile = [], [], 0, 0, 0, 0
     while step < job.max_steps and t < horizon_s:
         # checkpoint due at this step boundary (before any recovery at it: the hook's order)
         if math.isfinite(I) and step > 0 and step % I == 0 and last_ck != step:
@@ -419,22 +531,36 @@ def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec):
                 fleet.revoke(s)
             ops.append(("lose", tuple(dead)))
             losses_events += 1
+            marks.append((t, "recoveries", 1))
+            futile += 1
+            if futile > MAX_FUTILE_RESTARTS:
+                fleet.events.append((t, "give_up", f"{futile} revocations without a completed step"))
+                break
             t += float(job.restore_s) * len(dead) / M
             fleet.events.append((t, "recovery", f"partial: blocks of servers {dead} at step {step}"))
             fleet.buy(dead, t)
+            continue
+        empty = fleet.empty()
+        retry = fleet.retry if empty else math.inf
+        if empty and retry <= t + _EPS:
+            fleet.buy(empty, t)  # unavailable="wait": the market offers machines again
             continue
         live = fleet.live(t)
         m = int(live.sum())
         if m == 0:
             waiting = fleet.ready[[fleet.mid[s] is not None for s in range(M)]]
-            t_next = min(float(waiting.min()) if waiting.size else math.inf, td)
-            if not math.isfinite(t_next) or t_next > horizon_s:
+            t_next = min(float(waiting.min()) if waiting.size else math.inf, td, retry)
+            if not math.isfinite(t_next):
+                fleet.events.append((t, "give_up", "no machine, and the market offers no more"))
+                break
+            if t_next > horizon_s:
+                t = float(horizon_s)  # waited out to the horizon
                 break
             t = max(t, t_next)
             continue
         dt = _dt(job, market, m)
         arrivals = [fleet.ready[s] for s in range(M) if fleet.mid[s] is not None and fleet.ready[s] > t + _EPS]
-        t_change = min([td] + arrivals)
+        t_change = min([td, retry] + arrivals)
         left = job.max_steps - step
         if math.isfinite(I):
             left = min(left, I - step % I)
@@ -446,10 +572,10 @@ def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec):
                 continue
             break
         ops.append(("train", t, dt, n))
-        t, step = t + n * dt, step + n
+        t, step, futile = t + n * dt, step + n, 0
     fleet.stop_all(t)
     return _Plan(ops, fleet, t, {"interval_steps": K, "checkpoint_every": I, "fraction": fraction,
-                                 "recoveries": losses_events, "workers": M})
+                                 "recoveries": losses_events, "workers": M, "unavailable": unavailable}, marks)
 
 
 _PROGRAMS: dict = {}  # id(partition), id(spec) -> (partition, spec, programs); both cached by _scar_spec
@@ -491,10 +617,10 @@ class _ScarHost:
         trainer.restore(core.State(*self._recover(trainer.state, self.ckpt.saved, jnp.asarray(failed))))
 
 
-def _scar_setup(job, market, fraction, strategy, partition_key):
+def _scar_setup(job, market, fraction, strategy, partition_key, interval_steps=None):
     va.check_real("fraction", fraction, lo=0.0, hi=1.0, lo_open=True, scalar=True)
     va.check_choice("strategy", strategy, ("priority", "round_robin", "random"))
-    K = checkpoint_interval_steps(job, market)
+    K = _interval(job, market, interval_steps)
     partition, spec = _scar_spec(job.algorithm, job.workers, float(fraction), strategy, K, int(partition_key))
     return K, partition, spec
 
@@ -511,16 +637,21 @@ def _scar_spec(algorithm, workers, fraction, strategy, K, partition_key):
 
 def scar(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
          fraction: float = 0.25, strategy: str = "priority", granularity: int = 25, partition_key: int = 0,
+         interval_steps: float | None = None, unavailable: str = "on_demand",
          stop_at_target: bool = True) -> ck.ClusterRun:
     """Policy 3: SCAR partial recovery with priority running checkpoints (module docstring):
     ``fraction`` ``r`` of the blocks saved every ``round(r K)`` steps (thesis Sec 5.4.2),
     ``strategy`` the selection (``'priority'``: Sec 5.4.2's heuristic), blocks = rows of the
-    parameters on ``job.workers`` servers (random assignment from ``partition_key``)."""
-    _check(job, market, horizon_s, granularity)
-    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key)
-    plan = _plan_scar(job, market, core._as_key(key), float(horizon_s), K, float(fraction), granularity, spec)
+    parameters on ``job.workers`` servers (random assignment from ``partition_key``).
+    ``interval_steps``: override ``K`` (default :func:`checkpoint_interval_steps`, as
+    :func:`checkpoint_restart`); ``unavailable``: as there (``"wait"``: SCAR trains on the
+    machines it has and adds the missing ones when the market offers them)."""
+    _check(job, market, horizon_s, granularity, unavailable)
+    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
+    plan = _plan_scar(job, market, core.as_key(key), float(horizon_s), K, float(fraction), granularity, spec,
+                      unavailable)
     trainer = ck.Trainer(job.algorithm, train_key)
-    ctx = _ScarHost(job, trainer.state, partition, spec, jax.random.fold_in(core._as_key(train_key), 7))
+    ctx = _ScarHost(job, trainer.state, partition, spec, jax.random.fold_in(core.as_key(train_key), 7))
     return _execute(plan, trainer, job, "scar", scar_ctx=ctx, stop_at_target=stop_at_target)
 
 
@@ -549,11 +680,13 @@ def _make_scar_hook(partition, spec):
 
 
 def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, strategy="priority",
-                 granularity=25, partition_key=0, stop_at_target=True):
+                 granularity=25, partition_key=0, interval_steps=None, unavailable="on_demand",
+                 stop_at_target=True):
     """Trials of :func:`scar` as one :func:`scarjax.run_trials` program (module docstring)."""
-    _check(job, market, horizon_s, granularity)
-    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key)
-    plans = [_plan_scar(job, market, k, float(horizon_s), K, float(fraction), granularity, spec) for k in keys]
+    _check(job, market, horizon_s, granularity, unavailable)
+    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
+    plans = [_plan_scar(job, market, k, float(horizon_s), K, float(fraction), granularity, spec, unavailable)
+             for k in keys]
     n = len(plans)
     events = []
     for p in plans:
@@ -571,7 +704,7 @@ def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, st
     for i, ev in enumerate(events):
         for j, (s, srv) in enumerate(ev):
             rs[i, j], rv[i, j] = s, srv
-    tk = core._as_key(train_key)
+    tk = core.as_key(train_key)
     init = ck.Trainer(job.algorithm, tk).state
     tkeys = jnp.stack([jax.random.fold_in(tk, 1)] * n)
     _, trace = _trials.run_trials(job.algorithm, _scar_hook(partition, spec), steps, tkeys,

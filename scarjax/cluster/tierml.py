@@ -1,5 +1,5 @@
 """TierML / AgileML on the cluster clock: tiers of reliability for agile elasticity
-(Harlap, Ganger, Gibbons 2016, "TierML", Secs 3.2–3.4; issue 14 Sec 3 policy 4).
+(Harlap, Ganger, Gibbons 2016, "TierML", Secs 3.2–3.4).
 
 **Stages (Sec 3.2, Figs 4–6, Sec 4.3 Figs 7–9).** With ``R >= 1`` reliable (on-demand) and
 ``T >= 0`` transient (spot) machines, the ratio ``r = T / R`` picks the functionality
@@ -60,7 +60,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from scarjax import _validate as va
+from scarjax import validate as va
 from scarjax import core
 from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
@@ -246,7 +246,7 @@ class _Group:
     kind: str  # 'reliable' (the core), 'spot', 'fallback' (on-demand standing in for spot)
     cls: int  # market index
     ids: list  # machine labels
-    blocks: list  # billing blocks: (ledger id, member mask); members share their lifetime
+    blocks: list  # ledger entries: (ledger id, member mask), one machine each
     ready_t: float
     warn_t: np.ndarray  # per machine (inf: never)
     life_t: np.ndarray
@@ -313,10 +313,8 @@ class _Controller:
         else:
             life = warn = np.full(n, math.inf)
         life = np.asarray(life, np.float64)
-        blocks = []
-        for j, u in enumerate(np.unique(life)):
-            mem = life == u
-            blocks.append((f"{kind}{gid}.{j}x{int(mem.sum())}", mem))
+        # one ledger entry per machine (the ledger bills machines that start and end together once)
+        blocks = [(f"{kind}{gid}.{j}", np.arange(n) == j) for j in range(n)]
         g = _Group(kind, cls, ids, blocks, ready, np.asarray(warn, np.float64), life, np.zeros(n, bool),
                    np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch)
         self.groups.append(g)
@@ -329,8 +327,7 @@ class _Controller:
         granted = g.life_t > g.ready_t
         for bid, mem in g.blocks:
             if granted[mem].all():
-                self.ledger.start(bid, self.t0 + g.ready_t, price=self._price(g, int(mem.sum())), tier=tier,
-                                  billing=m.billing)
+                self.ledger.start(bid, self.t0 + g.ready_t, price=self._price(g), tier=tier, billing=m.billing)
         g.billed[:] = granted
         g.alive[:] = granted
         g.joined = True
@@ -349,20 +346,10 @@ class _Controller:
                                    f"until {o.release_t:.0f} s (end of its billing hour)")
         self._elect()
 
-    def _price(self, g: _Group, n: int):
-        """The price of a billing block of ``n`` machines (one ledger entry: the bill of ``n``
-        machines that start and end together is ``n`` times one machine's)."""
-        key = (g.cls, g.kind, n)
-        if key not in self._prices:
-            m = self.markets[g.cls]
-            p = m.spot if g.kind == "spot" else float(m.machine.on_demand_price)
-            if isinstance(p, mk.PriceSeries):
-                p = mk.price_series(np.asarray(p.prices, np.float64) * n, np.asarray(p.times_s, np.float64),
-                                    end_s=float(p.end_s), name=f"{p.name}x{n}")
-            else:
-                p = float(p) * n
-            self._prices[key] = p
-        return self._prices[key]
+    def _price(self, g: _Group):
+        """The price of one machine of the group (each machine is its own ledger entry)."""
+        m = self.markets[g.cls]
+        return m.spot if g.kind == "spot" else float(m.machine.on_demand_price)
 
     def counts(self) -> tuple[int, int]:
         """(transient, reliable) machines in the computation."""
@@ -541,7 +528,8 @@ class _Controller:
 def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check_every_s: float = math.inf,
               target_loss: float = -math.inf, max_steps: int, chunk: int) -> float:
     """Advance real training and the events until the horizon, the target loss or
-    ``max_steps``; returns the elapsed time at the end.
+    ``max_steps`` executed iterations (redone ones included, as every policy counts them);
+    returns the elapsed time at the end.
 
     Arrivals, releases and the controller's checks take effect between iterations or, when
     one falls inside an iteration, at that time with the iteration's work done so far kept
@@ -551,7 +539,7 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
     next_check = t + check_every_s if check is not None else math.inf
     frac = 0.0  # fraction of the iteration in progress already done
     ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
-    while t < horizon_s - 1e-9 and ctl.trainer.step < max_steps:
+    while t < horizon_s - 1e-9 and ctl.trained < max_steps:  # executed iterations (redone ones count)
         ctl.handle_boundary(t)
         if t >= next_check - 1e-9:
             check(ctl, t)
@@ -583,7 +571,7 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
             frac += (t_bound - t) / st
             t = t_bound
             continue
-        n = min(chunk, max_steps - ctl.trainer.step)
+        n = min(chunk, max_steps - ctl.trained)
         if t_int < math.inf:
             n = min(n, 1 + int(math.floor((t_int - t - first) / st + 1e-9)))
         if t_bound < math.inf:
@@ -658,7 +646,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         if m.start_time_s != market.start_time_s:
             raise ValueError(f"alternatives[{i - 1}].start_time_s={m.start_time_s} differs from the market's "
                              f"{market.start_time_s}: the classes share one clock")
-    k_ctl = core._as_key(key)
+    k_ctl = core.as_key(key)
     trainer = ck.Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
@@ -786,7 +774,7 @@ def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add
     remove_at = va.check_int("remove_at", remove_at, lo=add_at + 1)
     machine = ck.MachineType("scripted", float(on_demand_price), float(spot_price))
     market = ck.Market(machine)
-    k_ctl = core._as_key(key)
+    k_ctl = core.as_key(key)
     trainer = ck.Trainer(job.algorithm, train_key)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))

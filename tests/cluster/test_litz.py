@@ -27,7 +27,7 @@ def runs():
         "static4": litz.elastic(job(4), key=key, horizon_s=1e9, spec=spec),
         "out": litz.elastic(job(2), key=key, horizon_s=1e9, spec=spec, schedule=[(100.0, 4)]),
         "in": litz.elastic(job(4), key=key, horizon_s=1e9, spec=spec, schedule=[(50.0, 2)]),
-        "other_key": litz.elastic(job(2), key=jax.random.key(1), horizon_s=1e9, spec=spec),
+        "other_key": litz.elastic(job(2), key=key, horizon_s=1e9, spec=spec, train_key=1),
         "step": step,
         "spec": spec,
     }
@@ -136,3 +136,24 @@ def test_validation(runs):
     with pytest.raises(ValueError, match="assign"):
         litz.rebalance([], 2)
     assert math.isinf(litz.ideal_time(runs["static4"], 0.0, 0, -1e9))
+
+
+def test_key_draws_the_market_train_key_the_training(runs):
+    """One meaning of ``key`` across policies: the market's draws (a scripted schedule draws
+    none), ``train_key`` the training."""
+    alg = mlr.digits(batch_size=64)
+    job = clock.Job(alg, -1e9, runs["step"], workers=2, max_steps=12)
+    other = litz.elastic(job, key=jax.random.key(5), horizon_s=1e9, spec=runs["spec"])
+    check_no_restart(runs["static2"], other)
+
+
+def test_bills_from_the_jobs_start_on_the_market_clock():
+    """Started at market time 100 h, 2 nodes for half an hour at $0.8/h per second: $0.80
+    (not billed from market time 0)."""
+    alg = mlr.digits(batch_size=64)
+    job = clock.Job(alg, -1e9, clock.step_time_fixed(60.0), workers=2, max_steps=30)
+    market = clock.Market(clock.MachineType("m4.4xlarge", 0.8), None, billing="per_second", start_time_s=100 * 3600.0)
+    run = litz.elastic(job, market, key=0, horizon_s=1e9, spec=litz.LitzSpec(E, E))
+    assert run.end_s == pytest.approx(1800.0)
+    assert sum(run.cost_by_tier.values()) == pytest.approx(0.80)
+    assert run.dollars[-1] == pytest.approx(0.80)

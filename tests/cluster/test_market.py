@@ -451,3 +451,78 @@ def test_startup_delays():
     assert mk.DEFAULT_STARTUP_S["gce"] == pytest.approx(st.select(kind="preemptible").total.mean(), abs=0.5)
     with pytest.raises(ValueError, match="kind must be among"):
         mk.cmdare_startup("spot")
+
+
+# -- a user's own trace, and bad input ------------------------------------------------------------
+
+
+def test_from_availability_any_ticks_any_counts():
+    """Counts at irregular ticks, including 0 (nothing obtainable): the replayed count at every
+    time equals the count in effect; removals are last in, first out."""
+    t = np.array([0.0, 300.0, 900.0, 1000.0, 4000.0, 4300.0])
+    c = np.array([2, 0, 3, 1, 1, 4])
+    rp = mk.from_availability(t, c, warning_s=mk.AWS_WARNING_S)
+    np.testing.assert_array_equal(rp.count_at(t), c)
+    np.testing.assert_array_equal(rp.count_at(t[1:] - 0.5), c[:-1])
+    assert [rp.available(x) for x in (-1.0, 100.0, 500.0, 950.0)] == [0, 2, 0, 3]
+    assert rp.next_available(500.0) == 900.0
+    assert rp.horizon() == 4300.0 and rp.warning_s == mk.AWS_WARNING_S
+    add, rem = mk.counts_to_intervals(t, c)
+    np.testing.assert_array_equal(add, [0.0, 0.0, 900.0, 900.0, 900.0, 4300.0, 4300.0, 4300.0])
+    assert rem[4] == 1000.0 and rem[3] == 1000.0 and rem[2] == math.inf  # last in, first out
+    # the package's GCP record goes through the same constructor
+    gcp = td.load_gcp_v100_trace()
+    np.testing.assert_array_equal(mk.replay(gcp).count_at(gcp.time_s), gcp.count)
+
+
+def test_from_node_events_equals_the_intervals():
+    p3 = td.load_aws_p3_trace()
+    ev = mk.from_node_events(p3.time_s, p3.added, p3.node, provider="aws")
+    _, add, rem = p3.intervals()
+    np.testing.assert_array_equal(np.asarray(ev.add_s), add.astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(ev.remove_s), rem.astype(np.float32))
+    with pytest.raises(ValueError, match="nodes: node 'b' removed at 5.0 s"):
+        mk.from_node_events([0.0, 5.0], np.array([True, False]), ["a", "b"], warning_s=0.0)
+    with pytest.raises(ValueError, match="times_s must be non-decreasing"):
+        mk.from_node_events([5.0, 0.0], np.array([True, False]), ["a", "a"], warning_s=0.0)
+
+
+def test_warning_and_billing_are_stated_never_defaulted():
+    add, rem = np.zeros(2), np.array([10.0, np.inf])
+    with pytest.raises(ValueError, match="warning_s: state the revocation notice"):
+        mk.replay((add, rem))
+    with pytest.raises(ValueError, match="warning_s: state"):
+        mk.from_availability([0.0, 60.0], [1, 2])
+    assert mk.replay((add, rem), provider="aws").warning_s == mk.AWS_WARNING_S
+    assert mk.from_availability([0.0, 60.0], [1, 2], provider="gce").warning_s == mk.GCE_WARNING_S
+    assert mk.PROVIDERS["aws_per_second"] == mk.Provider("aws_per_second", 120.0, "per_second")
+    with pytest.raises(ValueError, match="provider"):
+        mk.replay((add, rem), provider="azure")
+    with pytest.raises(ValueError, match="not both"):
+        mk.replay((add, rem), provider="aws", warning_s=5.0)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: mk.replay((np.array([0.0, 1.0]), np.array([np.nan, 3.0])), warning_s=0.0), "remove_s must not be NaN"),
+    (lambda: mk.replay((np.array([np.nan]), np.array([3.0])), warning_s=0.0), "add_s must not be NaN"),
+    (lambda: mk.replay((np.array([-1.0]), np.array([3.0])), warning_s=0.0), "add_s must be >= 0"),
+    (lambda: mk.replay((np.array([5.0]), np.array([3.0])), warning_s=0.0), "remove_s must be >= add_s"),
+    (lambda: mk.from_availability([0.0, np.nan], [1, 2], warning_s=0.0), "times_s must not be NaN"),
+    (lambda: mk.from_availability([0.0, -5.0], [1, 2], warning_s=0.0), "times_s must be >= 0"),
+    (lambda: mk.from_availability([10.0, 5.0], [1, 2], warning_s=0.0), "times_s must increase strictly"),
+    (lambda: mk.from_availability([0.0, 5.0], [1, -2], warning_s=0.0), "counts must be whole numbers"),
+    (lambda: mk.from_availability([0.0, 5.0], [1, np.nan], warning_s=0.0), "counts must be whole numbers"),
+    (lambda: mk.from_availability([0.0, 5.0], [0, 0], warning_s=0.0), "counts: every count is 0"),
+    (lambda: mk.revocation_steps(np.array([10.0, np.nan]), 1.0), "times_s must not be NaN"),
+    (lambda: mk.revocation_steps(np.array([-10.0]), 1.0), "times_s must lie in"),
+    (lambda: mk.bill(0.0, np.nan, 1.0), "end must not be NaN"),
+    (lambda: mk.bill(np.nan, 10.0, 1.0, scheme="per_second"), "start must not be NaN"),
+    (lambda: mk.bill(0.0, np.inf, 1.0), "end must be finite"),
+    (lambda: mk.bill(0.0, 10.0, np.nan), "price must not be NaN"),
+    (lambda: mk.bill(0.0, 10.0, -1.0), "price must lie in"),
+    (lambda: mk.empirical([0.0, 0.0]), "lifetimes_s: every lifetime is 0"),
+    (lambda: mk.price_series([0.1, np.nan], [0.0, 5.0]), "prices must be finite"),
+])
+def test_bad_times_and_prices_raise_naming_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()

@@ -5,8 +5,10 @@ a replayed trace's revocations are the trace's removals; Young/Daly interval."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import signal
 
 import jax
 import numpy as np
@@ -35,7 +37,7 @@ def _market(process, **kw):
     return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), process, startup=mk.fixed_startup(120.0), **kw)
 
 
-NEVER = mk.replay((np.zeros(8), np.full(8, np.inf)))  # rate 0: no node is ever removed
+NEVER = mk.replay((np.zeros(8), np.full(8, np.inf)), warning_s=0.0)  # rate 0: no node is ever removed
 OFTEN = mk.exponential(900.0)
 
 
@@ -180,7 +182,7 @@ def test_billing_check_catches_a_billed_partial_hour():
 def test_trace_replay_equals_the_trace():
     add = np.zeros(6)
     remove = np.array([700.0, 1500.0, 2600.0, np.inf, np.inf, np.inf])
-    market = _market(mk.replay((add, remove)))
+    market = _market(mk.replay((add, remove), warning_s=0.0))
     run = po.checkpoint_restart(_job(max_steps=200), market, key=2, horizon_s=HORIZON, stop_at_target=False)
     check_replay(run, remove)
     with pytest.raises(AssertionError, match="is not a removal of the trace"):
@@ -223,3 +225,129 @@ def test_price_above_bid_at_start_runs_on_reliable_machines():
         assert not any(kind == "revocation" for _, kind, _ in run.events), policy.__name__
     with pytest.raises(ValueError, match="mttf_s"):
         po.young_daly_s(1.0, 0.0)
+
+
+# ----------------------------------------------------------------------------- any trace
+
+
+def _gap_market(**kw):
+    """One node for the first hour, none for the second, one again from the third (no start-up
+    delay, no restore cost: the defaults that looped forever)."""
+    trace = mk.replay((np.array([0.0, 7200.0]), np.array([3600.0, np.inf])), warning_s=0.0)
+    return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), trace, **kw)
+
+
+def _within(seconds, fn):
+    """``fn()`` or an AssertionError if it runs longer than ``seconds`` of wall-clock time."""
+    def alarm(*_):
+        raise TimeoutError
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return fn()
+    except TimeoutError:
+        raise AssertionError(f"the run did not end within {seconds} s of wall-clock time") from None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_mttf_of_a_replayed_trace_is_the_renewal_over_the_trace():
+    """Total node time present / removals (censored at the trace's end), not draws of machines
+    never granted (which gave 0-14 s on a 1-node trace)."""
+    add = np.array([0.0, 4000.0, 9000.0])
+    rem = np.array([3000.0, 8000.0, np.inf])
+    trace = mk.replay((add, rem), warning_s=0.0)  # observed until the last finite time: 9000 s
+    assert trace.mttf_s() == pytest.approx((3000.0 + 4000.0 + 0.0) / 2)
+    m = ck.Market(ck.MachineType("m", 1.0, spot=0.3), trace)
+    assert m.mttf_s() == pytest.approx(3500.0)
+    counts = mk.from_availability([0.0, 3600.0, 7200.0, 10800.0], [1, 0, 1, 1], warning_s=0.0)
+    assert counts.mttf_s() == pytest.approx(3600.0 + 3600.0)  # up 2 h in all, one removal
+
+
+@pytest.mark.slow
+def test_mttf_of_the_p3_trace_is_hours_not_seconds():
+    from scarjax.data import transient as td
+
+    m = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(td.load_aws_p3_trace()))
+    assert 3600.0 < m.mttf_s() < 3 * 3600.0
+
+
+def test_a_period_with_nothing_available_ends_and_never_loops():
+    """The trace that looped forever: every run ends, its clock never goes back, and no
+    machine is used that the trace did not offer."""
+    job = _job(restore_s=0.0)
+    for pol in (po.checkpoint_restart, po.scar):
+        for rule in po.UNAVAILABLE:
+            run = _within(120, lambda: pol(job, _gap_market(), key=0, horizon_s=HORIZON, unavailable=rule))
+            assert np.all(np.diff(run.time_s) > 0), (pol.__name__, rule)
+            assert run.end_s <= HORIZON
+            check_offered(run, _gap_market())
+            if rule == "on_demand":
+                assert run.cost_by_tier["reliable"] > 0  # the missing nodes were bought on-demand
+            else:
+                assert run.cost_by_tier["reliable"] == 0.0
+
+
+def check_offered(run, market):
+    """At every time, the run holds no more transient machines than the market offers."""
+    tr = [e for e in run.ledger.entries if e.tier == "transient"]
+    for t in sorted({e.start for e in tr} | {e.stop for e in tr if e.stop is not None}):
+        held = sum(1 for e in tr if e.start <= t < (e.stop if e.stop is not None else np.inf))
+        assert held <= market.available(t), f"{held} transient machines held at {t} s, the market offers {market.available(t)}"
+
+
+def test_offered_check_catches_machines_the_market_did_not_offer():
+    job = _job(restore_s=0.0)
+    run = po.scar(job, _gap_market(), key=0, horizon_s=HORIZON)
+    led = run.ledger
+    led.start("planted", 4000.0, price=0.05, tier="transient")  # in the gap: no node present
+    led.stop("planted", 5000.0)
+    with pytest.raises(AssertionError, match="the market offers 0"):
+        check_offered(run, _gap_market())
+
+
+def test_transient_availability_follows_the_trace():
+    m = _gap_market()
+    assert [m.available(t) for t in (0.0, 3599.0, 3600.0, 7199.0, 7200.0)] == [1, 1, 0, 0, 1]
+    assert not m.transient_available(5000.0) and m.transient_available(100.0)
+    assert m.next_available(5000.0) == 7200.0 and m.next_available(10.0) == 10.0
+    # a 4-machine job on a 1-node trace holds one transient machine at most: its revocations are
+    # the trace's own removals (one here), not machines that die at once
+    run = po.checkpoint_restart(_job(restore_s=0.0, max_steps=400), m, key=0, horizon_s=HORIZON,
+                                stop_at_target=False)
+    assert run.end_s > 3600.0 and run.count("revocation") == 1
+    check_offered(run, m)
+
+
+def test_meta_counts_are_measured_to_the_target():
+    job = _job(max_steps=200)
+    market = _market(OFTEN)
+    full = po.scar(job, market, key=3, horizon_s=HORIZON, stop_at_target=False)
+    cut = po.scar(job, market, key=3, horizon_s=HORIZON)
+    end = cut.end_s
+    assert cut.meta["recoveries"] == sum(1 for t, k, _ in full.events if k == "recovery" and t <= end + 1e-6)
+    assert cut.meta["recoveries"] == cut.count("recovery") and cut.meta["recoveries"] < full.meta["recoveries"]
+    fc = po.checkpoint_restart(job, market, key=3, horizon_s=HORIZON, stop_at_target=False)
+    cc = po.checkpoint_restart(job, market, key=3, horizon_s=HORIZON)
+    redone = sum(int(d.split()[0]) for _, k, d in cc.events if k == "rework")
+    assert cc.meta["rework_steps"] == redone <= fc.meta["rework_steps"]
+
+
+def test_max_steps_caps_executed_steps_for_every_policy():
+    job = dataclasses.replace(_job(max_steps=40), target_loss=-1.0)
+    market = _market(OFTEN)
+    for pol in (po.on_demand, po.checkpoint_restart, po.scar):
+        run = pol(job, market, key=3, horizon_s=HORIZON)
+        assert run.steps.size == job.max_steps, (pol.__name__, run.steps.size)
+
+
+def test_scar_checkpoint_interval_override():
+    job = _job()
+    run = po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, interval_steps=8, fraction=0.25)
+    assert run.meta["interval_steps"] == 8 and run.meta["checkpoint_every"] == 2
+    with pytest.raises(ValueError, match="interval_steps"):
+        po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, interval_steps=0)
+    with pytest.raises(ValueError, match="unavailable"):
+        po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, unavailable="retry")

@@ -282,3 +282,30 @@ def test_scripted_fig11_blip_and_pace():
     assert out.run.meta["rollbacks"] == 0 and out.run.meta["flushes"] == 1
     ref = _reference_losses(jax.random.key(0), 45)
     np.testing.assert_allclose(out.loss, ref, rtol=1e-6)
+
+
+def check_one_entry_per_machine(run, machines):
+    """The ledger has one entry per machine (``machines``: how many were requested in all) and
+    its machine-seconds are the machines' own, not a block's."""
+    led = run.ledger
+    assert len(led.entries) == machines, f"{len(led.entries)} ledger entries for {machines} machines"
+    end = run.end_s + led.entries[0].start  # the ledger is on the market's clock (t0 = 0 here)
+    want = sum(max(min(e.stop, end) - e.start, 0.0) for e in led.entries)
+    got = sum(led.machine_seconds(end).values())
+    assert got == pytest.approx(want), f"machine_seconds {got} vs {want}"
+
+
+def test_one_ledger_entry_per_machine():
+    """Machines bought together are billed as separate entries: machine_seconds counts each
+    (several machines as one entry under-counted them), and the bill is the same sum."""
+    key = jax.random.key(3)
+    job = dataclasses.replace(JOB, max_steps=20)
+    run = tm.tierml(job, _market(100 * H), key=key, horizon_s=48 * H, reliable=2, transient=6, chunk=4)
+    requested = sum(int(d.split()[0]) for _, k, d in run.events if k == "request")
+    assert requested == 8
+    check_one_entry_per_machine(run, requested)
+    sec = run.ledger.machine_seconds(run.end_s)
+    assert sec["transient"] == pytest.approx(6 * (run.end_s - 60.0))  # 6 spot machines from their start (60 s)
+    assert sec["reliable"] == pytest.approx(2 * (run.end_s - 60.0))
+    with pytest.raises(AssertionError, match="ledger entries"):
+        check_one_entry_per_machine(run, requested + 1)
