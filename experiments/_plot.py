@@ -12,6 +12,10 @@ JSON alone (``scarjax replot`` redraws them without re-running) through this mod
 * :data:`COLORS` — the colours with a meaning shared by every figure (measured trials,
   the Thm 5.3.1 bound, the bound restarted at the perturbation, censored trials);
 * :func:`rework_scatter` — the thesis's rework-vs-x panel (Figs 5.3, 5.5, 5.6);
+* :func:`readable_log` — tick labels a reader can read on a log axis whose data span less
+  than a decade (or a few per cent: then the axis becomes linear);
+* :func:`legend_all` — one legend naming every labelled line of several panels once;
+* :func:`plural` — ``"1 plan"``, ``"40 plans"``;
 * :func:`save` — writes ``out_dir/paper_figs/<name>.png`` and warns if any text of one
   panel overlaps another panel (:func:`overlaps`).
 """
@@ -26,7 +30,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["RC", "PANEL", "DPI", "COLORS", "pyplot", "figure", "save", "overlaps", "rework_scatter", "span",
-           "figure_path"]
+           "figure_path", "readable_log", "legend_all", "plural"]
 
 DPI = 120
 PANEL = (4.0, 3.3)  # (width, height) of one panel, inches
@@ -157,6 +161,61 @@ def overlaps(fig: Any, tol: float = 1.0) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``"1 plan"``, ``"2 plans"`` (``nouns``: an irregular plural)."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+def readable_log(ax, axis: str = "both", *, linear_below: float = 3.0) -> None:
+    """Make the tick labels of the log-scaled (base 10) ``axis`` (``'x'``, ``'y'`` or
+    ``'both'``) of ``ax`` readable, after its data are drawn: over less than a factor
+    ``linear_below`` (e.g. a 2% range) the axis becomes linear (plain labels, no offset);
+    with fewer than three powers of ten in view, majors at 1, 2, (3,) 5 times each power with
+    plain ``%g`` labels (matplotlib would label one tick, or crowd ``2×10⁰``-style labels
+    over a few per cent). Linear and base-2 axes are left alone."""
+    # matplotlib is slow to import and needed only to draw
+    from matplotlib import ticker  # matplotlib: imported when drawing (see pyplot)
+
+    for name in ("x", "y") if axis == "both" else (axis,):
+        ax_ = getattr(ax, f"{name}axis")
+        if ax_.get_scale() != "log" or getattr(ax_.get_transform(), "base", 10) != 10:
+            continue
+        lo, hi = sorted(getattr(ax, f"get_{name}lim")())
+        if not (lo > 0 and np.isfinite(hi)):
+            continue
+        if hi / lo < linear_below:
+            getattr(ax, f"set_{name}scale")("linear")
+            getattr(ax, f"set_{name}lim")(lo, hi)
+            ax_.set_major_locator(ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))  # 1.000 … 1.020
+            ax_.set_major_formatter(ticker.ScalarFormatter(useOffset=False))
+            continue
+        decades = np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) + 1  # powers of ten in view
+        if decades < 3:
+            subs = (1.0, 2.0, 3.0, 5.0) if decades < 2 else (1.0, 2.0, 5.0)
+            ax_.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+            ax_.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax_.set_minor_formatter(ticker.NullFormatter())
+
+
+def legend_all(axes, ax=None, *, below: bool = False, **kwargs: Any):
+    """One legend naming every labelled artist of every panel in ``axes`` once (the first
+    artist of each label): e.g. a marker that only a later panel draws still appears. In
+    ``ax`` (default: the first of ``axes``), or with ``below`` under the whole figure (up to
+    two entries per panel in a row; for a row of panels whose data leave no free corner). Returns the legend (None when
+    nothing is labelled)."""
+    axes = list(np.ravel(axes))
+    handles: dict[str, Any] = {}
+    for a in axes:
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if not handles:
+        return None
+    if below:
+        kwargs = {"loc": "outside lower center", "ncols": min(len(handles), 2 * len(axes)), **kwargs}
+        return axes[0].figure.legend(list(handles.values()), list(handles), **kwargs)
+    return (ax if ax is not None else axes[0]).legend(list(handles.values()), list(handles), **kwargs)
+
+
 def span(x: Any, n: int = 200) -> np.ndarray:
     """Log-spaced points covering the positive finite values of ``x`` (for bound curves)."""
     x = np.asarray(x, np.float64)
@@ -182,6 +241,7 @@ def rework_scatter(ax, x, rework, horizon, hit, *, xlabel: str, title: str, boun
         ax.plot(bound_x, bound_y, color=COLORS["bound"], lw=1.5, label=bound_label)
     if logx:
         ax.set_xscale("log")
+        readable_log(ax, "x")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -564,6 +564,9 @@ def _summarise(cases: list, points: list) -> dict:
 # ----------------------------------------------------------------------------- figure and report
 
 
+_FEW_CASES = 6  # up to this many (job, market, window) cases, the regret panel draws one bar per case
+
+
 def plot(results: dict, out_dir) -> list:
     """Predicted vs simulated cost and time of every simulated candidate (the chosen plans
     ringed, candidates with a censored start in black: their simulated value is a lower bound),
@@ -587,25 +590,42 @@ def plot(results: dict, out_dir) -> list:
         if si.size:
             lo, hi = float(min(si.min(), pr.min())), float(max(si.max(), pr.max()))
             ax.plot([lo, hi], [lo, hi], color=_plot.COLORS["reference"], ls="--", lw=0.8, label="predicted = simulated")
-            if lo > 0:
+            if lo > 0 and hi / lo >= 3:  # log only over a wide range (a few per cent: plain labels)
                 ax.set_xscale("log")
                 ax.set_yscale("log")
+                _plot.readable_log(ax)
         ax.set_xlabel(f"simulated {unit}, mean over starts")
         ax.set_ylabel(f"predicted {unit}")
         ax.set_title(f"{unit}: held-out windows")
         ax.legend(fontsize=6)
-    r = np.array([c["regret"] for c in results["cases"]], float)
+    cases = results["cases"]
+    r = np.array([c["regret"] for c in cases], float)
     fin = r[np.isfinite(r)]
     ax = axes[2]
-    hi = max(float(fin.max()) if fin.size else 0.0, 0.05)
-    bins = np.linspace(0.0, hi * 1.05, 16)
-    ax.hist(fin, bins=bins, color="C0", label=f"{fin.size} plans")
-    if (~np.isfinite(r)).any():
-        ax.bar(bins[-1], int((~np.isfinite(r)).sum()), width=bins[1] - bins[0], color=_plot.COLORS["censored"],
-               label="censored (regret ∞)")
-    ax.set_xlabel("regret (simulated cost of the chosen plan / best − 1)")
-    ax.set_ylabel("(job, market, window) cases")
-    ax.set_title("regret against the best simulated plan")
+    if len(cases) <= _FEW_CASES:  # a histogram of a handful of values is one or two bars: one bar per case
+        x = np.arange(len(cases))
+        ok = np.isfinite(r)
+        ax.bar(x[ok], 100 * r[ok], color="C0", label=f"regret ({_plot.plural(int(ok.sum()), 'plan')})")
+        if (~ok).any():
+            top = 100 * max(float(fin.max()) if fin.size else 0.0, 0.05)
+            ax.bar(x[~ok], top, color=_plot.COLORS["censored"], hatch="//", label="censored (regret ∞)")
+        for xi, ri in zip(x[ok], r[ok]):
+            ax.annotate(f"{100 * ri:.1f}%", (xi, 100 * ri), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(x, [f"{c['job']} {c['market'].split(':')[-1]}\n{c['plan_window']}→{c['eval_window']}"
+                          for c in cases], fontsize=7)
+        ax.set_ylabel("regret (%)")
+        ax.set_ylim(bottom=0.0, top=max(ax.get_ylim()[1], 5.0))
+        ax.set_xlim(-0.8, len(cases) - 0.2)
+    else:
+        hi = max(float(fin.max()) if fin.size else 0.0, 0.05)
+        bins = np.linspace(0.0, hi * 1.05, 16)
+        ax.hist(fin, bins=bins, color="C0", label=_plot.plural(fin.size, "plan"))
+        if (~np.isfinite(r)).any():
+            ax.bar(bins[-1], int((~np.isfinite(r)).sum()), width=bins[1] - bins[0], color=_plot.COLORS["censored"],
+                   label="censored (regret ∞)")
+        ax.set_xlabel("regret (simulated cost of the chosen plan / best − 1)")
+        ax.set_ylabel("(job, market, window) cases")
+    ax.set_title("regret: chosen plan's simulated cost / best − 1")
     ax.legend(fontsize=7)
     return [_plot.save(fig, out_dir, NAME)]
 

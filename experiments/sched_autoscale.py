@@ -193,18 +193,26 @@ def plot(res: dict, out_dir) -> list:
         ax.set_xlabel("time (hours)")
         ax.legend(fontsize=7)
     ax = axes[0, 3]
+    # Markers name the autoscaler (a legend, not text labels: those ran into each other where
+    # two runs land close), colours the application.
+    fixed_max = f"fixed-{res['config']['max_nodes']}"
+    marks = {"goodput": ("o", 6), "throughput": ("s", 6), fixed_max: ("^", 6)}
     for k, (app, r) in enumerate(runs.items()):
         for label, d in r.items():
-            mk = {"goodput": "o", "throughput": "s"}.get(label, ".")
-            ax.plot(d["jct_s"] / 3600, d["node_hours"], mk, color=f"C{k}", label=app if label == "goodput" else None)
-            if label in ("goodput", "throughput") or label == f"fixed-{res['config']['max_nodes']}":
-                ax.annotate(label, (d["jct_s"] / 3600, d["node_hours"]), fontsize=6)
+            mk, ms = marks.get(label, (".", 5))
+            ax.plot(d["jct_s"] / 3600, d["node_hours"], mk, ms=ms, color=f"C{k}", mfc="none" if mk != "." else None,
+                    label=app if label == "goodput" else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plot.readable_log(ax)
     ax.set_xlabel("JCT (hours)")
     ax.set_ylabel("cost (node-hours)")
-    ax.set_title("(d) cost vs JCT (o goodput, s throughput)")
-    ax.legend(fontsize=7)
+    ax.set_title("(d) cost vs JCT")
+    apps_legend = ax.legend(fontsize=7, loc="upper left")
+    ax.add_artist(apps_legend)
+    proxies = [ax.plot([], [], m, color="k", mfc="none" if m != "." else None, ms=ms)[0] for m, ms in
+               (marks["goodput"], marks["throughput"], marks[fixed_max], (".", 5))]
+    ax.legend(proxies, ["goodput", "throughput", fixed_max, "other fixed sizes"], fontsize=7, loc="lower right")
     return [_plot.save(fig, out_dir, NAME)]
 
 

@@ -378,20 +378,25 @@ def plot(res: dict, out_dir) -> list:
     if rb:
         ax.plot([float(x) / 60 for x in rx], [ri[x] / rb for x in rx], "--", alpha=0.6, label="artifact")
     ax.set_xscale("log", base=2)
+    ticks = sorted({float(x) / 60 for x in xs} | {float(x) / 60 for x in rx})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])  # minutes as plain numbers, not 2⁻¹ … 2³
+    ax.minorticks_off()
     ax.set_xlabel("scheduling interval (min)")
     ax.set_ylabel(f"Pollux avg JCT / at {res['config']['interval_s']:g} s")
     ax.set_title("(b) scheduling interval")
     ax.legend(fontsize=7)
     ax = axes[0, 2]
     items = list(res["interference"].items())
-    labels = [f"{d['avoidance']}\n{d['slowdown']:.0%}" for _, d in items]
+    labels = [f"{d['avoidance']}\n{d['slowdown']:.0%}" for _, d in items]  # two lines: room for 6 bars
     x = np.arange(len(items))
     ax.bar(x - 0.2, [_nan(rat["interference"][k]["ours"]) for k, _ in items], 0.4, label="ours")
     ax.bar(x + 0.2, [_nan(rat["interference"][k]["artifact"]) for k, _ in items], 0.4, alpha=0.5, hatch="//",
            label="artifact")
     ax.axhline(1.0, color="gray", lw=0.8, ls=":")
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xlim(-0.7, len(items) - 0.3)
+    ax.set_xlabel("interference avoidance / slowdown")
     ax.set_ylabel("Pollux avg JCT / avoidance on, 0%")
     ax.set_title("(c) avoidance / slowdown")
     ax.legend(fontsize=7)
@@ -400,6 +405,7 @@ def plot(res: dict, out_dir) -> list:
         r = np.asarray(d["rho"], float)
         ax.step(r, np.arange(1, r.size + 1) / max(r.size, 1), where="post", color=f"C{k}", label=label)
     ax.set_xscale("log")
+    _plot.readable_log(ax, "x")  # rho spans about a decade: 0.5, 1, 2, 5 rather than one 10⁰
     ax.axvline(1.0, color="gray", lw=0.8, ls=":")
     ax.set_xlabel("finish-time fairness rho")
     ax.set_ylabel("fraction of jobs")

@@ -115,22 +115,29 @@ def plot(results: dict, out_dir) -> list:
     s_values = results["config"]["s_values"]
     fig, axes = _plot.figure(2, 2, panel=(5.0, 3.5))
     for row, p in enumerate(("qp", "mlr")):
-        for mode, col in (("ssp", "C0"), ("async", "C3")):
+        # SSP wide and pale under async, so that coinciding curves (QP: both modes alike) both show.
+        for mode, col, lw, marker in (("ssp", "C0", 3.2, "o"), ("async", "C3", 1.3, "s")):
             d = results["problems"][p][mode]
             xs = np.asarray(s_values, float)
             st = [d["by_s"][str(s)]["stats"] for s in s_values]
             rw = np.asarray([x["mean"] for x in st])
             lb = np.asarray([x["mean_is_lower_bound"] for x in st])
-            axes[row, 0].plot(xs, rw, "-", color=col, label=f"{mode}: measured (restricted mean)")
-            axes[row, 0].plot(xs[~lb], rw[~lb], "o", color=col)
+            axes[row, 0].plot(xs, rw, "-", color=col, lw=lw, alpha=0.55 if lw > 2 else 1.0,
+                              label=f"{mode}: measured (restricted mean)")
+            axes[row, 0].plot(xs[~lb], rw[~lb], marker, color=col, ms=4)
             if lb.any():
                 axes[row, 0].plot(xs[lb], rw[lb], "^", color=col, mfc="none",
                                   label=f"{mode}: ≥ (trials not re-converged, at the horizon)")
-            axes[row, 0].plot(xs, [_mean(d, "bound", s) for s in s_values], "--", color=col,
-                              label=f"{mode}: Thm 5.3.1 bound (measured Δ_T)")
-            axes[row, 1].semilogy(xs, [_mean(d, "final_error", s) for s in s_values], "o-", color=col, label=mode)
-        axes[row, 0].set_xscale("symlog", linthresh=1)
-        axes[row, 1].set_xscale("symlog", linthresh=1)
+            axes[row, 0].plot(xs, [_mean(d, "bound", s) for s in s_values], "--", color=col, lw=lw * 0.7,
+                              alpha=0.55 if lw > 2 else 1.0, label=f"{mode}: Thm 5.3.1 bound (measured Δ_T)")
+            axes[row, 1].semilogy(xs, [_mean(d, "final_error", s) for s in s_values], f"{marker}-", color=col,
+                                  lw=lw, alpha=0.55 if lw > 2 else 1.0, label=mode)
+        _plot.readable_log(axes[row, 1], "y")
+        for ax in axes[row]:  # the measured s values as plain labels (symlog would print 10⁰, 10¹)
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_xticks(s_values, [str(v) for v in s_values])
+            ax.set_xlim(-0.25, 1.15 * max(s_values))
+            ax.minorticks_off()
         axes[row, 0].set_title(f"{p.upper()}: rework vs staleness bound s (M={results['config']['workers']})")
         axes[row, 1].set_title(f"{p.upper()}: final error ‖w − w*‖")
         axes[row, 0].set_xlabel("s")

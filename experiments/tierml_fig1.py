@@ -184,6 +184,10 @@ def run(config: Config, out_dir) -> dict:
             "starts_h": (starts / _H).tolist(), "scenarios": out, "paper": PAPER, "curves": curves}
 
 
+# Line styles of CONFIGS' curves, widest first, so that coinciding curves all show.
+_STYLES = ({"lw": 1.4}, {"lw": 4.0, "alpha": 0.45}, {"lw": 1.8, "ls": "--"}, {"lw": 1.6, "ls": ":"})
+
+
 def plot(results: dict, out_dir) -> list:
     """Fig 1's bars (mean cost, left; mean runtime, right; std as error bars) and one start's
     loss against hours and dollars."""
@@ -197,14 +201,22 @@ def plot(results: dict, out_dir) -> list:
         cv = results["curves"].get(c)
         if cv is None:
             continue
-        axes[0].plot(np.asarray(cv["time_s"]) / 3600.0, cv["loss"], color=f"C{i}", label=LABELS[c])
-        axes[1].plot(cv["dollars"], cv["loss"], color=f"C{i}", label=LABELS[c])
-    for a, xl in ((axes[0], "hours"), (axes[1], "dollars")):
-        a.axhline(results["target_loss"], color="k", lw=0.8, ls="--")
+        # Curves that coincide (64 on-demand, spot + checkpointing and TierML until a revocation)
+        # stay visible: a wide pale line under progressively thinner dashed/dotted ones.
+        style = dict(color=f"C{i}", label=LABELS[c], **_STYLES[i % len(_STYLES)])
+        t = np.asarray(cv["time_s"], float) / 3600.0
+        pos = t > 0  # log time axis: the curves differ in the first hour and run for up to 15
+        axes[0].plot(t[pos], np.asarray(cv["loss"], float)[pos], **style)
+        axes[1].plot(cv["dollars"], cv["loss"], **style)
+    for a, xl in ((axes[0], "hours (log scale)"), (axes[1], "dollars")):
+        a.axhline(results["target_loss"], color="k", lw=0.8, ls="--", label="target loss")
         a.set_xlabel(xl)
         a.set_ylabel("training loss (real)")
         a.set_yscale("log")
+        _plot.readable_log(a, "y")
         a.legend(fontsize=7)
+    axes[0].set_xscale("log")
+    _plot.readable_log(axes[0], "x")
     axes[0].set_title(f"loss vs time ({scns[0]}, first start)")
     axes[1].set_title(f"loss vs dollars ({scns[0]}, first start)")
     return [_plot.save(fig, out_dir, NAME)]

@@ -176,9 +176,11 @@ def plot(results: dict, out_dir) -> list:
         axes[0][j].axhline(1.0, color="k", lw=0.8)
         axes[1][j].axhline(1.0, color="k", lw=0.8)
         axes[1][j].set_ylim(0.9, None)
+        axes[0][j].set_ylim(0.0, max(axes[0][j].get_ylim()[1], 1.08))  # the on-demand line in view
     axes[0][0].set_ylabel("cost / on-demand")
     axes[1][0].set_ylabel("runtime / on-demand")
-    axes[0][0].legend(fontsize=7)
+    _plot.legend_all(axes[0], below=True, fontsize=8)  # under the panels: no corner is free of bars
+    fig.get_layout_engine().set(h_pad=0.1)
     return [_plot.save(fig, out_dir, NAME)]
 
 
