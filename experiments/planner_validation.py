@@ -193,7 +193,7 @@ def rebill(ledger: ck.Ledger, t: float, times_s, prices, on_demand: float) -> di
     purchases made while the price equalled or exceeded ``on_demand``)."""
     out = {"dollars": 0.0, "spot": 0.0, "reliable": 0.0, "tie_purchases": 0}
     ts, ps = np.asarray(times_s, np.float64), np.asarray(prices, np.float64)
-    for e in ledger._entries:  # noqa: SLF001 - the ledger has no public accessor for its entries
+    for e in ledger.entries:
         if e.start >= t:
             continue
         stop, rev = (e.stop, e.revoked) if e.stop is not None and e.stop <= t else (float(t), False)
@@ -204,7 +204,7 @@ def rebill(ledger: ck.Ledger, t: float, times_s, prices, on_demand: float) -> di
             if ps[max(int(np.searchsorted(ts, e.start, side="right")) - 1, 0)] >= on_demand:
                 out["tie_purchases"] += 1
         else:
-            c = float(ledger._charge([e], [stop], [rev])[0])  # noqa: SLF001
+            c = ledger.charge(e, stop, rev)
             out["reliable"] += c
         out["dollars"] += c
     return out
