@@ -11,6 +11,7 @@ Run: ``python benchmarks/bench_loop.py [--quick]``; prints JSON.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -64,8 +65,8 @@ def main(quick: bool = False) -> dict:
     ds = load_digits()
     x, y = jnp.asarray(ds.data / 16.0, jnp.float32), jnp.asarray(ds.target, jnp.int32)
     steps = 200 if quick else 500
-    repeats = 3 if quick else 7
-    out: dict = {"steps": steps}
+    repeats = 7
+    out: dict = {"steps": steps, "quick": quick, "loadavg_start": _timing.loadavg()}
 
     # 1. loop overhead.
     overhead = {}
@@ -73,15 +74,19 @@ def main(quick: bool = False) -> dict:
         alg = mlr.mlr(x, y, num_classes=10, batch_size=bs)
         hand = hand_written_mlr(x, y, 1.0, 1e-2, steps, bs)
         key = jax.random.key(0)
-        t = _timing.interleaved({
+        samples = _timing.interleaved_samples({
             "scarjax": lambda: scarjax.run(alg, None, steps, key),
             "hand": lambda: hand(key),
-        }, repeats=repeats)
-        overhead[f"batch_{bs or 'full'}"] = {"scarjax_s": t["scarjax"], "hand_written_s": t["hand"], "ratio": t["scarjax"] / t["hand"]}
+        }, rounds=repeats)
+        r = _timing.ratios(samples, "hand")["scarjax"]
+        overhead[f"batch_{bs or 'full'}"] = {
+            "scarjax_s": statistics.median(samples["scarjax"]), "hand_written_s": statistics.median(samples["hand"]),
+            "ratio": r["ratio_median"], "ratio_min": r["ratio_min"], "ratio_median": r["ratio_median"], "rounds": repeats,
+        }
     out["loop_overhead_mlr"] = overhead
 
     # 2. vmapped trials vs sequential jitted runs.
-    n = 100
+    n = 20 if quick else 100  # quick: the speed-up at 20 trials (a lower bound of 100's)
     keys = jax.random.split(jax.random.key(1), n)
     trials = {}
     problems = {
@@ -96,14 +101,15 @@ def main(quick: bool = False) -> dict:
         def vmapped():
             return scarjax.run_trials(alg, hook, steps, keys)[1].loss
 
-        t = _timing.interleaved({"sequential": sequential, "vmapped": vmapped}, repeats=max(1, repeats // 2))
+        t = _timing.interleaved({"sequential": sequential, "vmapped": vmapped}, repeats=1 if quick else 3)
         trials[name] = {"trials": n, "sequential_s": t["sequential"], "run_trials_s": t["vmapped"], "speedup": t["sequential"] / t["vmapped"]}
-    out["monte_carlo_100_trials"] = trials
+    out["monte_carlo_100_trials" if not quick else "monte_carlo_20_trials"] = trials
+    out["loadavg_end"] = _timing.loadavg()
     return out
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="200 steps; 20 trials in part 2 (under a minute)")
     args = ap.parse_args()
     _timing.emit("bench_loop", main(args.quick))
