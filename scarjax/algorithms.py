@@ -56,7 +56,8 @@ def sample_batch(data: PyTree, key: jax.Array, batch_size: int | None) -> PyTree
         return data
     n = num_examples(data)
     idx = jax.random.randint(key, (batch_size,), 0, n)
-    return jax.tree.map(lambda x: x[idx], data)
+    # jnp.asarray: a NumPy leaf cannot be indexed by a traced index.
+    return jax.tree.map(lambda x: jnp.asarray(x)[idx], data)
 
 
 def _init_fn(init_params: PyTree | Callable[[jax.Array], PyTree]) -> Callable[[jax.Array], PyTree]:
@@ -128,6 +129,10 @@ def from_optax(
     n = num_examples(data)
     if batch_size is not None:
         batch_size = va.check_int("batch_size", batch_size, lo=1, hi=n)
+    # NumPy arrays (or lists) as data become JAX arrays here, once: the minibatch of a
+    # traced step indexes them with a traced index, which a NumPy array refuses
+    # (TracerArrayConversionError), and every run / run_trials then sees the same arrays.
+    data = jax.tree.map(jnp.asarray, data)
     make_params = _init_fn(init_params)
     grad_fn = jax.grad(loss_fn)
 

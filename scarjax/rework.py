@@ -222,6 +222,13 @@ def rework_cost(trace: Any, baseline_trace: Any, eps: Any, *, metric: str | None
             raise ValueError(f"{name} contains NaN: the run diverged; cannot measure iterations")
     base = iterations_to(b, eps)
     if np.any(~np.isfinite(base)):
+        e = np.broadcast_to(np.asarray(eps, np.float64), b.shape[:-1])
+        if np.any(np.any(b < e[..., None], axis=-1) & ~np.isfinite(base)):
+            raise ValueError(
+                f"baseline_trace reaches eps={eps!r} and then grows back above it: the unperturbed run "
+                "diverges after reaching ε (not linearly convergent over the run; "
+                "scarjax.testing.check_linear_convergence shows where), so rework is undefined"
+            )
         raise ValueError(
             f"baseline_trace never reaches eps={eps!r}: calibrate eps on the baseline "
             "(calibrate_eps) or run longer"

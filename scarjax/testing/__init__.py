@@ -6,9 +6,14 @@ Import it in your own pytest files::
     from scarjax.testing import strategies as sst
 
 Each ``check_*`` runs your :class:`~scarjax.Algorithm` (through :func:`scarjax.run` /
-:func:`scarjax.run_trials`, one batch of trials per hypothesis example) and raises an
-``AssertionError`` (:class:`CheckFailure`) whose message is a readable counterexample: the
-drawn perturbation, the step, measured vs bound, and the seed to replay. Each has a cheap
+:func:`scarjax.run_trials`, one batch of trials per hypothesis example) and gives one of
+three verdicts (:data:`VERDICTS`): the statement *held* (a result with ``.verdict ==
+'held'`` is returned), was *violated* (an ``AssertionError``, :class:`CheckFailure`, whose
+message is a readable counterexample: the drawn perturbation, the step, measured vs
+bound, and code to replay it), or the runs could not decide it (*inconclusive*:
+:class:`InconclusiveCheck`, a ``unittest.SkipTest`` that says how to make the check
+decisive). A check that cannot test what it was given refuses with a ``ValueError`` /
+``TypeError`` naming the argument. Each has a cheap
 default budget (:data:`DEFAULT_SETTINGS`) and a ``settings=`` knob for deeper runs. The
 matching ``assert_*`` functions check one drawn case inside your own ``@given`` tests.
 See ``docs/testing.md``.
@@ -57,7 +62,14 @@ from scarjax.testing._floors import (
     check_staleness,
     norm_probes,
 )
-from scarjax.testing._harness import DEFAULT_SETTINGS, CheckFailure, replay_keys
+from scarjax.testing._harness import (
+    DEFAULT_SETTINGS,
+    REPLAY_IMPORTS,
+    VERDICTS,
+    CheckFailure,
+    InconclusiveCheck,
+    replay_keys,
+)
 from scarjax.testing._pgns import PGNSResult, assert_pgns_unbiased, check_pgns_unbiased
 from scarjax.testing._recovery import (
     ExpectedPerturbationCase,
@@ -76,7 +88,7 @@ from scarjax.testing._rework_bound import ReworkBoundResult, assert_rework_bound
 __all__ = [
     "strategies",
     # the harness
-    "DEFAULT_SETTINGS", "CheckFailure", "replay_keys",
+    "DEFAULT_SETTINGS", "CheckFailure", "InconclusiveCheck", "VERDICTS", "REPLAY_IMPORTS", "replay_keys",
     # Eq 5.3: linear convergence and its rate
     "check_linear_convergence", "assert_linear_convergence", "LinearConvergence", "near_start",
     # Thm 5.3.1 and its Appendix B variants

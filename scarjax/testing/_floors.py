@@ -434,8 +434,8 @@ def check_precision_floor(
         quantizer: ``st.just(sst.PrecisionFormat.custom(q, bits=m))``.
       trials: formats per example.
       seed: the keys' seed (default: drawn per example).
-      (Inside the check ``trace.loss`` records ``‖y⁽ᵏ⁾‖``: the algorithm's ``loss`` is
-      replaced by its norm of the parameters, which changes nothing else in the run.)
+        (Inside the check ``trace.loss`` records ``‖y⁽ᵏ⁾‖``: the algorithm's ``loss`` is
+        replaced by its norm of the parameters, which changes nothing else in the run.)
       settings: ``None`` (:data:`~scarjax.testing.DEFAULT_SETTINGS`), an int
         (max_examples) or a ``hypothesis.settings``.
       tail, window: as in :func:`assert_precision_floor`.
@@ -472,10 +472,13 @@ def check_precision_floor(
         def replay(i: int) -> str:
             return (
                 f"key = jax.random.fold_in(jax.random.key({ex_seed}), {i})\n"
-                f"_, trace = scarjax.run(algorithm, {fmts[i].replay()}.hook(), {steps}, key)\n"
+                f"fmt = {fmts[i].replay()}\n"
+                "# the trace's loss records ‖y⁽ᵏ⁾‖ (Example 5.2.1's bound is relative to it)\n"
+                "measured = algorithm.replace(loss=lambda state, data: algorithm.norm(state.params))\n"
+                f"_, trace = scarjax.run(measured, fmt.hook(), {steps}, key)\n"
                 f"# ‖δ_k‖ = trace.delta['precision_write'][k], ‖y⁽ᵏ⁾ − w*‖ = trace.distance[k]\n"
-                f"sxt.assert_precision_floor(trace, {c!r}, tail={tail!r}, window={window!r}, "
-                f"scale={float(np.max(np.asarray(trace.loss[i]))):.6g})"
+                f"sxt.assert_precision_floor(trace, {c!r}, fmt, param_norms=trace.loss, ones_norm={ones_norm!r}, "
+                f"tail={tail!r}, window={window!r})"
             )
 
         res = assert_precision_floor(
@@ -774,7 +777,7 @@ def check_staleness(
 
         def replay(i: int) -> str:
             p = patterns[i]
-            h = f"{p.replay()}.hook()" if hook is None else f"your_hook({M}, jnp.int32({p.bound}), {max_bound})"
+            h = f"{p.replay()}.hook()" if hook is None else f"hook({M}, jnp.int32({p.bound}), {max_bound})"
             lam = "" if lipschitz is None else f", lipschitz={lipschitz!r}"
             return (
                 f"key = jax.random.fold_in(jax.random.key({ex_seed}), {i})\n"

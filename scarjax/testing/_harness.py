@@ -14,6 +14,7 @@ user's own ``@given`` test (hypothesis does not nest ``@given``).
 from __future__ import annotations
 
 import math
+import unittest
 from typing import Any, Callable
 
 import hypothesis
@@ -21,7 +22,35 @@ import jax
 import numpy as np
 from hypothesis import HealthCheck, Phase
 
-__all__ = ["DEFAULT_SETTINGS", "CheckFailure", "fail", "run_property", "resolve_settings", "replay_keys"]
+__all__ = [
+    "DEFAULT_SETTINGS", "CheckFailure", "InconclusiveCheck", "VERDICTS", "REPLAY_IMPORTS", "fail", "inconclusive",
+    "run_property", "resolve_settings", "replay_keys",
+]
+
+#: The verdicts of a check: the statement ``'held'`` (a result is returned), was
+#: ``'violated'`` (:class:`CheckFailure`, an ``AssertionError``), or the runs could not
+#: decide it: ``'inconclusive'`` (:class:`InconclusiveCheck`, a ``unittest.SkipTest``).
+#: A check that *cannot test* what it was given (a bad argument, an algorithm without an
+#: optimum, a baseline that never gets anywhere) refuses with a ``ValueError`` /
+#: ``TypeError`` naming the argument: that is not a verdict.
+VERDICTS = ("held", "violated", "inconclusive")
+
+#: The lines every replay snippet starts with: a pasted snippet needs only the user's own
+#: objects, bound under the check's argument names (``algorithm``; and, where the check
+#: was given them, ``partition``, ``recover``, ``lost_blocks``, ``hook``, ``loss``,
+#: ``params``, ``data``, ``optimizer``, ``opt_state``, ``estimator``; a custom precision
+#: format's quantizer as ``quantizer``).
+REPLAY_IMPORTS = (
+    "import jax\n"
+    "import jax.numpy as jnp\n"
+    "import numpy as np\n"
+    "import scarjax\n"
+    "from scarjax import schedules\n"
+    "from scarjax import testing as sxt\n"
+    "from scarjax.scar import checkpoint as ck\n"
+    "from scarjax.scar import faults\n"
+    "from scarjax.testing import strategies as sst\n"
+)
 
 #: The cheap default budget of every check: 10 examples, no deadline (a JAX compile can
 #: take seconds), derandomized (the same examples on every run, so a passing suite stays
@@ -61,31 +90,71 @@ def resolve_settings(settings: hypothesis.settings | int | None) -> hypothesis.s
                                suppress_health_check=list(suppressed))
 
 
+def _with_imports(replay: str | None) -> str | None:
+    """``replay`` preceded by :data:`REPLAY_IMPORTS` (once): a snippet runs when pasted."""
+    if not replay:
+        return replay
+    return replay if replay.startswith(REPLAY_IMPORTS) else REPLAY_IMPORTS + replay
+
+
 class CheckFailure(AssertionError):
-    """A property of the theory failed for the user's algorithm.
+    """A property of the theory failed for the user's algorithm: the verdict
+    ``'violated'`` (an ``AssertionError``, so ``pytest`` reports a failed test).
 
     Attributes:
       title: what failed, e.g. ``"Thm 5.3.1: rework exceeds the bound"``.
       details: ``{label: value}``: the counterexample (drawn perturbation, step,
         measured, bound, …), printed one per line.
-      replay: code that reproduces the failing run (the seed is in it), or ``None``.
+      replay: code that reproduces the failing run (the seed is in it), or ``None``. It
+        starts with its imports (:data:`REPLAY_IMPORTS`) and runs when pasted after
+        binding your objects under the check's argument names (``algorithm = …``).
+      verdict: ``'violated'``.
     """
+
+    verdict = "violated"
 
     def __init__(self, title: str, details: dict[str, Any] | None = None, replay: str | None = None):
         self.title = title
         self.details = dict(details or {})
-        self.replay = replay
+        self.replay = _with_imports(replay)
         super().__init__(self._message())
 
     def _message(self) -> str:
-        lines = [self.title]
-        width = max((len(k) for k in self.details), default=0)
-        for k, v in self.details.items():
-            lines.append(f"  {k.ljust(width)} : {_show(v)}")
-        if self.replay:
-            lines.append("  replay with:")
-            lines.extend("    " + r for r in self.replay.splitlines())
-        return "\n".join(lines)
+        return _message(self.title, self.details, self.replay)
+
+
+class InconclusiveCheck(unittest.SkipTest):
+    """The runs could not decide the statement either way: the verdict ``'inconclusive'``
+    (e.g. a contraction so fast that every run reaches the rounding floor within a few
+    steps, where no rate of Eq 5.3 can be measured). Not a failure of the theory, and not
+    an ``AssertionError``: it is a :class:`unittest.SkipTest`, so ``pytest`` reports the
+    test as *skipped* with this message (``pytest -rs`` lists it); catch it to handle it
+    otherwise. The message says how to make the check decisive (start farther from ``w*``,
+    float64, more steps, …).
+
+    Attributes:
+      title, details, replay: as for :class:`CheckFailure`.
+      verdict: ``'inconclusive'``.
+    """
+
+    verdict = "inconclusive"
+
+    def __init__(self, title: str, details: dict[str, Any] | None = None, replay: str | None = None):
+        self.title = title
+        self.details = dict(details or {})
+        self.replay = _with_imports(replay)
+        super().__init__(_message(self.title, self.details, self.replay))
+
+
+def _message(title: str, details: dict[str, Any], replay: str | None) -> str:
+    lines = [title]
+    width = max((len(k) for k in details), default=0)
+    for k, v in details.items():
+        lines.append(f"  {k.ljust(width)} : {_show(v)}")
+    if replay:
+        lines.append("  replay with:")
+        lines.extend("    " + r for r in replay.splitlines())
+    return "\n".join(lines)
 
 
 def _show(v: Any) -> str:
@@ -100,6 +169,11 @@ def _show(v: Any) -> str:
 def fail(title: str, details: dict[str, Any] | None = None, replay: str | None = None) -> None:
     """Raise :class:`CheckFailure` (an ``AssertionError``) with a readable counterexample."""
     raise CheckFailure(title, details, replay)
+
+
+def inconclusive(title: str, details: dict[str, Any] | None = None, replay: str | None = None) -> None:
+    """Raise :class:`InconclusiveCheck` (a ``unittest.SkipTest``): the runs cannot decide."""
+    raise InconclusiveCheck(title, details, replay)
 
 
 def run_property(strategy: Any, body: Callable[[Any], None], settings: Any = None) -> None:

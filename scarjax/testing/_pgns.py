@@ -336,11 +336,11 @@ def _replay(loss, b, k, optimizer, opt_state, estimator, steps, draws, alpha, se
     if opt_state is not None:
         args.append("opt_state=opt_state")
     if estimator is not None:
-        args.append(f"estimator={getattr(estimator, '__name__', 'estimator')}")
+        args.append("estimator=estimator")
     if steps:
         args.append(f"steps={steps}")
     args += [f"draws={draws}", f"false_alarm={alpha:.6g}", f"seed={seed}"]
-    return f"sxt.assert_pgns_unbiased({getattr(loss, '__name__', 'loss')}, params, data, " + ", ".join(args) + ")"
+    return "sxt.assert_pgns_unbiased(loss, params, data, " + ", ".join(args) + ")"
 
 
 def assert_pgns_unbiased(

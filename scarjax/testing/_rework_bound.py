@@ -262,11 +262,59 @@ def _largest_ratio(d: np.ndarray, n: np.ndarray, lo: int, hi: int, floor: float)
 # Thm 5.3.1, per trial.
 
 
+def _baseline_stays(B: np.ndarray, eps: Any, c: float, name: str | None, seed: int | None) -> None:
+    """The unperturbed run must stay below ε once it reaches it: one that reaches ε and
+    then grows back above it diverges after converging, so Eq 5.3/5.5 fail along it (a
+    one-step ratio above 1) and Thm 5.3.1 has no premise. That is a verdict
+    (:class:`~scarjax.testing.CheckFailure`), not "ε never reached, run longer"."""
+    B = np.atleast_2d(np.asarray(B, np.float64))
+    e = np.broadcast_to(np.asarray(eps, np.float64), (B.shape[0],))
+    for i in range(B.shape[0]):
+        row = B[i]
+        hit = np.flatnonzero(row < e[i])
+        if not hit.size:
+            continue
+        j = int(hit[0])
+        back = np.flatnonzero(~(row[j:] < e[i]))  # at or above ε again (or non-finite)
+        if not back.size:
+            continue
+        k = j + int(back[0])
+        fin = np.where(np.isfinite(row), row, np.inf)
+        top = k + int(np.argmax(fin[k:]))
+        replay = None
+        if seed is not None:
+            replay = (
+                f"key = jax.random.fold_in(jax.random.key({int(seed)}), {i})\n"
+                f"_, base = scarjax.run(algorithm, None, {row.size - 1}, key)\n"
+                f"sxt.assert_rework_bound(base, base, {c!r}, eps={float(e[i])!r})"
+            )
+        fail(
+            "Thm 5.3.1: the unperturbed run diverges after reaching ε (Eq 5.3/5.5 fail along it: no rework "
+            "bound applies)",
+            {
+                "algorithm": name or "(not given)",
+                "ε": float(e[i]),
+                "reached ε": f"‖w⁽ᵏ⁾ − w*‖ = {row[j]:.4g} < ε at step {j} (lowest {np.nanmin(row):.4g} at step "
+                f"{int(np.nanargmin(row))})",
+                "then diverged": f"back to {row[k]:.4g} ≥ ε at step {k} (one-step ratio {row[k] / row[k - 1]:.4g}; Eq 5.3/5.5 "
+                f"assume <= c = {c:.6g}), {fin[top]:.4g} at step {top}",
+                "trial": i,
+                "seed": seed if seed is not None else "(not given)",
+                "verdict": "the unperturbed algorithm is not linearly convergent with this c over the run (e.g. "
+                "a step-size schedule that leaves the stable range): check_linear_convergence(algorithm, "
+                f"{row.size - 1}) shows where",
+            },
+            replay,
+        )
+
+
 def _assert_531(trace, baseline_trace, c, eps, converge_at, sequences, seed, name, floor):
     dist = _distances(trace, "trace")
     single = dist.ndim == 1
     if single and sequences is not None and len(sequences) != 1:
         raise ValueError(f"sequences: one run was given, but {len(sequences)} sequences")
+    if eps is not None:
+        _baseline_stays(getattr(baseline_trace, "distance", baseline_trace), eps, c, name, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rw.NoiseFloorWarning)  # a check warns once, up front
         chk = rw.check_rework(trace, baseline_trace, c, eps=eps, converge_at=converge_at, floor=floor)
@@ -345,9 +393,6 @@ def _assert_531(trace, baseline_trace, c, eps, converge_at, sequences, seed, nam
         replay = None
         if seq is not None and seed is not None:
             replay = (
-                "import jax, scarjax\n"
-                "from scarjax import testing as sxt\n"
-                "from scarjax.testing import strategies as sst\n"
                 f"key = jax.random.fold_in(jax.random.key({int(seed)}), {i})\n"
                 f"_, trace = scarjax.run(algorithm, {_seq_code(seq)}.hook(), {steps}, key)\n"
                 f"_, base = scarjax.run(algorithm, None, {steps}, key)\n"
@@ -427,7 +472,7 @@ def _assert_expectation(trace, variant, c, alphas, G, sequences, seed, name, fal
             f"{_TITLES[variant]}: a perturbed run diverged (non-finite at step {k}): its expectation is not bounded",
             {"algorithm": name or "(not given)", "perturbation": _describe(seq, N[i]), "trial": i,
              "seed": seed if seed is not None else "(not given)"},
-            _replay_expectation(variant, sequences, seed, n, steps, c, G),
+            _replay_expectation(variant, sequences, seed, n, steps, c, G, alphas),
         )
     if atol is None:
         ref = dist if baseline_trace is None else np.atleast_2d(_distances(baseline_trace, "baseline_trace"))
@@ -494,7 +539,7 @@ def _assert_expectation(trace, variant, c, alphas, G, sequences, seed, name, fal
             ),
         }
         fail(f"{_TITLES[variant]}: {what} exceeds the bound", details,
-             _replay_expectation(variant, sequences, seed, n, steps, c, G))
+             _replay_expectation(variant, sequences, seed, n, steps, c, G, alphas))
     # The margin where the bound is resolved (10× above the float32 tolerance).
     ks = ks[mean_b[ks] > 10.0 * tol.mean(axis=0)[ks]]
     seq = None if sequences is None else sequences[0]
@@ -538,15 +583,12 @@ def _padded(m: int) -> int:
     return MAX_EVENTS if m <= MAX_EVENTS else 1 << (m - 1).bit_length()
 
 
-def _replay_expectation(variant, sequences, seed, n, steps, c, G=None):
+def _replay_expectation(variant, sequences, seed, n, steps, c, G=None, alphas=None):
     if sequences is None or seed is None or any(x != sequences[0] for x in sequences):
         return None
-    extra = f"{c!r}" if variant == "B.2" else f"None, alphas=ALPHAS, G={G!r}"
+    extra = f"{c!r}" if variant == "B.2" else f"None, alphas=alphas, G={G!r}"
     return (
-        "import scarjax\n"
-        "from scarjax import testing as sxt\n"
-        "from scarjax.testing import strategies as sst\n"
-        + ("ALPHAS = ...  # the alphas given to the check\n" if variant == "B.1.2" else "")
+        ("" if variant != "B.1.2" else f"alphas = np.array({np.asarray(alphas, np.float64).tolist()!r})\n")
         + f"seq = {_seq_code(sequences[0])}\n"
         f"_, trace = scarjax.run_trials(algorithm, sst.sequence_hook, {steps}, sxt.replay_keys({int(seed)}, {n}),\n"
         f"                              hook_args=sst.stack([seq] * {n}, {_padded(len(sequences[0].events))}))\n"
@@ -765,8 +807,10 @@ def check_rework_bound(
             except ValueError as e:
                 raise ValueError(f"check_rework_bound: cannot calibrate ε at converge_at={ca}: {e}") from None
             window = ca
+            _baseline_stays(bd, eps_arr, c, algorithm.name, seed)
         else:
             eps_arr = float(eps)
+            _baseline_stays(bd, eps_arr, c, algorithm.name, seed)
             kw = rw.iterations_to(bd, eps_arr)
             if not np.all(np.isfinite(kw)):
                 raise ValueError(f"eps={eps!r}: the unperturbed runs never reach it within steps={steps}")

@@ -202,7 +202,7 @@ class PrecisionFormat(NamedTuple):
             return f"sst.PrecisionFormat.fixed({self.bits}, stochastic={self.stochastic})"
         if self.kind == "qsgd":
             return f"sst.PrecisionFormat.qsgd({self.bits})"
-        return f"sst.PrecisionFormat.custom(<your quantizer {self.name!r}>, {self.bits}, stochastic={self.stochastic})"
+        return f"sst.PrecisionFormat.custom(quantizer, {self.bits}, stochastic={self.stochastic}, name={self.name!r})"
 
 
 def _more_bits(lo: int, hi: int) -> Any:
