@@ -25,7 +25,9 @@ never lost.
 
 Constructors: :func:`by_row` (alias of :func:`by_axis` with axis 0; MF uses
 ``by_axis(state, {"L": 0, "R": 1})``), :func:`by_layer`, :func:`by_shard`,
-:func:`by_element`, and the general :func:`build` with a layout per leaf.
+:func:`by_element`, :func:`by_unit` (a block that spans several leaves: a hidden unit's
+column of ``W1``, entry of ``b1`` and row of ``W2``), and the general :func:`build` with a
+layout per leaf.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -60,6 +62,7 @@ __all__ = [
     "by_layer",
     "by_shard",
     "by_element",
+    "by_unit",
     "NEVER",
     "LAYOUTS",
     "random_servers_assignment",
@@ -438,6 +441,142 @@ def by_shard(state: Any, shards: int = 8, **kwargs: Any) -> Partition:
 def by_element(state: Any, **kwargs: Any) -> Partition:
     """Every scalar parameter is its own block (the setting of Thm 5.4.2)."""
     return build(state, "element", **kwargs)
+
+
+def _axis_at(axes: Any, path: tuple) -> Any:
+    """The entry of the nested mapping/sequence ``axes`` at a leaf's key path (``None``
+    where ``axes`` does not name the leaf)."""
+    node = axes
+    for k in path:
+        key = getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))
+        if isinstance(node, Mapping):
+            if key not in node:
+                return None
+            node = node[key]
+        elif isinstance(node, (list, tuple)) and isinstance(key, int):
+            if key >= len(node):
+                return None
+            node = node[key]
+        else:
+            return node if not isinstance(node, (Mapping, list, tuple)) else None
+        if node is None or isinstance(node, (int, np.integer)):
+            return node
+    return node
+
+
+def _unknown_keys(axes: Any, params: Any, where: str = "axes") -> None:
+    """Refuse an ``axes`` entry that names no params leaf (a typo would silently leave the
+    leaf out of the units)."""
+    if isinstance(axes, Mapping):
+        if not isinstance(params, Mapping):
+            raise ValueError(f"{where} is a mapping but the params at that level are a {type(params).__name__}")
+        for k, v in axes.items():
+            if k not in params:
+                raise ValueError(f"{where}[{k!r}] names no params leaf; the params have {sorted(map(str, params))}")
+            _unknown_keys(v, params[k], f"{where}[{k!r}]")
+
+
+def by_unit(
+    state: Any,
+    axes: Mapping,
+    *,
+    rest: Any = "element",
+    num_servers: int = 8,
+    key: jax.Array | int | None = 0,
+    aux_blocks: Any = None,
+) -> Partition:
+    """Blocks that span several leaves: block ``u`` is index ``u`` along a chosen axis of
+    every listed leaf, e.g. a hidden unit of an MLP — column ``u`` of ``W1``, entry ``u``
+    of ``b1`` and row ``u`` of ``W2`` — with the optimizer's moments of those entries
+    (co-located, Sec 5.5.1). Partial recovery (thesis Sec 5.4, Thms 5.4.1–5.4.2) then
+    loses and reloads whole units, the natural block of a model served by neurons
+    (docs/testing.md shows it with ``check_partial_recovery``).
+
+    Args:
+      state: a :class:`~scarjax.State` (or a bare params pytree); only shapes matter.
+      axes: a nested mapping (a prefix of the params' dicts, or lists for list params)
+        from the listed leaves to the axis that carries the unit index, e.g.
+        ``{"W1": 1, "b1": 0, "W2": 0}``. Every listed axis must have the same length
+        ``U`` (the number of units); blocks ``0 … U − 1`` are the units. A key that names
+        no params leaf is refused.
+      rest: the layout (see :func:`build`) of the leaves ``axes`` does not list
+        (``'element'`` by default, ``'layer'``, ``'row'``, ``'never'``, …); their blocks
+        are numbered after the units.
+      num_servers, key, aux_blocks: as in :func:`build` (``aux_blocks=None``: sub-trees
+        of ``state.aux`` shaped like the params — Adam's ``mu``/``nu`` — get the same
+        block ids, so a unit is lost and recovered with its moments).
+
+    Returns:
+      a :class:`Partition` with ``U`` unit blocks plus the blocks of the other leaves.
+
+    Raises:
+      ValueError / TypeError naming a bad argument: an empty ``axes``, an axis out of
+      range, listed axes of different lengths, a key that names no leaf.
+
+    Example:
+      >>> import jax.numpy as jnp, optax
+      >>> from scarjax import State
+      >>> from scarjax.scar import partition
+      >>> params = {"W1": jnp.zeros((3, 5)), "b1": jnp.zeros(5), "W2": jnp.zeros((5, 2)), "b2": jnp.zeros(2)}
+      >>> state = State(params, optax.adam(1e-3).init(params))
+      >>> part = partition.by_unit(state, {"W1": 1, "b1": 0, "W2": 0})
+      >>> part.num_blocks   # 5 hidden units, then b2's 2 entries
+      7
+      >>> int(part.blocks.params["W1"][0, 4]), int(part.blocks.params["b1"][4]), int(part.blocks.params["W2"][4, 0])
+      (4, 4, 4)
+      >>> int(part.blocks.aux[0].mu["W2"][4, 0])   # Adam's first moment follows its unit
+      4
+    """
+    if not isinstance(state, State):
+        state = State(state, ())
+    if not isinstance(axes, Mapping) or not axes:
+        raise TypeError(
+            "axes must be a non-empty mapping from params leaves to the axis of the unit index, "
+            f"e.g. {{'W1': 1, 'b1': 0, 'W2': 0}}; got {axes!r}"
+        )
+    _check_layout(rest, "rest")
+    if isinstance(num_servers, bool) or not isinstance(num_servers, (int, np.integer)) or num_servers < 1:
+        raise ValueError(f"num_servers must be an int >= 1, got {num_servers!r}")
+    params = state.params
+    _unknown_keys(axes, params)
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    p_def = jax.tree.structure(params)
+    listed = []
+    for path, leaf in leaves:
+        a = _axis_at(axes, path)
+        if a is None:
+            continue
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"axes{jax.tree_util.keystr(path)} must be an int axis, got {a!r}")
+        shape = tuple(np.shape(leaf))
+        if not -len(shape) <= int(a) < len(shape):
+            raise ValueError(f"axes{jax.tree_util.keystr(path)} = {a} is out of range for a leaf of shape {shape}")
+        listed.append((jax.tree_util.keystr(path), int(a) % len(shape), shape))
+    if not listed:
+        raise ValueError(f"axes {axes!r} lists no params leaf")
+    sizes = {name: shape[a] for name, a, shape in listed}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(
+            f"axes: every listed leaf must have the same number of units along its axis, got {sizes}"
+        )
+    units = next(iter(sizes.values()))
+    ids, offset = [], units
+    for path, leaf in leaves:
+        shape = tuple(np.shape(leaf))
+        a = _axis_at(axes, path)
+        if a is None:
+            arr, n = _leaf_ids(shape, rest, offset)
+            offset += n
+        else:
+            sh = [1] * len(shape)
+            sh[int(a) % len(shape)] = units
+            arr = np.arange(units, dtype=np.int32).reshape(sh)
+        ids.append(arr)
+    param_ids = jax.tree.unflatten(p_def, ids)
+    aux_ids = _aux_ids(state.aux, params, param_ids, aux_blocks, offset)
+    server_of = random_servers_assignment(key, offset, int(num_servers))
+    blocks = State(jax.tree.map(jnp.asarray, param_ids), jax.tree.map(jnp.asarray, aux_ids))
+    return Partition(blocks, jnp.asarray(server_of), int(offset), int(num_servers))
 
 
 # --------------------------------------------------------------------------------------
