@@ -24,6 +24,30 @@ the fresh parameters and the run equals synchronous data-parallel training
 The hooks are built for ``workers = M`` and require worker mode with the same count:
 ``scarjax.run(algorithm, ssp(M, s), steps, key, workers=M)``.
 
+**Writing your own stale-read hook** (e.g. for
+:func:`scarjax.testing.check_staleness`'s ``hook=``): use the ring-buffer helpers
+:func:`ring_slots`, :func:`ring_init`, :func:`ring_push` and :func:`ring_read`, which are
+what :func:`stale_reads` does. A bound ``s`` needs ``ring_slots(s) = s + 1`` slots: the
+current version plus ``s`` past ones, *pushed before it is read* at each step (a hook that
+reads first would need the current version from elsewhere). Reading ``d = s`` old from a
+smaller buffer silently returns a *newer* version (the slot was overwritten), which is
+why :func:`ring_read` clips delays to ``[0, slots − 1]``. (The planted hook of the tests,
+``ssp(M, s + 2, max_staleness=S + 2)``, reads ``s + 2`` old *on purpose*, to violate the
+bound ``s`` it declares: it is not a template.) Simplest, with your own delay rule::
+
+    hook = lambda M, s, S: stale_reads(M, ring_slots(S), lambda k, key, _: my_delays(k, key, s))
+
+and from scratch, as a read-point :class:`~scarjax.hooks.Hook`::
+
+    def my_stale_reads(M, s, S):
+        def init(state, key):
+            return ring_init(state.params, ring_slots(S))
+        def apply(views, buf, ctx):
+            buf = ring_push(buf, ctx.state.params, ctx.step)      # first the current version
+            d = jnp.full((M,), s, jnp.int32)                       # then each worker's delay
+            return ring_read(buf, ctx.step, d, views), buf
+        return Hook("read", init, apply, name="my_stale_reads", workers=M)
+
 Put stale-read hooks first among the read hooks: they replace the views (later read hooks,
 such as low-precision communication, act on the stale views).
 """
@@ -43,12 +67,55 @@ from scarjax.perturb.workers import check_workers
 
 PyTree = Any
 
-__all__ = ["stale_reads", "ssp", "asynchronous", "truncated_geometric", "DELAY_MODES"]
+__all__ = [
+    "stale_reads", "ssp", "asynchronous", "truncated_geometric", "DELAY_MODES",
+    "ring_slots", "ring_init", "ring_push", "ring_read",
+]
 
 DELAY_MODES = ("per_step", "uniform", "fixed")
 
 DelayFn = Callable[[jax.Array, jax.Array, PyTree], jax.Array]
 """``delays(step, key, delay_state) -> [M] int32`` delays, each in ``[0, buffer_size)``."""
+
+
+def ring_slots(max_staleness: int) -> int:
+    """Ring-buffer slots for views at most ``max_staleness`` updates old: ``s + 1`` (the
+    current version, pushed first, and ``s`` past ones). Not ``s + 2``: see the module
+    doc."""
+    s = va.check_int("max_staleness", max_staleness, lo=0)
+    return s + 1
+
+
+def ring_init(params: PyTree, slots: int) -> PyTree:
+    """A ring buffer of ``slots`` versions of ``params`` (a leading axis of length
+    ``slots`` on every leaf), every slot holding ``params`` (``w⁽⁰⁾``: before the buffer
+    has filled, a stale read returns the initial version, as a worker that has not yet
+    received any update would). Lives in a hook's state (the ``lax.scan`` carry)."""
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
+        raise ValueError(f"slots must be an int >= 1 (static; ring_slots(s) for a bound s), got {slots!r}")
+    return jax.tree.map(lambda p: jnp.broadcast_to(p, (int(slots),) + jnp.shape(p)).copy(), params)
+
+
+def ring_push(buffer: PyTree, params: PyTree, step: Any) -> PyTree:
+    """``buffer`` with ``params`` (the version of iteration ``step``) written into slot
+    ``step mod slots`` (one ``dynamic_update_slice`` per leaf, no copy of the buffer).
+    Push the current version *before* :func:`ring_read` at the same step."""
+    slots = jax.tree.leaves(buffer)[0].shape[0]
+    slot = jnp.mod(step, slots)
+    return jax.tree.map(
+        lambda b, p: jax.lax.dynamic_update_index_in_dim(b, jnp.asarray(p).astype(b.dtype), slot, 0), buffer, params
+    )
+
+
+def ring_read(buffer: PyTree, step: Any, delays: Any, like: PyTree) -> PyTree:
+    """The views of workers with ``delays`` (``[M]`` ints, clipped to
+    ``[0, slots − 1]``): worker ``m`` reads the version of iteration ``step − delays[m]``,
+    slot ``(step − delays[m]) mod slots``, as a leading worker axis on every leaf, in the
+    dtypes of ``like`` (the views the read hook was given)."""
+    slots = jax.tree.leaves(buffer)[0].shape[0]
+    d = jnp.clip(jnp.asarray(delays, jnp.int32), 0, slots - 1)
+    idx = jnp.mod(step - d, slots)
+    return jax.tree.map(lambda b, v: jnp.take(b, idx, axis=0).astype(v.dtype), buffer, like)
 
 
 def stale_reads(
@@ -64,7 +131,8 @@ def stale_reads(
 
     Args:
       workers: ``M`` (static).
-      buffer_size: ring-buffer slots ``S`` (static); delays must be ``< S``.
+      buffer_size: ring-buffer slots ``S`` (static); delays must be ``< S``: for views at
+        most ``s`` updates old, ``ring_slots(s) = s + 1``.
       delays: ``delays(step, key, delay_state) -> [M]`` int delays (clipped to ``[0, S)``).
       init_delays: ``init_delays(key) -> delay_state`` (e.g. per-worker fixed delays drawn
         once); default none.
@@ -80,20 +148,12 @@ def stale_reads(
     init_delays = init_delays or (lambda key: ())
 
     def init(state, key):
-        buf = jax.tree.map(lambda p: jnp.broadcast_to(p, (S,) + p.shape).copy(), state.params)
-        return {"buffer": buf, "delays": init_delays(key)}
+        return {"buffer": ring_init(state.params, S), "delays": init_delays(key)}
 
     def apply(views, hstate, ctx):
         k = ctx.step
-        slot = jnp.mod(k, S)
-        buf = jax.tree.map(
-            lambda b, p: jax.lax.dynamic_update_index_in_dim(b, p.astype(b.dtype), slot, 0),
-            hstate["buffer"],
-            ctx.state.params,
-        )
-        d = jnp.clip(jnp.asarray(delays(k, ctx.key, hstate["delays"]), jnp.int32), 0, S - 1)
-        idx = jnp.mod(k - d, S)
-        new_views = jax.tree.map(lambda b, v: jnp.take(b, idx, axis=0).astype(v.dtype), buf, views)
+        buf = ring_push(hstate["buffer"], ctx.state.params, k)
+        new_views = ring_read(buf, k, delays(k, ctx.key, hstate["delays"]), views)
         return new_views, {"buffer": buf, "delays": hstate["delays"]}
 
     return Hook(point="read", init=init, apply=apply, name=name, workers=workers)
