@@ -31,7 +31,7 @@ AdaptDL needs an old NumPy (``np.int``/``np.float``), so it lives in its own vir
 subprocess running ``benchmarks/adaptdl/run_adaptdl.py``; it is never a dependency of
 scarjax.  Usage: ``python benchmarks/bench_pollux.py [--quick] [--no-adaptdl] [--no-overhead]
 [--models mlr_mnist,mlp_mnist,cnn_mnist,mixed_mnist] [--rounds N] [--no-one-core] [--no-profile]
-[--measured PATH]`` (``--quick``: 5 rounds of shorter calls, the same table).
+[--measured PATH]`` (``--quick``: under a minute, the MLP with AdamW only; see ``--help``).
 """
 
 from __future__ import annotations
@@ -80,10 +80,11 @@ def setup_adaptdl_venv(path: Path = ADAPTDL_VENV) -> Path:
 OVERHEAD_MODELS = ("mlr_mnist", "mlp_mnist", "cnn_mnist", "mixed_mnist")
 
 
-def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
+def _overhead_variants(prob, k: int, b: int, n: int, optimizer: str = "adam", variants=None) -> dict:
     """Jitted ``n``-step training runs (``lax.scan``; micro-batches sampled inside) whose
-    per-step cost is compared.  Adam(1e-3) everywhere; every run applies the same update
-    (the mean gradient of ``k * b`` examples).
+    per-step cost is compared.  Adam(1e-3) everywhere (``optimizer='adamw'``: AdamW(1e-3)),
+    every run applies the same update (the mean gradient of ``k * b`` examples);
+    ``variants`` (default all) keeps only the named runs.
 
     * ``plain``: one gradient of the ``k*b`` batch (the step without PGNS);
     * ``plain_accum``: the same mean gradient by accumulation over ``k`` micro-batches
@@ -103,7 +104,7 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
     from scarjax import pollux as px
     from scarjax.pollux import _estimators, examples
 
-    adam = optax.adam(1e-3)
+    adam = optax.adamw(1e-3) if optimizer == "adamw" else optax.adam(1e-3)
     grad = jax.grad(prob.loss)
     axes = {"first": 0, "last": -1, "auto": px.microbatch_axes(prob.params)}
 
@@ -157,12 +158,15 @@ def _overhead_variants(prob, k: int, b: int, n: int) -> dict:
         return step
 
     s0 = adam.init(prob.params)
-    runs = {"plain": (scan_run(plain), s0), "plain_accum": (scan_run(accum), s0)}
+    keep = (lambda v: True) if variants is None else (lambda v: v in variants)  # noqa: E731
+    runs = {v: (scan_run(f), s0) for v, f in (("plain", plain), ("plain_accum", accum)) if keep(v)}
     for name, axis in axes.items():
-        step, st = with_pgns_step(axis)
-        runs[f"pgns_axis_{name}"] = (scan_run(step), st)
+        if keep(f"pgns_axis_{name}"):
+            step, st = with_pgns_step(axis)
+            runs[f"pgns_axis_{name}"] = (scan_run(step), st)
     for name, axis in axes.items():
-        runs[f"stacked_grads_axis_{name}"] = (scan_run(stacked_only(axis)), s0)
+        if keep(f"stacked_grads_axis_{name}"):
+            runs[f"stacked_grads_axis_{name}"] = (scan_run(stacked_only(axis)), s0)
     return runs
 
 
@@ -258,12 +262,17 @@ def bench_overhead(
     problems=OVERHEAD_MODELS,
     breakdown: bool = True,
     profile: bool = False,
+    optimizer: str = "adam",
+    variants=None,
+    steps: int | None = None,
 ) -> dict:
     """Per-step cost of the PGNS step over the plain step, side by side (interleaved rounds;
     each timed call runs ``n`` steps in one ``lax.scan``, ``n`` chosen so a call of the plain
     step takes about ``target_s``).  Ratios: ``ratio_min`` = fastest round over the plain
     step's fastest round, ``ratio_median`` = median over rounds of the same-round ratio;
-    both against ``plain`` and against the faster of ``plain``/``plain_accum``."""
+    both against ``plain`` and against the faster of ``plain``/``plain_accum``.  ``steps``: a fixed
+    ``n`` (no probe compile); ``variants``: only these runs; ``optimizer``: ``'adam'`` or
+    ``'adamw'``."""
     import jax
 
     import _timing
@@ -273,22 +282,26 @@ def bench_overhead(
     for name in problems:
         prob = getattr(examples, name)()
         load_start = _timing.loadavg()
-        probe = _overhead_variants(prob, k, b, 1)["plain"]
-        jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))  # compile
-        t0 = time.perf_counter()
-        jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))
-        n = int(max(2, min(400, round(target_s / max(time.perf_counter() - t0, 1e-6)))))
-        runs = _overhead_variants(prob, k, b, n)
+        if steps is None:
+            probe = _overhead_variants(prob, k, b, 1, optimizer, ("plain",))["plain"]
+            jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))  # compile
+            t0 = time.perf_counter()
+            jax.block_until_ready(probe[0](prob.params, probe[1], jax.random.PRNGKey(0)))
+            n = int(max(2, min(400, round(target_s / max(time.perf_counter() - t0, 1e-6)))))
+        else:
+            n = steps
+        runs = _overhead_variants(prob, k, b, n, optimizer, variants)
         key = jax.random.PRNGKey(1)  # the cost does not depend on which examples are drawn
         calls = {v: (lambda f=f, s=s: f(prob.params, s, key)) for v, (f, s) in runs.items()}
         samples = _timing.interleaved_samples(calls, rounds)
         vs_plain = _timing.ratios(samples, "plain")
-        best_plain = "plain" if min(samples["plain"]) <= min(samples["plain_accum"]) else "plain_accum"
+        best_plain = "plain" if min(samples["plain"]) <= min(samples.get("plain_accum", [np.inf])) else "plain_accum"
         vs_best = _timing.ratios(samples, best_plain)
         res = {
             "parameters": int(sum(x.size for x in jax.tree.leaves(prob.params))),
             "microbatches": k,
             "microbatch_size": b,
+            "optimizer": optimizer,
             "steps_per_call": n,
             "rounds": rounds,
             "faster_plain_step": best_plain,
@@ -582,25 +595,38 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-adaptdl", action="store_true")
     ap.add_argument("--measured", default="results/pollux_throughput.json")
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and shorter calls (same table)")
+    ap.add_argument("--quick", action="store_true",
+                    help="under a minute: the PGNS overhead of the MLP with AdamW against the plain step on the same "
+                         "micro-batches (PGNS with per-leaf axes), 5 rounds of 4-step calls; no "
+                         "breakdown, profile, one-core run or AdaptDL")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per model (default 15, quick 5)")
-    ap.add_argument("--models", default=",".join(OVERHEAD_MODELS), help="comma-separated overhead models")
+    ap.add_argument("--models", default=None,
+                    help=f"comma-separated overhead models (default {','.join(OVERHEAD_MODELS)}; quick: mlp_mnist)")
     ap.add_argument("--no-overhead", action="store_true", help="skip the PGNS-overhead part")
     ap.add_argument("--no-one-core", action="store_true", help="skip the one-core overhead run")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-op profile (jax.profiler trace)")
     args = ap.parse_args(argv)
     rounds = args.rounds or (5 if args.quick else 15)
     target = 0.03 if args.quick else 0.1
+    if args.models is None:
+        args.models = "mlp_mnist" if args.quick else ",".join(OVERHEAD_MODELS)
     models = tuple(m for m in args.models.split(",") if m)
     bad = sorted(set(models) - set(OVERHEAD_MODELS))
     if bad:
         ap.error(f"--models: unknown {bad}; choose from {list(OVERHEAD_MODELS)}")
     out = {"loadavg_start": os.getloadavg()[0], "quick": bool(args.quick)}
+    if args.quick:
+        args.no_adaptdl = args.no_one_core = args.no_profile = True
     if not args.no_overhead:
         out["pgns_overhead"] = bench_overhead(
-            rounds=rounds, target_s=target, problems=models, profile=not args.no_profile
+            rounds=rounds, target_s=target, problems=models, profile=not args.no_profile,
+            breakdown=not args.quick, optimizer="adamw" if args.quick else "adam",
+            variants=("plain", "pgns_axis_auto") if args.quick else None, steps=4 if args.quick else None,
         )
         out["pgns_overhead_table"] = overhead_table(out["pgns_overhead"])
+        if args.quick and "mlp_mnist" in out["pgns_overhead"]:
+            r = out["pgns_overhead"]["mlp_mnist"]["ratio_vs_plain"]["pgns_axis_auto"]
+            out["pgns_overhead_mlp_adamw"] = {"ratio_min": r["ratio_min"], "ratio_median": r["ratio_median"]}
         if hasattr(os, "sched_setaffinity") and not args.no_one_core:
             one = tuple(m for m in models if m in ("mlr_mnist", "mlp_mnist"))
             if one:

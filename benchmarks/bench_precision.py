@@ -5,7 +5,7 @@ float8 e4m3 storage (emulated and real casts), read-point bfloat16 communication
 update-point QSGD (4 levels), and all three points at once. Printed: JSON with median
 per-step times (compile excluded) and ratios to the unhooked run.
 
-    python benchmarks/bench_precision.py [--steps 300] [--repeats 5] [--batch 256]
+    python benchmarks/bench_precision.py [--quick] [--steps 300] [--repeats 5] [--batch 256]
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ from _timing import run_seconds_per_step  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="default 300 (quick 100)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 5 (quick 3)")
+    ap.add_argument("--quick", action="store_true", help="100 steps, 3 repeats (under a minute)")
     ap.add_argument("--batch", type=int, default=256, help="minibatch (0: full batch)")
     args = ap.parse_args(argv)
+    args.steps = args.steps or (100 if args.quick else 300)
+    args.repeats = args.repeats or (3 if args.quick else 5)
     alg = mlr.digits(lr=0.5, batch_size=args.batch or None)
     cases = {
         "none": None,

@@ -6,7 +6,7 @@ dynamic_update_slice per step; if it were copied every step, the step time would
 with the buffer size s + 1. Printed: JSON with median per-step times (compile excluded,
 median of repeats) and their ratios to synchronous.
 
-    python benchmarks/bench_ssp.py [--steps 300] [--repeats 5] [--batch 256]
+    python benchmarks/bench_ssp.py [--quick] [--steps 300] [--repeats 5] [--batch 256]
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from _timing import run_seconds_per_step  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="default 300 (quick 100)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 5 (quick 3)")
+    ap.add_argument("--quick", action="store_true", help="100 steps, 3 repeats (under a minute)")
     ap.add_argument("--batch", type=int, default=256, help="global minibatch (0: full batch)")
     ap.add_argument("--workers", type=int, default=8)
     args = ap.parse_args(argv)
+    args.steps = args.steps or (100 if args.quick else 300)
+    args.repeats = args.repeats or (3 if args.quick else 5)
     M = args.workers
     alg = mlr.digits(lr=0.5, batch_size=args.batch or None)
     cases = {  # (hooks, workers)

@@ -6,7 +6,7 @@ one process. Printed: JSON with the times, their ratios and the check's summary 
 Problems: the ridge-regression optax step of ``docs/examples/test_my_algorithm.py``, a
 4-d QP with c = 0.9 (``quadratic.random_problem``) and the PGNS MLR example.
 
-    python benchmarks/bench_testing_kit.py [--repeats 3]
+    python benchmarks/bench_testing_kit.py [--quick] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def _cases():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5, help="timed calls after the first")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls after the first (default 5, quick 2)")
+    ap.add_argument("--quick", action="store_true", help="2 timed calls after the first")
     args = ap.parse_args(argv)
+    args.repeats = args.repeats or (2 if args.quick else 5)
     out = {}
     for name, call in _cases().items():
         t0 = time.perf_counter()
