@@ -19,7 +19,9 @@ the trace (``Trace.matmul_eps``, with ``‖w*‖`` in ``Trace.optimum_norm``), s
 bits (a TF32 or bf16 stand-in on CPU, for tests).
 
 Only operations without an explicit ``precision=`` follow the setting; an algorithm that
-passes ``precision=`` itself computes in that precision whatever is reported here.
+passes ``precision=`` itself computes in that precision whatever is reported here. The
+record uses the default backend (``jax.default_backend()``): trials run on a mesh of
+another platform record that backend's default, not theirs.
 """
 
 from __future__ import annotations
