@@ -330,7 +330,8 @@ def _drawn_hooks(value: Any, trials: int) -> _Hooks:
         factory, one = value
         args = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (trials,) + np.shape(x)), one)
         name = getattr(factory, "__name__", "factory")
-        return _Hooks(factory, args, f"{name}, hook_args=<{one!r} for every trial>", f"{name}({one!r})")
+        every = f"jax.tree.map(lambda x: np.repeat(np.asarray(x)[None], {trials}, 0), {one!r})"
+        return _Hooks(factory, args, f"{name}, hook_args={every}", f"{name}({one!r})")
     hook = getattr(value, "hook", None)
     if not isinstance(value, Hook) and (isinstance(hook, Hook) or callable(hook)):
         # a drawn chain or hook (sst.hook_chains: ``.hook`` is the Hook), or ``.hook()``
@@ -376,10 +377,10 @@ def _replay(
     lines = [
         f"sxt.assert_determinism(algorithm, {steps}, seed={seed}, trials={trials}, hooks={h.replay}{extra})",
         f"# i.e. keys = sxt.replay_keys({seed}, {trials}); "
-        f"trials = run_trials(algorithm, {spec}, {steps}, keys{ha}); "
-        f"one = core.run(algorithm, {spec}, {steps}, keys[{trial}]"
-        + ("" if h.args is None else f", hook_args=<hook_args[{trial}]>") + "); "
-        f"compare split_trials(trials, {trial}) with one",
+        f"trials = scarjax.run_trials(algorithm, {spec}, {steps}, keys{ha}); "
+        f"one = scarjax.run(algorithm, {spec}, {steps}, keys[{trial}]"
+        + ("" if h.args is None else f", hook_args=jax.tree.map(lambda x: x[{trial}], hook_args)") + "); "
+        f"compare trial {trial} of trials with one (sxt.compare_runs)",
     ]
     return "\n".join(lines)
 

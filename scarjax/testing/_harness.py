@@ -38,8 +38,9 @@ VERDICTS = ("held", "violated", "inconclusive")
 #: The lines every replay snippet starts with: a pasted snippet needs only the user's own
 #: objects, bound under the check's argument names (``algorithm``; and, where the check
 #: was given them, ``partition``, ``recover``, ``lost_blocks``, ``hook``, ``loss``,
-#: ``params``, ``data``, ``optimizer``, ``opt_state``, ``estimator``; a custom precision
-#: format's quantizer as ``quantizer``).
+#: ``params``, ``data``, ``optimizer``, ``opt_state``, ``estimator``, ``hooks``,
+#: ``hook_args``; a custom precision format's quantizer as ``quantizer``; a hook factory
+#: drawn by a strategy of ``check_determinism`` under its own function name).
 REPLAY_IMPORTS = (
     "import jax\n"
     "import jax.numpy as jnp\n"

@@ -110,3 +110,17 @@ def test_pgns_replays_with_the_users_estimator():
     with pytest.raises(sxt.CheckFailure) as e:
         sxt.check_pgns_unbiased(loss, params, data, microbatch_size=16, estimator=estimator, seed=3, settings=2)
     _replays(e.value, loss=loss, params=params, data=data, estimator=estimator)
+
+
+def test_determinism_replays(qp):
+    alg, _ = qp
+    traced = [0]
+
+    def update(view, state, data, key):  # a Python counter read while tracing
+        traced[0] += 1
+        return -0.1 * view + 1e-3 * traced[0], state
+
+    counter = alg.replace(update=update, name="counter")
+    with pytest.raises(sxt.CheckFailure) as e:
+        sxt.check_determinism(counter, 12, settings=2)
+    _replays(e.value, algorithm=counter)
