@@ -126,6 +126,8 @@ def simulate_failures(
     key: jax.Array | int = 0,
     after_recovery: Callable[[Any, Any], Any] | None = None,
     baseline: Any = None,
+    chunk_size: int | None = None,
+    progress: bool | None = None,
 ) -> FailureResult:
     """Train to ``T``, fail, recover from a running checkpoint, continue; measure rework.
 
@@ -153,6 +155,12 @@ def simulate_failures(
       baseline: the no-failure runs to reuse: ``(final_state, trace)`` of
         ``run_trials(algorithm, None, steps, keys)`` or their loss ``[trials, steps + 1]``
         (e.g. ``FailureResult.baseline_loss`` of an earlier call with the same key).
+      chunk_size: trials per compiled program, over the whole grid (``grid points x
+        trials`` runs; passed to :func:`scarjax.run_trials`, which pads the last chunk so
+        that one compilation serves all): with several chunks a long sweep shows its
+        progress chunk by chunk. Default: ``run_trials``' memory-budget chunks (usually one).
+      progress: ``run_trials``' ``tqdm`` bar over the runs (default: with several chunks,
+        on a terminal, unless ``SCARJAX_NO_PROGRESS`` is set).
 
     Returns:
       :class:`FailureResult`.
@@ -217,7 +225,8 @@ def simulate_failures(
             "use failure when=schedules.geometric(..., stop=converge_at)"
         )
     if baseline is None:
-        base_loss = np.asarray(run_trials(algorithm, None, steps, keys)[1].loss)
+        base_loss = np.asarray(run_trials(algorithm, None, steps, keys, chunk_size=chunk_size,
+                                          progress=progress)[1].loss)
     elif isinstance(baseline, tuple):
         base_loss = np.asarray(baseline[1].loss)
     else:
@@ -236,7 +245,8 @@ def simulate_failures(
 
     factory = _Factory(partition, failure, checkpoint, recovery, after_recovery)
     hook_args = {k: jnp.asarray(v) for k, v in args.items()}
-    _, trace = run_trials(algorithm, factory, steps, all_keys, hook_args=hook_args)
+    _, trace = run_trials(algorithm, factory, steps, all_keys, hook_args=hook_args, chunk_size=chunk_size,
+                          progress=progress)
     loss = np.asarray(trace.loss).reshape(shape + (trials, steps + 1))
     delta = np.asarray(trace.delta["scar"]).max(axis=-1).reshape(shape + (trials,))
     rework = rework_cost(loss, base_loss, eps, metric="loss")

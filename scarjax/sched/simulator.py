@@ -52,6 +52,8 @@ The simulation is deterministic given ``seed`` (the NumPy generator handed to th
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 import time as _time
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
@@ -561,8 +563,21 @@ def _ro(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _progress_bar(jobs: int, policy: str, show: bool | None):
+    """The ``tqdm`` bar of :func:`simulate` (jobs finished of ``jobs``), or None when it is
+    not shown (``show`` False; ``None``: stderr not a terminal or ``SCARJAX_NO_PROGRESS`` set)."""
+    if show is None:
+        show = sys.stderr.isatty() and not os.environ.get("SCARJAX_NO_PROGRESS")
+    if not show:
+        return None
+    from tqdm.auto import tqdm  # progress output only (tqdm: a dependency, imported when shown)
+
+    return tqdm(total=jobs, desc=f"cluster-sim {policy}", unit="job", leave=False)
+
+
 def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | None = None, apps: AppSet | None = None,
-             seed: int = 0, max_time_s: float | None = None, record_timeline: bool = True) -> SimResult:
+             seed: int = 0, max_time_s: float | None = None, record_timeline: bool = True,
+             progress: bool | None = None) -> SimResult:
     """Simulate ``workload`` on ``cluster`` under ``policy`` (the artifact's ``simulator.py``
     loop; module docstring).
 
@@ -576,6 +591,10 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
       max_time_s: stop at this simulated time even if jobs remain (they are reported
         unfinished); ``None`` runs until every job completes.
       record_timeline: keep every decision's per-job GPU counts.
+      progress: show a ``tqdm`` bar on stderr, advanced at every scheduling decision: jobs
+        finished out of the workload's, with the simulated hours and the number of active jobs.
+        Default (``None``): when stderr is a terminal (so ``scarjax cluster-sim`` shows it)
+        and ``SCARJAX_NO_PROGRESS`` is not set; ``True``/``False`` force it.
 
     Returns:
       :class:`SimResult`.
@@ -597,6 +616,8 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
     if not isinstance(apps, AppSet):
         raise TypeError(f"apps must be an AppSet, got {type(apps).__name__}")
     seed = va.check_int("seed", seed, lo=0)
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
     if max_time_s is not None:
         va.check_real("max_time_s", max_time_s, lo=0.0, lo_open=True, scalar=True)
     if np.any(np.asarray(workload.time) < 0):
@@ -610,24 +631,32 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
     now = 0.0
     times, gpus, used = [], [], []
     n_steps = 0
-    while not s.done.all():
-        if max_time_s is not None and now >= max_time_s:
-            break
-        sim.advance(now, dt)
-        n_steps += 1
-        now = n_steps * dt
-        s.alloc[s.done] = 0  # finished jobs release their GPUs
-        act, view = sim.view(now)
-        if act.size:
-            out = policy.allocate(view, cluster, now, rng)
-            new = sim.check_allocation(out, act.size)
-            sim.reallocate(act, new, now)
-        if record_timeline:
-            times.append(now)
-            g = s.replicas.copy()
-            g[s.done] = 0
-            gpus.append(g)
-            used.append(int(g.sum()))
+    bar = _progress_bar(len(workload), getattr(policy, "name", type(policy).__name__), progress)
+    try:
+        while not s.done.all():
+            if max_time_s is not None and now >= max_time_s:
+                break
+            sim.advance(now, dt)
+            n_steps += 1
+            now = n_steps * dt
+            s.alloc[s.done] = 0  # finished jobs release their GPUs
+            act, view = sim.view(now)
+            if act.size:
+                out = policy.allocate(view, cluster, now, rng)
+                new = sim.check_allocation(out, act.size)
+                sim.reallocate(act, new, now)
+            if record_timeline:
+                times.append(now)
+                g = s.replicas.copy()
+                g[s.done] = 0
+                gpus.append(g)
+                used.append(int(g.sum()))
+            if bar is not None:
+                bar.update(int(s.done.sum()) - bar.n)
+                bar.set_postfix_str(f"{now / 3600:.1f} h simulated, active: {act.size}", refresh=False)
+    finally:
+        if bar is not None:
+            bar.close()
     done = s.done
     jct = s.completion - s.submit
     jobs = [JobRecord(name=str(workload.name[i]), app=apps.names[s.app[i]], submit_s=float(s.submit[i]),
