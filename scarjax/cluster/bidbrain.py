@@ -451,10 +451,13 @@ class ProteusRun:
     """What :func:`bidbrain` and the baselines return.
 
     Attributes:
-      policy: a label; finished: the job's work was done before ``horizon``; runtime_s: from
-        the start to completion (or to the horizon); cost: USD, everything billed;
-      cost_reliable, cost_transient: the split by tier; free_core_s, compute_core_s,
-      free_fraction: see :func:`free_fraction` (all tiers); evictions: provider revocations;
+      policy: a label.
+      finished: the job's work was done before ``horizon``.
+      runtime_s: from the start to completion (or to the horizon).
+      cost: USD, everything billed.
+      cost_reliable, cost_transient: the split by tier.
+      free_core_s, compute_core_s, free_fraction: see :func:`free_fraction` (all tiers).
+      evictions: provider revocations.
       allocations: every allocation with its bill (``as dicts``).
     """
 

@@ -288,7 +288,9 @@ def training_time(
 ):
     """Eq 4: ``T = N_w / sp + ceil(N_w / I_c) * T_c + N_r * (T_p + T_s)`` seconds.
 
-    Args (arrays broadcast; a float when all are scalars):
+    The arguments broadcast as arrays; the result is a float when all are scalars.
+
+    Args:
       n_steps: ``N_w`` training steps (> 0).
       speed: ``sp`` the cluster's steps per second (> 0; Sec VI-A: the sum of the workers' speeds).
       ckpt_interval: ``I_c`` steps between checkpoints (> 0; ``inf``: no checkpoint).
@@ -512,7 +514,7 @@ def validate_training_time(
     revocations (:func:`revocation_probability` of the zone's region at the measured duration,
     times the workers) beside the observed count.
 
-    ``"summary"``: mean/median |relative error| per part and setting.
+    ``"summary"``: mean/median ``|relative error|`` per part and setting.
     """
     va.check_int("n_steps", n_steps, lo=1)
     va.check_int("ckpt_interval", ckpt_interval, lo=1)

@@ -19,7 +19,7 @@ policy call of the cluster simulator, so every prediction can be checked against
 **The model** (every assumption is stated here; ``n`` transient machines, ``dt`` seconds per
 iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` restore):
 
-A1. *Revocations.* Each transient machine slot is a renewal process with the market's lifetime
+:A1: *Revocations.* Each transient machine slot is a renewal process with the market's lifetime
     distribution (:class:`MarketModel`: its CDF ``F`` and renewal function ``m(t) = E[N(t)]``
     on a grid, linear extrapolation at the rate ``1/MTTF`` beyond it; CM-DARE Eq 5's
     ``Pr(R_i) = F(duration)`` is the first term of ``m``). Independent machines: ``n m(T)``
@@ -29,9 +29,10 @@ A1. *Revocations.* Each transient machine slot is a renewal process with the mar
     *fallback* market (price-driven: the price is above the bid when the revocation happens,
     so the simulator's replacements are on-demand machines for good) has at most one event,
     with probability ``F(T)``, after which the fleet is on-demand.
-A2. *Time of a run* (CM-DARE Eq 4: ``T = start-up + K0 dt + checkpoints + revocations ×
+:A2: *Time of a run* (CM-DARE Eq 4: ``T = start-up + K0 dt + checkpoints + revocations ×
     (recovery + lost work)``), solved as a fixed point ``T = A + μ(T) B`` (40 iterations, the
     events ``μ`` depending on ``T``):
+
     * on-demand: ``T = s0 + K0 dt``, no uncertainty;
     * checkpoint-restart: full checkpoints every ``K`` steps (``period ×`` the Young/Daly
       interval ``sqrt(2 δ MTTF_fleet)``, :func:`~scarjax.cluster.policies.young_daly_s`),
@@ -52,7 +53,8 @@ A2. *Time of a run* (CM-DARE Eq 4: ``T = start-up + K0 dt + checkpoints + revoca
     * Sync-on-the-fly (Zhao et al. Sec III): no rework (revoked workers flush their partial
       gradients), a barrier takes ``dt`` (stated: the step-time model stands for the barrier
       time), a revoked worker's share of the capacity is missing for ``restart_s`` (180 s).
-A3. *Rework of SCAR* (thesis **Thm 5.3.1**, Eq 5.6, with **Thm 5.4.2**): a revocation at step
+
+:A3: *Rework of SCAR* (thesis **Thm 5.3.1**, Eq 5.6, with **Thm 5.4.2**): a revocation at step
     ``ℓ`` that loses a share ``p`` of uniformly assigned blocks (``p = k/M``) recovered from a
     running checkpoint of age ``a`` perturbs the iterate by ``δ'`` with ``E‖δ'‖ ≤ sqrt(p) ‖δ‖``
     (Thm 5.4.2, ``E‖δ'‖² = p‖δ‖²``, and Jensen), ``δ = w_{ℓ−a} − w_ℓ`` the full-recovery
@@ -69,18 +71,18 @@ A3. *Rework of SCAR* (thesis **Thm 5.3.1**, Eq 5.6, with **Thm 5.4.2**): a revoc
     experiments Fig 5.8 show, not proven); geometric ``I·G``, ``G ~ Geom(r)``, for ``random``;
     never older than the run (``A ≤ K0``: the running checkpoint starts at ``w⁽⁰⁾``).
     Checkpoint-restart's rework is the lost work itself (a consistent restart, Sec 5.4).
-A4. *Cost.* Machines are billed from the moment they run: the on-demand price, the spot price
+:A4: *Cost.* Machines are billed from the moment they run: the on-demand price, the spot price
     (mean over the planning window of the prices at or below the bid: AWS 2015 charges the
     market price), or GCE's preemptible price; per-second billing charges machine-seconds,
     hourly billing (AWS 2015) rounds a user-stopped machine's last hour up (deterministic
     for on-demand; ``+h/2`` in expectation for a transient fleet, variance ``h²/12`` per
     machine) and leaves a provider-revoked machine's partial hour free (``E[life mod h]``
     for an exponential life of the market's MTTF).
-A5. *Iterations.* ``K0`` (and ``c``) are measured once on the unperturbed job
+:A5: *Iterations.* ``K0`` (and ``c``) are measured once on the unperturbed job
     (:meth:`JobProfile.from_job`); with a Pollux goodput profile, the iterations at batch
     size ``b`` are ``K0 · b0 / (b · EFFICIENCY(b))`` (thesis Eq 3.3: the same number of
     useful examples) and the step time is the Pollux model at ``b``.
-A5b. *Price-driven (AWS 2015) markets.* The transient start is granted with probability
+:A5b: *Price-driven (AWS 2015) markets.* The transient start is granted with probability
     ``avail`` (the share of the window's minutes at or below the bid), else the simulator's
     checkpoint-restart and SCAR buy on-demand machines for good (a mixture of the two paths);
     after a revocation the replacements are on-demand (A1's fallback), billed from the expected
@@ -88,13 +90,13 @@ A5b. *Price-driven (AWS 2015) markets.* The transient start is granted with prob
     price for the share of time the class is unavailable. SCAR's checkpoint period is the
     simulator's own (Young/Daly from ``market.mttf_s()``), which on a price-driven market is
     measured at the start time: the prediction uses the window's MTTF instead.
-A6. *Feasibility.* A candidate is feasible when its expected time is finite, within the
+:A6: *Feasibility.* A candidate is feasible when its expected time is finite, within the
     deadline and the planning horizon (30 days), its expected cost within the budget, its
     machines within ``max_machines`` (and the profile's ``max_workers``), and — for a plan on
     transient machines — the spot price is strictly below on-demand (the simulator buys
     on-demand otherwise: with equal prices and possible revocations the plan is reliable-only).
 
-A4'. *Rounding under a time error.* A transient plan's run time is uncertain beyond the
+:A4': *Rounding under a time error.* A transient plan's run time is uncertain beyond the
     revocation count (the market and step-time models are not exact): its hourly bill is the
     expectation of the whole-hour rounding over a normal relative time error
     :data:`TIME_REL_ERROR` (2%, stated; planner_validation measured 1.1% median, 4.9% p90), so

@@ -11,11 +11,13 @@ Malformed files never load silently: every loader checks what it parses and rais
 (``ratings.csv, line 7: movieId must be an integer, got '3.7'``); bad Python arguments
 raise ``ValueError``/``TypeError`` naming the argument.
 
-| model (Sec 5.5.1) | data sets | loaders |
-|---|---|---|
-| MLR   | MNIST, CoverType         | :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype` |
-| MF/ALS| MovieLens, Jester        | :func:`load_movielens`, :func:`load_movielens_small`, :func:`load_jester`, :func:`ratings_from_triples`, :func:`synthetic_ratings` |
-| LDA   | 20 Newsgroups, Reuters   | :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`load_text`, :func:`synthetic_lda_corpus` |
+By model (Sec 5.5.1):
+
+* MLR (MNIST, CoverType): :func:`load_mnist`, :func:`load_mnist_5k`, :func:`load_digits`, :func:`load_covertype`;
+* MF/ALS (MovieLens, Jester): :func:`load_movielens`, :func:`load_movielens_small`, :func:`load_jester`,
+  :func:`ratings_from_triples`, :func:`synthetic_ratings`;
+* LDA (20 Newsgroups, Reuters): :func:`load_20newsgroups`, :func:`load_reuters`, :func:`load_lee`, :func:`load_text`,
+  :func:`synthetic_lda_corpus`.
 
 Pollux cluster-simulator inputs (Sec 3.5.3; embedded, Apache-2.0): :func:`load_workload`,
 :func:`load_philly`, :func:`load_app_traces` (:mod:`scarjax.data.pollux_sim`).

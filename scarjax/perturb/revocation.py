@@ -3,7 +3,7 @@
 On transient resources a worker can be revoked in the middle of an iteration. Under a
 fixed (BSP) barrier its contribution is lost; Sync-on-the-fly (Zhao et al.) instead lets
 the barrier average over whatever partial gradients the live and revoked workers have
-flushed, Eq 5:
+flushed, Eq 5::
 
     θ(w) = (1/|B|) Σ_{xᵢ ∈ B} g(w, xᵢ),   B = the points actually processed.
 

@@ -2,7 +2,7 @@
 goodput-optimal batch size and the job-level adaptive agent.
 
 The public API is this package's namespace (``scarjax.pollux.<name>``); the modules that
-implement it are private:
+implement it are private::
 
   _estimators  Eq 3.2 / App. A.1 estimators: GradStats, microbatch/two-batch/differenced/
                exact statistics, noise_scale, micro-batch gradients and their moments

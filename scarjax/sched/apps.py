@@ -612,7 +612,7 @@ def _embedded_model(app: str) -> AppModel:
 class AppSet:
     """Several :class:`AppModel` s stacked so that per-job quantities are one gather.
 
-    ``app_ids`` index :attr:`names` (``Workload.app_ids(app_set.names)``). Arrays are padded
+    ``app_ids`` index ``names`` (``Workload.app_ids(app_set.names)``). Arrays are padded
     to the largest number of validated batch sizes and epochs.
     """
 

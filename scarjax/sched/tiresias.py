@@ -50,7 +50,7 @@ def greedy_place(free: np.ndarray, replicas: int) -> np.ndarray:
 
 
 class TiresiasPolicy:
-    """Tiresias' two-queue discretised LAS (module docstring). Stateful: :func:`simulate`
+    """Tiresias' two-queue discretised LAS (module docstring). Stateful: :func:`~scarjax.sched.simulate`
     calls :meth:`reset` first.
 
     Args:

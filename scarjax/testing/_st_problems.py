@@ -41,7 +41,9 @@ def quadratics(
 ) -> TestBed:
     """Strongly convex quadratics ``½(w − w*)ᵀA(w − w*)`` by gradient descent with a known rate.
 
-    Args (strategies; defaults in brackets):
+    Each argument is a strategy (its default in brackets).
+
+    Args:
       d: the dimension [``sampled_from([1, 2, 4, 8])``, shrinks to 1].
       c: the exact rate [``floats(0.8, 0.97)``]; the condition number is drawn in
         ``[1, (1 + c)/(1 − c)]`` so that ``c`` is attainable.

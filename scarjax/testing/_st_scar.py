@@ -80,7 +80,7 @@ def _when_code(when: schedules.Schedule) -> str:
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class DrawnFailure(faults.Failure):
     """A :class:`scarjax.scar.faults.Failure` drawn by :func:`failures`: the same object,
-    plus :meth:`describe` and a replayable ``repr``."""
+    plus :meth:`~DrawnFailure.describe` and a replayable ``repr``."""
 
     def describe(self) -> str:
         if self.fraction is not None:
@@ -347,7 +347,7 @@ def lost_blocks(
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class DrawnCheckpoint(ck.Checkpoint):
     """A :class:`scarjax.scar.checkpoint.Checkpoint` drawn by :func:`checkpoints`: the same
-    object, plus :meth:`describe`, :meth:`save_steps` and a replayable ``repr``."""
+    object, plus :meth:`~DrawnCheckpoint.describe`, :meth:`~DrawnCheckpoint.save_steps` and a replayable ``repr``."""
 
     def describe(self) -> str:
         strategy = str(self.strategy).replace("_", "-")
