@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable
 import jax
 import numpy as np
 
-__all__ = ["to_jsonable", "revive", "save_results", "load_results", "plot_results", "progress", "recorded",
-           "run_meta", "machine", "shared_data_root", "shown_path"]
+__all__ = ["to_jsonable", "revive", "save_results", "load_results", "plot_results", "progress", "trial_chunk",
+           "recorded", "run_meta", "machine", "shared_data_root", "shown_path"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -89,6 +89,14 @@ def plot_results(module: Any, out_dir: str | os.PathLike, results_dir: str | os.
     return list(paths) if isinstance(paths, (list, tuple)) else [paths]
 
 
+def trial_chunk(n: int, chunks: int = 8, most: int = 250) -> int:
+    """Trials per compiled program for ``n`` trials (``chunk_size=`` of
+    :func:`scarjax.run_trials` / ``simulate_failures``): about ``chunks`` equal chunks of at
+    most ``most`` trials, so that a long run shows its progress chunk by chunk (``run_trials``
+    pads the last chunk: one compilation serves them all)."""
+    return max(1, min(int(most), -(-int(n) // int(chunks))))
+
+
 def shared_data_root() -> Path:
     """The shared data folder: ``$SCARJAX_SHARED_DATA``, else ``shared/data`` beside the
     checkout (the full spot-price history and other data too large to embed)."""
@@ -106,11 +114,15 @@ def shown_path(path: str | os.PathLike) -> str:
 
 
 def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterable:
-    """A tqdm progress bar on stderr (disabled when ``SCARJAX_NO_PROGRESS`` is set)."""
+    """A tqdm progress bar on stderr (disabled when ``SCARJAX_NO_PROGRESS`` is set, and over
+    a single item: a 1/1 bar that stands still for minutes tells nothing; the work inside
+    shows its own, e.g. ``run_trials``' bar over trial chunks, see :func:`trial_chunk`)."""
     # tqdm (progress bars) is optional output, imported only when shown
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, leave=False, disable=bool(os.environ.get("SCARJAX_NO_PROGRESS")))
+    n = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
+    quiet = bool(os.environ.get("SCARJAX_NO_PROGRESS")) or n == 1
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=quiet)
 
 
 # ----------------------------------------------------------------------------- run metadata

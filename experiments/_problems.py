@@ -19,17 +19,32 @@ import scarjax
 from scarjax import bounds
 from scarjax.models import mlr, quadratic
 
-__all__ = ["MLR_LR", "MLR_L2", "mlr_digits", "problem"]
+__all__ = ["MLR_LR", "MLR_L2", "mlr_digits", "mlr_local_c", "problem"]
 
 MLR_LR, MLR_L2 = 1.0, 1e-2  # SGD step and ridge of the MLR of Figs 5.5/5.6 (w⁽⁰⁾ = 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _mlr_solved(lr: float, l2: float):
+    """Full-batch MLR on digits with its optimum solved by L-BFGS (memoised: several
+    experiments of one ``scarjax reproduce`` share the solve, seconds on 2 CPU cores)."""
+    return mlr.solve_optimum(mlr.digits(lr=lr, l2=l2))
+
+
+@functools.lru_cache(maxsize=None)
 def mlr_digits(batch_size: int | None = None):
     """MLR on digits (step :data:`MLR_LR`, ridge :data:`MLR_L2`, w⁽⁰⁾ = 0, minibatches of
     ``batch_size``, ``None``: full batch) with its optimum (the full-data minimiser)
-    attached."""
-    full = mlr.solve_optimum(mlr.digits(lr=MLR_LR, l2=MLR_L2))
+    attached (memoised, like :func:`mlr_local_c`: the same algorithm for every experiment)."""
+    full = _mlr_solved(MLR_LR, MLR_L2)
     return mlr.digits(lr=MLR_LR, l2=MLR_L2, batch_size=batch_size).replace(optimum=full.optimum)
+
+
+@functools.lru_cache(maxsize=None)
+def mlr_local_c(batch_size: int | None = None) -> float:
+    """``bounds.local_contraction`` of :func:`mlr_digits` (memoised: Figs 5.5 and 5.6(a)
+    share it)."""
+    return float(bounds.local_contraction(mlr_digits(batch_size)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,7 +69,7 @@ def problem(name: str, lr: float = 1.0, l2: float = 1e-2):
         )
         return qp, quadratic.contraction(qp)
     if name == "mlr":
-        alg = mlr.solve_optimum(mlr.digits(lr=lr, l2=l2))
+        alg = _mlr_solved(lr, l2)
         _, tr = scarjax.run(alg, None, 1000, jax.random.key(0))
         c_run = bounds.estimate_c(tr, method="max_ratio", start=50)
         # Eq 5.3 must hold for every w, not only along the baseline: the softmax's

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 import scarjax
-from experiments import _stats
+from experiments import _common, _stats
 from scarjax import bounds
 from scarjax import rework as rework_mod
 from scarjax.rework import iterations_to
@@ -87,20 +87,16 @@ def run_rework_trials(
     seed: int,
     exact_c: float | None = None,
     restart_at: int | None = None,
-    chunk: int = 250,
+    chunk: int | None = None,
 ) -> ReworkTrials:
-    """Run ``len(hook_args)`` perturbed trials (in vmapped chunks) and their paired baselines."""
+    """Run ``len(hook_args)`` perturbed trials and their paired baselines, ``chunk`` trials
+    per compiled program (default :func:`experiments._common.trial_chunk`: several equal chunks, one
+    compilation, so that ``run_trials``' progress bar advances as the trials run)."""
     n = len(jax.tree.leaves(hook_args)[0])
     keys = jax.random.split(jax.random.key(seed), n)
-    from experiments._common import progress
-
-    traces = []
-    for lo in progress(range(0, n, chunk), desc="trials", total=-(-n // chunk)):
-        k = keys[lo : lo + chunk]
-        args = jax.tree.map(lambda a: a[lo : lo + chunk], hook_args)
-        _, tr = scarjax.run_trials(algorithm, hook_factory, steps, k, hook_args=args)
-        traces.append(jax.device_get(tr))
-    tr = jax.tree.map(lambda *x: np.concatenate(x), *traces)
+    chunk = _common.trial_chunk(n) if chunk is None else chunk
+    tr = jax.device_get(scarjax.run_trials(algorithm, hook_factory, steps, keys, hook_args=hook_args,
+                                           chunk_size=chunk)[1])
     base_d, base_l = baseline_distances(algorithm, steps, seed, n, chunk)
     mean_base = base_d.mean(axis=0)
     # c: the slowest (asymptotic) contraction of the unperturbed run, estimated on its
@@ -159,16 +155,18 @@ def fired_at(make_hook: Callable[..., Any]) -> Callable[[Any], Any]:
 _BASELINES: dict = {}
 
 
-def baseline_distances(algorithm: scarjax.Algorithm, steps: int, seed: int, n: int, chunk: int = 250) -> np.ndarray:
+def baseline_distances(algorithm: scarjax.Algorithm, steps: int, seed: int, n: int,
+                       chunk: int | None = None) -> np.ndarray:
     """``[n, steps + 1]`` distances and losses of the unperturbed runs with the trials' keys
-    (memoised: several panels share one set of baselines)."""
+    (memoised: several panels share one set of baselines; ``chunk``: trials per compiled
+    program, default :func:`experiments._common.trial_chunk`)."""
     memo_key = (id(algorithm), steps, seed, n)
     if memo_key not in _BASELINES:
         keys = jax.random.split(jax.random.key(seed), n)
-        parts = [jax.device_get(scarjax.run_trials(algorithm, None, steps, keys[lo : lo + chunk])[1]) for lo in range(0, n, chunk)]
+        chunk = _common.trial_chunk(n) if chunk is None else chunk
+        base = jax.device_get(scarjax.run_trials(algorithm, None, steps, keys, chunk_size=chunk)[1])
         _BASELINES.clear()
-        dist = np.concatenate([np.asarray(p.distance) for p in parts])
-        loss = np.concatenate([np.asarray(p.loss) for p in parts])
+        dist, loss = np.asarray(base.distance), np.asarray(base.loss)
         _BASELINES[memo_key] = (algorithm, dist, loss)
     return _BASELINES[memo_key][1:]
 

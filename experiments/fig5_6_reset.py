@@ -60,7 +60,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(trials=40, lda_trials=32, lda_steps=40, lda_chains=4, lda_chain_steps=60)
+        return cls(trials=40, lda_trials=16, lda_steps=40, lda_chains=4, lda_chain_steps=60)
 
 
 def _tv_distance_curve(alg, n_chains: int, steps: int, seed: int) -> np.ndarray:
@@ -171,7 +171,7 @@ def run(config: Config, out_dir) -> dict:
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
     t = _rework.run_rework_trials(
         alg, _rework.fired_at(perturb.reset), (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
-        steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=bounds.local_contraction(alg),
+        steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=_problems.mlr_local_c(config.batch_size),
     )
     p = lda_panel(config) if config.lda else None
     s = t.summary()

@@ -40,7 +40,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(models=("mlr_digits",), trials=30)
+        return cls(models=("mlr_digits",), trials=16)  # 2 x 5 x 16 runs in 8 chunks
 
 
 def run_model(name: str, config: Config) -> dict:
@@ -55,7 +55,8 @@ def run_model(name: str, config: Config) -> dict:
     res = simulate_failures(
         alg, part, trials=config.trials, steps=spec.steps, converge_at=spec.converge_at,
         failure=failure, checkpoint=ckpt, grid={"recovery": ["partial", "full"], "fraction": list(config.fractions)},
-        key=config.seed, after_recovery=spec.after_recovery)
+        key=config.seed, after_recovery=spec.after_recovery,
+        chunk_size=_common.trial_chunk(2 * len(config.fractions) * config.trials))  # progress per chunk
     # Censoring time per trial: the iterations the run has left after its baseline converged.
     horizon = spec.steps - iterations_to(res.baseline_loss, res.eps)
     out["steps"] = spec.steps
@@ -100,13 +101,14 @@ def plot(results: dict, out_dir) -> list:
             if lb.any():  # restricted means that are lower bounds (trials not re-converged)
                 ax.plot(xs[lb], np.asarray(r[rec]["mean"])[lb], "^", color="k", mfc="none", ms=9,
                         label=f"{rec}: ≥ (not re-converged)")
-        ax.axhline(float(np.mean(r["full"]["mean"])), color="k", ls="--", lw=1)
+        ax.axhline(float(np.mean(r["full"]["mean"])), color="k", ls="--", lw=1,
+                   label="full: mean over fractions")
         ax.set_title(r["label"])
         ax.set_xlabel("fraction of failed parameters")
         ax.set_ylabel("rework (iterations)")
         low = min(float(np.nanmin(np.asarray(r[s]["mean"], float) - np.asarray(r[s]["ci"], float))) for s in ("partial", "full"))
         ax.set_ylim(bottom=min(0.0, low))  # rework can be negative (noise-limited models)
-    axes[0][0].legend()
+    _plot.legend_all(axes[0], below=True)  # every panel's entries (≥ markers may be in a later panel only)
     return [_plot.save(fig, out_dir, NAME)]
 
 

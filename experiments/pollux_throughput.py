@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from experiments import _launch, _plot
-from experiments._common import recorded
+from experiments._common import progress, recorded
 
 NAME = "pollux_throughput"
 DESCRIPTION = "Pollux Figs 3.5/3.6: throughput model fitted to step times measured here"
@@ -63,6 +63,7 @@ class Config:
             # Fewer configurations, the same model and repeats as the full run: with hidden 256
             # or 2 x 20 repeats, gloo's all-reduce noise gave 7-13% fit error; this gives 2-4%.
             hidden=512,
+            rounds=2,  # the minimum over 2 x 30 repeats (3 x 30 in the full run)
             quick_mode=True,
         )
 
@@ -206,11 +207,15 @@ def _measure_subprocess(cfg: Config) -> list[dict]:
                         force_devices=max(cfg.devices))
 
 
-def _measure_processes(cfg: Config, timeout: float = 900.0) -> list[dict]:
-    """One process per device for each K in ``process_devices`` (default 1..cpu_count)."""
-    ks = cfg.process_devices or tuple(range(1, (os.cpu_count() or 1) + 1))
+def _process_ks(cfg: Config) -> tuple[int, ...]:
+    """The K of the process-per-core measurements: ``process_devices`` (default 1..cpu_count)."""
+    return cfg.process_devices or tuple(range(1, (os.cpu_count() or 1) + 1))
+
+
+def _measure_processes(cfg: Config, timeout: float = 900.0, ks: tuple[int, ...] | None = None) -> list[dict]:
+    """One process per device for each K in ``ks`` (default :func:`_process_ks`)."""
     out = []
-    for k in ks:
+    for k in _process_ks(cfg) if ks is None else ks:
         out += _launch.call_processes("experiments.pollux_throughput:measure_process", k, json.dumps(dataclasses.asdict(cfg)),
                                       timeout=timeout)
     return out
@@ -276,8 +281,18 @@ def run(config: Config, out_dir) -> dict:
     from scarjax import pollux as px
 
     t0 = time.perf_counter()
-    procs = _measure_processes(config)
-    forced = _measure_subprocess(config)
+    # One progress step per launch (each a few seconds to a minute): K processes of one core
+    # each, for every K, then one process of forced host devices for every K in ``devices``.
+    steps = [(f"{k} process(es)", "processes", lambda k=k: _measure_processes(config, ks=(k,)))
+             for k in _process_ks(config)]
+    steps.append((f"forced host devices {list(config.devices)}", "forced",
+                  lambda: _measure_subprocess(config)))
+    measured = {"processes": [], "forced": []}
+    bar = progress(steps, desc="pollux_throughput: measuring")
+    for label, backend, measure_step in bar:
+        bar.set_postfix_str(label)
+        measured[backend] += measure_step()
+    procs, forced = measured["processes"], measured["forced"]
     fits = {}
     for name, recs in (("processes", procs), ("forced_host", forced)):
         f = _fit(recs)
@@ -331,8 +346,16 @@ def plot(out: dict, out_dir) -> list:
             a1.semilogx(ks, [1e3 * r["t_pred"] for r in rs], f"C{i}{style}", base=2, label=label)
     a1.set_xlabel("devices K")
     a1.set_ylabel("T_iter (ms)")
-    a1.set_title("Fig 3.5: T_iter vs K (o/-: process per core, x/: forced host)")
-    a1.legend()
+    a1.set_title("Fig 3.5: T_iter vs K")
+    ks_all = sorted({r["replicas"] for r in recs})
+    a1.set_xticks(ks_all, [str(k) for k in ks_all])  # K as plain numbers, not 2⁰ … 2³
+    a1.minorticks_off()
+    # What the markers and line styles mean (colours: the local batch m, in the first legend).
+    m_legend = a1.legend(loc="upper left")
+    a1.add_artist(m_legend)
+    keys = [a1.plot([], [], style)[0] for style in ("ko", "k-", "kx", "k:")]
+    a1.legend(keys, ["process per core: measured", "process per core: fit", "forced host: measured",
+                     "forced host: fit"], loc="upper center", fontsize=7)
     procs = [r for r in recs if r["backend"] == "processes"]
     kmax = max(r["replicas"] for r in procs)
     for i, s in enumerate(cfg["accum_steps"]):
@@ -346,7 +369,11 @@ def plot(out: dict, out_dir) -> list:
     a2.set_xlabel("total batch size M")
     a2.set_ylabel("throughput (examples/s)")
     a2.set_title(f"Fig 3.6: throughput vs batch, K={kmax} processes")
-    a2.legend()
+    _plot.readable_log(a2)
+    s_legend = a2.legend(loc="upper left")
+    a2.add_artist(s_legend)
+    a2.legend([a2.plot([], [], "ko")[0], a2.plot([], [], "k-")[0]], ["measured", "fit (Eq 3.4-3.8)"],
+              loc="lower right", fontsize=7)
     return [_plot.save(fig, out_dir, NAME)]
 
 
