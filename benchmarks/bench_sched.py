@@ -26,7 +26,8 @@ p = -1) each reached (median and worst over the repeats), the speed ratio (pymoo
 min over min and median of same-seed ratios) and whether ours reached equal or better
 fitness. Also the fitness of keeping the current allocation. ``simulation``: simulated
 cluster-hours per wall-clock second of a whole workload (``scarjax.sched.simulate`` with
-``PolluxPolicy``; ``--quick``: the first simulated hour). ``--quick`` runs fewer repeats.
+``PolluxPolicy``). ``--quick`` (under a minute): the 160-job decision once after its compile,
+no simulation unless ``--sim-max-hours`` is given (then that many simulated hours).
 """
 
 from __future__ import annotations
@@ -195,20 +196,24 @@ def pymoo_solver(prob, one, cfg):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--quick", action="store_true",
+                    help="under a minute: the 160-job decision once after its compile, no simulation "
+                         "(unless --sim-max-hours is given)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--workload", default="workload-1", help="workload simulated for cluster-hours per second")
     ap.add_argument("--sim-max-hours", type=float, default=None,
                     help="stop the simulation after this many simulated hours (default: the whole workload; "
-                         "--quick: 1)")
+                         "with --quick it turns the simulation on)")
     ap.add_argument("--no-sim", action="store_true", help="skip the whole-workload simulation")
     ap.add_argument("--dense-repair", action="store_true",
                     help="time the dense repair (GAConfig(sparse_repair=False): vmap of the per-matrix repair) instead of the default sparse one")
     ap.add_argument("--one-problem", action="store_true", help="only the 160-job decision")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (2 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 5)
     problems = [("160_jobs_64_gpus", dict(J=160, nodes=16, gpn=4, seed=0)),
-                ("80_jobs_32_gpus", dict(J=80, nodes=8, gpn=4, seed=7))][:1 if args.one_problem else 2]
+                ("80_jobs_32_gpus", dict(J=80, nodes=8, gpn=4, seed=7))][:1 if args.one_problem or args.quick else 2]
+    if args.quick and args.sim_max_hours is None:
+        args.no_sim = True
     out = {"repeats": repeats, "load_avg_1min_start": loadavg(), "problems": {}}
     for name, kw in problems:
         out["problems"][name] = decision_row(kw, repeats, sparse_repair=not args.dense_repair)
@@ -217,8 +222,7 @@ def main(argv=None):
         out["goal_10x_met"] = bool(all(r["speedup_pymoo_over_ours"]["ratio_median"] >= 10
                                        and r["ours_fitness_equal_or_better"] for r in rows))
     if not args.no_sim:
-        out["simulation"] = simulate_row(args.workload, 1.0 if args.quick and args.sim_max_hours is None
-                                         else args.sim_max_hours)
+        out["simulation"] = simulate_row(args.workload, args.sim_max_hours)
     out["load_avg_1min_end"] = loadavg()
     emit("sched", out)
 
