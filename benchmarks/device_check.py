@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(json.dumps(summary["environment"], indent=1), flush=True)
     workers = args.workers or max(1, min(14, (os.cpu_count() or 2) - 2))
     if args.cpu_dry_run:
-        selection = ["tests/test_matmul_precision.py", "-k", "table or emulated or record or loss_floor"]
+        selection = ["tests/test_matmul_precision.py", "-k", "table or emulated or loss_floor or bad_platform"]
         benches = BENCHMARKS[:1]
         workers = args.workers or 0
     else:
