@@ -263,10 +263,12 @@ def _largest_ratio(d: np.ndarray, n: np.ndarray, lo: int, hi: int, floor: float)
 
 
 def _baseline_stays(B: np.ndarray, eps: Any, c: float, name: str | None, seed: int | None) -> None:
-    """The unperturbed run must stay below ε once it reaches it: one that reaches ε and
-    then grows back above it diverges after converging, so Eq 5.3/5.5 fail along it (a
-    one-step ratio above 1) and Thm 5.3.1 has no premise. That is a verdict
-    (:class:`~scarjax.testing.CheckFailure`), not "ε never reached, run longer"."""
+    """An unperturbed run that reaches ε and ends the run above it again diverged after
+    converging: Eq 5.3/5.5 fail along it (a one-step ratio above 1) and Thm 5.3.1 has no
+    premise. That is a verdict (:class:`~scarjax.testing.CheckFailure`), not "ε never
+    reached, run longer". (A baseline that leaves ε briefly and settles below it again —
+    an oscillating transient — is measured as before: its hitting time is the step from
+    which it stays below ε.)"""
     B = np.atleast_2d(np.asarray(B, np.float64))
     e = np.broadcast_to(np.asarray(eps, np.float64), (B.shape[0],))
     for i in range(B.shape[0]):
@@ -276,7 +278,7 @@ def _baseline_stays(B: np.ndarray, eps: Any, c: float, name: str | None, seed: i
             continue
         j = int(hit[0])
         back = np.flatnonzero(~(row[j:] < e[i]))  # at or above ε again (or non-finite)
-        if not back.size:
+        if not back.size or row[-1] < e[i]:
             continue
         k = j + int(back[0])
         fin = np.where(np.isfinite(row), row, np.inf)
