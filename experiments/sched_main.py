@@ -79,8 +79,10 @@ class Config:
     @classmethod
     def quick(cls) -> "Config":
         # The first 24 jobs of workload-1 without its ImageNet job (a 14-hour job would
-        # dominate the run time) on 8 x 4 GPUs, a short genetic search.
-        return cls(workloads=("workload-1",), nodes=8, population=20, generations=10, first_jobs=24,
+        # dominate the run time) on 16 x 4 GPUs, a short genetic search: the cluster and search
+        # of sched_sweeps' quick run, so that in one `scarjax reproduce` the second reuses the
+        # genetic search's compiled programs (their compilation is most of both quick runs).
+        return cls(workloads=("workload-1",), nodes=16, population=20, generations=10, first_jobs=24,
                    exclude_apps=("imagenet",))
 
 
