@@ -740,8 +740,3 @@ def run(
                 measure_read_effect=measure_read_effect, workers=workers)
     key = as_key(key)
     return _run_jit(p.algorithm, key, p.hook_args, p.init_state, p.spec, p.static)
-
-
-# The old private names of as_key, check_algorithm and check_initial, kept only while code
-# written against them moves over (tests/test_layout.py reports any use outside scarjax/*.py).
-_as_key, _check_algorithm, _check_initial = as_key, check_algorithm, check_initial
