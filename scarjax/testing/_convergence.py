@@ -328,9 +328,15 @@ def _assess(
             j, k = back
             lo = int(np.argmin(row[:k]))
             top = k + int(np.argmax(row[k:]))
+            what = (
+                "the run diverged after converging (its distance fell below the rounding floor, then grew back "
+                "above it and ended the run there"
+                if row[-1] > floor
+                else "the run grew back above its rounding floor after reaching it (its distance fell below the floor, "
+                "then rose above it again"
+            )
             fail(
-                "not linearly convergent here: the run diverged after converging (its distance fell below the "
-                "rounding floor, then grew back above it: Eq 5.3 fails for every c < 1)",
+                f"not linearly convergent here: {what}: Eq 5.3 fails for every c < 1)",
                 {
                     **describe(i),
                     "converged": f"‖y⁽ᵏ⁾ − w*‖ fell below the floor {floor:.4g} at step {j} (down to {row[lo]:.4g} "
