@@ -117,7 +117,7 @@ def ridge_example(trials: int = 240, steps: int = 600, converge_at: int = 300, e
     out = {"c": c, "optimum_norm": w_norm, "steps": steps, "converge_at": converge_at,
            "precision": prec.describe() if emulate_bits is None else f"emulated {emulate_bits}-bit mantissa products"}
     if emulate_bits is not None:
-        bases, pert = _record(bases, emulate_bits), _record(pert, emulate_bits)
+        bases, pert = record_precision(bases, emulate_bits), record_precision(pert, emulate_bits)
     out["recorded_matmul_eps"] = float(np.max(bases.matmul_eps))
     out["noise_floor_median"] = float(np.median(scarjax.rework.noise_floor(bases)))
     out["distance_at_end_median"] = float(np.median(np.asarray(bases.distance)[:, -1]))
@@ -145,7 +145,7 @@ def ridge_example(trials: int = 240, steps: int = 600, converge_at: int = 300, e
     return out
 
 
-def _record(trace, bits: int):
+def record_precision(trace, bits: int):
     """``trace`` with the matmul eps ``2^−bits`` recorded, as a run made where products
     have ``bits`` mantissa bits records it (:func:`scarjax.numerics.matmul_precision`)."""
     return trace._replace(matmul_eps=np.full(np.shape(trace.loss)[:-1], 2.0 ** -bits, np.float32))
@@ -167,7 +167,7 @@ def ridge_planted(trials: int = 240, steps: int = 1000, short: int = 400, conver
     out = {"steps": steps, "floor_measured_on_steps": short, "converge_at": converge_at,
            "eps_median": float(np.median(eps))}
     for name, bits in (("float32_floor", 23), ("tf32_floor", 10)):
-        b = _record(bases, bits)
+        b = record_precision(bases, bits)
         head = b._replace(distance=b.distance[:, : short + 1], loss=b.loss[:, : short + 1])
         floor = scarjax.rework.noise_floor(head)
         ratio = float(np.min(eps / floor))

@@ -132,7 +132,7 @@ def ridge():
         _, base = scarjax.run_trials(alg, None, STEPS, keys)
         _, pert = scarjax.run_trials(alg, kick, STEPS, keys, hook_args=sizes)
         if name == "tf32":  # what a GPU run with JAX's defaults records
-            base, pert = te._record(base, 10), te._record(pert, 10)
+            base, pert = te.record_precision(base, 10), te.record_precision(pert, 10)
         out[name] = (base, pert, c, w_norm)
     return out
 
@@ -165,12 +165,12 @@ def test_planted_float32_floor_on_a_tf32_run_is_what_fails(ridge):
     # The planted bug: a TF32-rounded run whose floor is computed for float32 (as before
     # precision detection), calibrated on a baseline too short to show its plateau.
     base, pert, c, _ = ridge["tf32"]
-    wrong = te._record(base, 23)
+    wrong = te.record_precision(base, 23)
     head = wrong._replace(distance=wrong.distance[:, :401], loss=wrong.loss[:, :401])
     d = np.asarray(base.distance, np.float64)
     eps = np.sqrt(d[:, :360].min(-1) * d[:, 360])
     assert np.min(eps / scarjax.rework.noise_floor(head)) > 100  # float32's floor accepts it ...
-    check = scarjax.check_rework(te._record(pert, 23), wrong, c, eps=eps, floor=0.0)
+    check = scarjax.check_rework(te.record_precision(pert, 23), wrong, c, eps=eps, floor=0.0)
     assert check.n_held < TRIALS  # ... and rework then exceeds the bound
     right = head._replace(matmul_eps=base.matmul_eps)
     assert np.max(eps / scarjax.rework.noise_floor(right)) < 10  # TF32's refuses it
@@ -194,7 +194,7 @@ def fused_differently():
     _, base = scarjax.run_trials(alg, None, STEPS, keys)
     _, pert = scarjax.run_trials(alg2, lambda s: hooks.scheduled(perturb.gaussian(s), 450), STEPS, keys,
                                  hook_args=jnp.full(8, 0.5))
-    return te._record(base, 10), te._record(pert, 10), c
+    return te.record_precision(base, 10), te.record_precision(pert, 10), c
 
 
 def test_pairing_allows_the_tf32_rounding_between_compilations(fused_differently):
@@ -208,7 +208,7 @@ def test_pairing_allows_the_tf32_rounding_between_compilations(fused_differently
 def test_pairing_planted_float32_record_is_refused(fused_differently):
     base, pert, c = fused_differently
     with pytest.raises(ValueError, match="differ at iteration"):
-        scarjax.check_rework(te._record(pert, 23), te._record(base, 23), c, eps=0.5)
+        scarjax.check_rework(te.record_precision(pert, 23), te.record_precision(base, 23), c, eps=0.5)
 
 
 def test_pairing_refuses_more_than_the_tf32_rounding(fused_differently):
@@ -223,7 +223,7 @@ def test_pairing_refuses_more_than_the_tf32_rounding(fused_differently):
 def test_mixed_precisions_are_refused(fused_differently):
     base, pert, c = fused_differently
     with pytest.raises(ValueError, match=r"paired runs need the same precision.*highest"):
-        scarjax.check_rework(pert, te._record(base, 23), c, eps=0.5)
+        scarjax.check_rework(pert, te.record_precision(base, 23), c, eps=0.5)
 
 
 def test_loss_floor_is_the_precision_in_effect():
