@@ -15,6 +15,7 @@ its ``--help`` texts, read from the same ``argparse`` parser that ``scarjax`` ru
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import io
@@ -170,8 +171,8 @@ def _directive(modname: str, name: str, obj) -> str:
         if issubclass(obj, BaseException):
             return f".. autoexception:: {target}\n"
         return f".. autoclass:: {target}\n   :members:\n   :show-inheritance:\n"
-    if callable(obj):
-        return f".. autofunction:: {target}\n"
+    if inspect.isroutine(obj) or hasattr(obj, "__wrapped__") or isinstance(obj, functools.partial):
+        return f".. autofunction:: {target}\n"  # functions, jitted or wrapped ones included
     return f".. autodata:: {target}\n   :no-value:\n" if _long_value(obj) else f".. autodata:: {target}\n"
 
 

@@ -29,7 +29,6 @@ sys.path.insert(0, str(DOCS))
 # inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("SCARJAX_NO_PROGRESS", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 import apigen  # noqa: E402 (docs/apigen.py: the API pages, generated from the package)
 
@@ -132,11 +131,11 @@ _EXCEPTION_ENTRY = re.compile(r"^[A-Z][\w.]*")
 def _no_type_docstring(app, what, name, obj, options, lines) -> None:
     """A constant without a ``#:`` comment shows its value, not its type's docstring (the
     docstring of ``dict`` or of ``hypothesis.settings``)."""
-    if what in ("data", "attribute") and not inspect.isclass(obj) and not callable(obj):
+    if what in ("data", "attribute") and not inspect.isclass(obj) and not inspect.isroutine(obj):
         own = [inspect.getdoc(type(obj)), getattr(obj, "__doc__", None)]
         text = "\n".join(lines).strip()
         flat = " ".join(text.split())
-        if text and any(isinstance(d, str) and " ".join(d.split()) == flat for d in own):
+        if text and any(isinstance(d, str) and d.strip() and " ".join(d.split())[:120] in flat for d in own):
             lines[:] = _comment_of(name.rsplit(".", 1)[-1], obj)
 
 
@@ -175,6 +174,10 @@ def _skip_field_aliases(app, what, name, obj, skip, options):
     generated ``Alias for field number N`` members."""
     doc = getattr(obj, "__doc__", None) or ""
     if isinstance(doc, str) and doc.startswith("Alias for field number"):
+        return True
+    # a field whose default is a function defined elsewhere (``Algorithm.norm = l2_norm``):
+    # the class's Attributes section documents the field, the function is not a method
+    if what == "class" and inspect.isfunction(obj) and "." not in obj.__qualname__:
         return True
     return None
 
@@ -254,6 +257,9 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
 }
+# A stated colour mode: with none, the theme's script logs an error on a first visit
+# ("invalid theme mode") and the browser test counts console errors.
+html_context = {"default_mode": "light"}
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"  # a page links its icon: no request for /favicon.ico
 # MathJax from the django-static-mathjax wheel (MathJax 3.2.2, in the docs extra), copied
@@ -314,10 +320,16 @@ def _resolve_alias(app, env, node, contnode):
     objects = domain.objects
     names = [target]
     head = target.split(".", 1)[0]
-    if "." in target and module and head != PACKAGE:
-        alias = getattr(sys.modules.get(module), head, None)  # ck.Job: ``clock as ck`` in that module
-        if inspect.ismodule(alias):
-            names.insert(0, ALIASES.get(f"{alias.__name__}.{target.split('.', 1)[1]}", ""))
+    if "." in target and head != PACKAGE:
+        # ck.Job: ``clock as ck`` in the module that wrote it (that module, or the package's
+        # modules that all give the alias the same meaning)
+        owners = [sys.modules.get(module)] if module else []
+        owners += [m for n, m in list(sys.modules.items()) if n.startswith(PACKAGE_PREFIX)]
+        for owner in owners:
+            alias = getattr(owner, head, None)
+            if inspect.ismodule(alias) and alias.__name__.startswith(PACKAGE):
+                names.insert(0, ALIASES.get(f"{alias.__name__}.{target.split('.', 1)[1]}", ""))
+                break
     roles = set(domain.objtypes_for_role(node["reftype"]) or ())
     for name in [n for n in names if n]:
         matches = [n for n in objects if (n == name or n.endswith("." + name)) and objects[n].objtype in roles]
@@ -331,11 +343,37 @@ def _resolve_alias(app, env, node, contnode):
                                         contnode)
             if found is not None:
                 return found
+    # A public member that exists but has no docstring (``Replay.sample``, a field without
+    # an Attributes entry): autodoc documents members with docstrings, so it is text.
+    if _undocumented_member(target, module, klass):
+        return contnode
     # Free text where napoleon expects a type (``Raises:`` / ``Returns:`` prose such as
     # ``TypeError / ValueError naming the argument``): text, not a reference.
     if not _IDENTIFIER.match(target):
         return contnode
     return None
+
+
+def _undocumented_member(target: str, module: str, klass: str) -> bool:
+    candidates = [target, f"{module}.{target}", f"{module}.{klass}.{target}"]
+    for cand in candidates:
+        owner_path, _, attr = cand.rpartition(".")
+        parts = owner_path.split(".")
+        for cut in range(len(parts), 0, -1):
+            mod = sys.modules.get(".".join(parts[:cut]))
+            if mod is None:
+                continue
+            owner = mod
+            for part in parts[cut:]:
+                owner = getattr(owner, part, None)
+            if inspect.isclass(owner) and (hasattr(owner, attr) or attr in getattr(owner, "__annotations__", {})):
+                return True
+            break
+    # a bare member name of a class in the current module (``describe`` in a summary row)
+    mod = sys.modules.get(module)
+    if mod is not None and "." not in target:
+        return any(inspect.isclass(v) and hasattr(v, target) for v in vars(mod).values())
+    return False
 
 
 PACKAGE_PREFIX = "scarjax."

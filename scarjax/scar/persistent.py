@@ -740,7 +740,7 @@ class PersistentCheckpoint:
         running checkpoint (partial recovery, Sec 5.4.1). ``block_mask=None`` reads every
         block and the never-lost leaves (full recovery / :meth:`load`). Waits for an
         in-flight write first. A damaged step is skipped (:class:`CheckpointWarning`)
-        and an older running checkpoint used; :attr:`restored_from` tells which."""
+        and an older running checkpoint used; ``restored_from`` tells which."""
         B = self.partition.num_blocks
         full = block_mask is None
         want = np.ones((B,), bool) if full else np.asarray(block_mask, bool)
