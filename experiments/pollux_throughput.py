@@ -31,10 +31,15 @@ import os
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from experiments import _launch, _plot
 from experiments._common import progress, recorded
+from scarjax import pollux as px
+from scarjax.pollux import examples
 
 NAME = "pollux_throughput"
 DESCRIPTION = "Pollux Figs 3.5/3.6: throughput model fitted to step times measured here"
@@ -70,9 +75,6 @@ class Config:
 
 def _mlp(hidden: int):
     """The measured model: a 64-h-h-10 ReLU MLP on digits (params as NumPy, loss)."""
-    import jax
-    import jax.numpy as jnp
-
     k0, k1, k2 = jax.random.split(jax.random.PRNGKey(0), 3)
     params = {
         "w1": np.asarray(jax.random.normal(k0, (64, hidden)) / 8),
@@ -90,10 +92,6 @@ def _mlp(hidden: int):
 def _step(mesh, loss, s: int, sync: bool):
     """One data-parallel iteration: ``s + 1`` local gradients (accumulated with ``lax.scan``),
     then ``pmean`` over the mesh (``T_sync``) and an SGD update."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import PartitionSpec as P
-
     def local(p, xb, yb):  # xb: [1, s+1, m, 64] on each device
         def acc(g, i):
             gi = jax.grad(loss)(p, xb[0, i], yb[0, i])
@@ -118,11 +116,6 @@ def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
     ``rounds`` times and the minimum over rounds x reps is kept (the least disturbed by other
     load; the median of all repeats is kept for reference).
     """
-    import jax
-    from jax.sharding import PartitionSpec as P
-
-    from scarjax.pollux import examples
-
     x, y = (np.asarray(a) for a in examples.digits(False))
     params, loss = _mlp(cfg["hidden"])
     pg = {n: place(v, P()) for n, v in params.items()}
@@ -158,8 +151,6 @@ def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
 
 def measure(cfg_json: str) -> list[dict]:
     """Runs inside the subprocess (forced host devices): time every configuration."""
-    import jax
-
     cfg = json.loads(cfg_json)
     out = []
     for k in cfg["devices"]:
@@ -182,8 +173,6 @@ def measure_process(rank: int, world: int, port: int, cfg_json: str) -> list[dic
     gloo.  The caller pinned this thread to one core before JAX started, so XLA sized its
     thread pools for one core (one device = one core, as one GPU per replica in the thesis);
     the pin is lifted once JAX is up so that gloo's I/O threads are not starved."""
-    import jax
-
     _launch.init_distributed(rank, world, port)
     mesh = jax.make_mesh((world,), ("d",))
     _launch.unpin_threads()
@@ -222,8 +211,6 @@ def _measure_processes(cfg: Config, timeout: float = 900.0, ks: tuple[int, ...] 
 
 
 def _fit(records, key="t_iter"):
-    from scarjax import pollux as px
-
     a = {
         k: np.array([r[k] for r in records], float) for k in ("nodes", "replicas", "local_bsz", "accum_steps")
     }
@@ -249,8 +236,6 @@ def _fit_summary(records, key="t_iter") -> dict | None:
 
 def _heldout(records) -> dict | None:
     """Fit to all but the largest K and predict the largest K."""
-    from scarjax import pollux as px
-
     kmax = max(r["replicas"] for r in records)
     train = [r for r in records if r["replicas"] < kmax]
     test = [r for r in records if r["replicas"] == kmax]
@@ -278,8 +263,6 @@ def _parallel_ratio(records) -> dict | None:
 
 @recorded(NAME)
 def run(config: Config, out_dir) -> dict:
-    from scarjax import pollux as px
-
     t0 = time.perf_counter()
     # One progress step per launch (each a few seconds to a minute): K processes of one core
     # each, for every K, then one process of forced host devices for every K in ``devices``.
