@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import _common, _plot
+from experiments._pollux_artifact import REFERENCE_AVG_JCT, REFERENCE_MEAN_8
 from scarjax.data.pollux_sim import load_workload
 from scarjax.sched.apps import load_apps
 from scarjax.sched.ga import GAConfig, PolluxPolicy
@@ -36,21 +37,6 @@ from scarjax.sched.workload import subset
 NAME = "sched_main"
 DESCRIPTION = "Pollux Sec 3.5.3 / Table 3.2: avg, p99, makespan JCT of Pollux, Tiresias, Optimus on workloads 1-6"
 
-#: Mean JCT (s) of the artifact's simulator at load 1.0 (``simulator/results-jobload/<policy>-1.0/
-#: summary.json``, key ``avgs``; petuum/adaptdl osdi21-artifact), workloads 1-8.
-REFERENCE_AVG_JCT = {
-    "pollux": {"workload-1": 2088.76875, "workload-2": 3322.94375, "workload-3": 2188.49375,
-               "workload-4": 2720.98125, "workload-5": 2673.7, "workload-6": 2446.13125,
-               "workload-7": 3616.14375, "workload-8": 2951.90625},
-    "tiresias": {"workload-1": 2473.65, "workload-2": 5144.9625, "workload-3": 3876.25625,
-                 "workload-4": 3280.2625, "workload-5": 3501.0125, "workload-6": 3469.69375,
-                 "workload-7": 5479.9125, "workload-8": 5079.70625},
-    "optimus": {"workload-1": 4087.0625, "workload-2": 6913.875, "workload-3": 3944.00625,
-                "workload-4": 5967.75, "workload-5": 5656.25, "workload-6": 5301.875,
-                "workload-7": 7290.85625, "workload-8": 6293.79375},
-}
-#: Their means over all eight workloads (the ``mean`` key): Pollux -32% vs Tiresias, -52% vs Optimus.
-REFERENCE_MEAN_8 = {"pollux": 2751.13359375, "tiresias": 4038.18203125, "optimus": 5681.93359375}
 #: Thesis Table 3.2 (testbed): Pollux cuts the average JCT by 37-50% vs the tuned baselines.
 THESIS_TABLE_3_2 = "37-50% lower average JCT than Tiresias/Optimus with tuned jobs (testbed)"
 POLICIES = ("pollux", "tiresias", "optimus")

@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 from experiments import _common, _plot
-from experiments.sched_main import REFERENCE_AVG_JCT
+from experiments._pollux_artifact import REFERENCE_AVG_JCT
 from scarjax.data.pollux_sim import Workload
 from scarjax.sched.apps import load_apps
 from scarjax.sched.ga import GAConfig, PolluxPolicy
@@ -460,7 +460,7 @@ def report(res: dict) -> str:
                             f"({d['1.0']['avg_jct_s'] / np.mean(a) - 1:+.0%})")
         if same:
             lines.append(f"\nAt load 1 the workloads are the artifact's workload-{', '.join(map(str, c['seeds']))}, "
-                         "whose own artifact runs (sched_main's REFERENCE_AVG_JCT) give a like-for-like absolute "
+                         "whose own artifact runs (REFERENCE_AVG_JCT, the artifact's summary.json) give a like-for-like absolute "
                          "check: " + "; ".join(same) + ".")
     loads = sorted(next(iter(res["load"].values())), key=float) if res["load"] else []
     if "pollux" in res["load"]:

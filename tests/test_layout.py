@@ -320,6 +320,19 @@ def test_the_import_graph_is_acyclic():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_no_experiment_imports_another():
+    """Experiments share code through the underscore layer of ``experiments/`` (``_common``,
+    ``_stats``, ``_pollux_artifact``, ...), never by importing another experiment's module."""
+    experiments = {m for m in MODULES if m.startswith("experiments.") and not m.split(".")[-1].startswith("_")}
+    bad = []
+    for m in sorted(experiments):
+        for target, names, line, _ in _imports(m):
+            hits = {target} | {f"{target}.{n}" for n in names}
+            for other in sorted(hits & (experiments - {m})):
+                bad.append(f"{_where(m)}:{line}: imports {other}")
+    assert not bad, "experiments importing other experiments:\n" + "\n".join(bad)
+
+
 def test_no_module_imports_the_package_above_it():
     """Only ``scarjax/__init__.py`` may use the names ``scarjax/__init__`` defines:
     a module that does ``import scarjax`` or ``from scarjax import run`` (even inside a
