@@ -102,7 +102,7 @@ def _overhead_variants(prob, k: int, b: int, n: int, optimizer: str = "adam", va
     import optax
 
     from scarjax import pollux as px
-    from scarjax.pollux import _estimators, examples
+    from scarjax.pollux import examples
 
     adam = optax.adamw(1e-3) if optimizer == "adamw" else optax.adam(1e-3)
     grad = jax.grad(prob.loss)
@@ -144,13 +144,13 @@ def _overhead_variants(prob, k: int, b: int, n: int, optimizer: str = "adam", va
 
     def stacked_only(axis):
         def step(p, s, xb, yb):
-            gk = jax.lax.optimization_barrier(jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb))
-            leaves, tree = jax.tree.flatten(gk)
-            pairs = [_estimators._sum_pair(g, jnp.square(g), (a % g.ndim,)) for g, a in zip(leaves, _estimators._leaf_axes(gk, axis))]
-            # Keep the sum of squares alive (one element of each): a plain `sum` over the
-            # micro-batch axis alone is 20-30x slower on XLA:CPU (see _microbatch_mean_stats).
-            keep = sum(q.reshape(-1)[0] for _, q in pairs)
-            u, s = adam.update(jax.tree.unflatten(tree, [t / k for t, _ in pairs]), s, p)
+            gk = jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb)
+            # The variadic reduction reduce_microbatches does (mean and per-coordinate moments in
+            # one pass), without the statistics; keep the sum of squares alive (one element of
+            # each): a plain `sum` over the micro-batch axis alone is 20-30x slower on XLA:CPU.
+            mean, moments = px.reduce_microbatches(gk, microbatch_axis=axis)
+            keep = sum(q.reshape(-1)[0] for q in jax.tree.leaves(moments.sum_of_squares))
+            u, s = adam.update(mean, s, p)
             p = optax.apply_updates(p, u)
             first = jax.tree.leaves(p)[0]
             return jax.tree.unflatten(jax.tree.structure(p), [first + 0 * keep] + jax.tree.leaves(p)[1:]), s
@@ -179,7 +179,7 @@ def _breakdown(prob, k: int, b: int, rounds: int) -> dict:
 
     import _timing
     from scarjax import pollux as px
-    from scarjax.pollux import _estimators, examples
+    from scarjax.pollux import examples
 
     adam = optax.adam(1e-3)
     grad = jax.grad(prob.loss)
@@ -195,7 +195,7 @@ def _breakdown(prob, k: int, b: int, rounds: int) -> dict:
     for name, axis in {"first": 0, "last": -1, "auto": px.microbatch_axes(p)}.items():
         gk = jax.vmap(grad, (None, 0, 0), axis)(p, xb, yb)
         fns[f"grads_stacked_axis_{name}"] = (jax.jit(lambda p, a=axis: jax.vmap(grad, (None, 0, 0), a)(p, xb, yb)), (p,))
-        fns[f"stats_axis_{name}"] = (jax.jit(lambda g, a=axis: _estimators._microbatch_mean_stats(g, k, b, P, a)), (gk,))
+        fns[f"stats_axis_{name}"] = (jax.jit(lambda g, a=axis: px.microbatch_stats(g, b, P, microbatch_axis=a)), (gk,))
     calls = {name: (lambda f=f, a=a: f(*a)) for name, (f, a) in fns.items()}
     samples = _timing.interleaved_samples(calls, rounds)
     return {name: 1e3 * min(v) for name, v in samples.items()}
@@ -369,7 +369,6 @@ def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
 
     from scarjax import pollux as px
     from scarjax.pollux import examples
-    from scarjax.pollux._throughput import _overlap, _t_grad, _t_sync
 
     p = examples.CPU_THROUGHPUT  # the simulated ground truth
     rng = np.random.default_rng(seed)
@@ -377,8 +376,8 @@ def synthetic_data(noise: float = 0.05, seed: int = 0) -> dict:
         (n, k, m) for n, k in [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (4, 16)] for m in (8, 32, 128, 512)
     ]
     n, k, m = (np.array(c, float) for c in zip(*base))
-    tg = np.asarray(_t_grad(p, jnp.asarray(m)))
-    to = np.asarray(_overlap(jnp.asarray(tg), _t_sync(p, jnp.asarray(n), jnp.asarray(k)), p.gamma))
+    tg = np.asarray(px.t_grad(p, jnp.asarray(m)))
+    to = np.asarray(px.t_iter(p, jnp.asarray(n), jnp.asarray(k), jnp.asarray(m), 0))  # Eq 3.7: overlap of T_grad, T_sync
     t_accum = tg * np.exp(noise * rng.standard_normal(tg.size))
     t_optim = to * np.exp(noise * rng.standard_normal(to.size))
     return dict(nodes=n, replicas=k, local_bsz=m, t_accum=t_accum, t_optim=t_optim, truth=p)
