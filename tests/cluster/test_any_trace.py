@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import signal
 
 import jax
 import numpy as np
@@ -21,6 +20,8 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.models import mlr
+
+from ._wallclock import within
 
 H = 3600.0
 HORIZON = 4 * H
@@ -82,23 +83,6 @@ def _run(name, job, market, key, rule, **kw):
 
 
 # ----------------------------------------------------------------------------- 1. termination
-
-
-def within(seconds, fn):
-    """``fn()``, or an AssertionError once it has run ``seconds`` of wall-clock time."""
-
-    def alarm(*_):
-        raise TimeoutError
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        return fn()
-    except TimeoutError:
-        raise AssertionError(f"the run did not end within {seconds} s of wall-clock time") from None
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def check_ends_and_advances(run, job, horizon_s):

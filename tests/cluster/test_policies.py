@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import signal
 
 import jax
 import numpy as np
@@ -18,6 +17,8 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.models import mlr
+
+from ._wallclock import within
 
 HORIZON = 6 * 3600.0
 
@@ -237,22 +238,6 @@ def _gap_market(**kw):
     return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), trace, **kw)
 
 
-def _within(seconds, fn):
-    """``fn()`` or an AssertionError if it runs longer than ``seconds`` of wall-clock time."""
-    def alarm(*_):
-        raise TimeoutError
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        return fn()
-    except TimeoutError:
-        raise AssertionError(f"the run did not end within {seconds} s of wall-clock time") from None
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def test_mttf_of_a_replayed_trace_is_the_renewal_over_the_trace():
     """Total node time present / removals (censored at the trace's end), not draws of machines
     never granted (which gave 0-14 s on a 1-node trace)."""
@@ -280,7 +265,7 @@ def test_a_period_with_nothing_available_ends_and_never_loops():
     job = _job(restore_s=0.0)
     for pol in (po.checkpoint_restart, po.scar):
         for rule in po.UNAVAILABLE:
-            run = _within(120, lambda: pol(job, _gap_market(), key=0, horizon_s=HORIZON, unavailable=rule))
+            run = within(120, lambda: pol(job, _gap_market(), key=0, horizon_s=HORIZON, unavailable=rule))
             assert np.all(np.diff(run.time_s) > 0), (pol.__name__, rule)
             assert run.end_s <= HORIZON
             check_offered(run, _gap_market())
