@@ -100,6 +100,12 @@ class Workload:
       num_replicas: ``int64[J]`` the user's number of GPUs (used by Tiresias).
       batch_size: ``int64[J]`` the user's total batch size (used by Tiresias and Optimus).
       source: the file read.
+
+    Raises:
+      ValueError/TypeError: the columns differ in length or are not one-dimensional, a name
+        is repeated or empty, a submission time is not finite and ``>= 0``, or a GPU count or
+        batch size is not an integer ``>= 1`` (the message names the column, the row and
+        the job, as a file's :class:`DataFormatError` names the line).
     """
 
     name: np.ndarray
@@ -110,6 +116,57 @@ class Workload:
     source: str
 
     def __post_init__(self):
+        if not isinstance(self.source, str):
+            raise TypeError(f"source must be a str, got {type(self.source).__name__}")
+        cols = {}
+        for col in WORKLOAD_COLUMNS:
+            a = np.asarray(getattr(self, col))
+            if a.ndim != 1:
+                raise ValueError(f"workload {self.source}: column {col} must be one-dimensional, got shape {a.shape}")
+            cols[col] = a
+        n = cols["name"].shape[0]
+        for col, a in cols.items():
+            if a.shape[0] != n:
+                raise ValueError(f"workload {self.source}: column {col} has {a.shape[0]} rows, name has {n}")
+        for col in ("name", "application"):
+            a = cols[col]
+            if a.dtype.kind not in "US":
+                raise TypeError(f"workload {self.source}: column {col} must hold strings, got dtype {a.dtype}")
+            cols[col] = a = a.astype(str)
+            k = _first_bad(np.char.str_len(np.char.strip(a)) == 0)
+            if k is not None:
+                raise ValueError(f"workload {self.source}: column {col} is empty in row {k + 1}")
+        seen: dict[str, int] = {}
+        for k, nm in enumerate(cols["name"].tolist()):
+            if nm in seen:
+                raise ValueError(f"workload {self.source}: column name repeats job {nm!r} in row {k + 1} "
+                                 f"(first in row {seen[nm] + 1})")
+            seen[nm] = k
+
+        def where(k: int) -> str:
+            return f"row {k + 1} (job {str(cols['name'][k])!r})"
+
+        t = cols["time"]
+        if t.dtype.kind not in "iuf" or t.dtype == bool:
+            raise TypeError(f"workload {self.source}: column time must be numeric, got dtype {t.dtype}")
+        t = t.astype(np.float64)
+        k = _first_bad(~(np.isfinite(t) & (t >= 0)))
+        if k is not None:
+            raise ValueError(f"workload {self.source}: time must be a finite number of seconds >= 0, got "
+                             f"{t[k].item()!r} in {where(k)}")
+        cols["time"] = t
+        for col in ("num_replicas", "batch_size"):
+            a = cols[col]
+            if a.dtype.kind not in "iuf" or a.dtype == bool:
+                raise TypeError(f"workload {self.source}: column {col} must be numeric, got dtype {a.dtype}")
+            f = a.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                k = _first_bad(~(np.isfinite(f) & (f >= 1) & (f == np.round(f)) & (f < 2.0**62)))
+            if k is not None:
+                raise ValueError(f"workload {self.source}: {col} must be an integer >= 1, got {a[k].item()!r} in {where(k)}")
+            cols[col] = a.astype(np.int64)
+        for col, a in cols.items():
+            object.__setattr__(self, col, a)
         freeze(self)
 
     def __len__(self) -> int:
@@ -286,8 +343,8 @@ def _read_table(path: Path, columns: Sequence[Column | str], source=None):
     missing = [n for n in names if n not in header]
     extra = [h for h in header if h not in names]
     if missing or extra:
-        why = f"missing {missing}" if missing else ""
-        why += ("; " if why else "") + (f"unexpected {extra}" if extra else "")
+        why = "; ".join(w for w in (f"missing {missing}" if missing else "",
+                                     f"unexpected {extra}" if extra else "") if w)
         raise DataFormatError(source, f"the header must name the columns {want}, got {lines[0].strip()!r} "
                               f"({why})", linenos[0])
     body, nos = lines[1:], linenos[1:]
@@ -366,6 +423,9 @@ def read_workload(path: Path, applications: Collection[str] | None = APPLICATION
     ])
     _check_unique([(n,) for n in t["name"].tolist()], nos, "job name", path)
     if applications is not None:
+        if isinstance(applications, (str, bytes)) or not isinstance(applications, Collection) or not all(
+                isinstance(a, str) for a in applications):
+            raise TypeError(f"applications must be a collection of application names or None, got {applications!r}")
         known = set(applications)
         k = _first_bad(~np.isin(t["application"], list(known)))
         if k is not None:
@@ -535,6 +595,9 @@ def load_workload(path_or_name: str | os.PathLike = "workload-1", *,
       DataFormatError: the file is malformed (names the file and line).
       FileNotFoundError: no such file; ValueError/TypeError: a bad argument.
     """
+    if applications is not None and (isinstance(applications, (str, bytes)) or not isinstance(
+            applications, Collection) or not all(isinstance(a, str) for a in applications)):
+        raise TypeError(f"applications must be a collection of application names or None, got {applications!r}")
     is_name = isinstance(path_or_name, str) and _WORKLOAD_NAME.fullmatch(path_or_name)
     if is_name and not Path(path_or_name).exists():
         if path_or_name not in WORKLOADS:

@@ -72,6 +72,7 @@ __all__ = [
     "Policy",
     "SimResult",
     "oracle_remaining_iterations",
+    "check_workload",
     "placement_of",
     "simulate",
 ]
@@ -575,6 +576,44 @@ def _progress_bar(jobs: int, policy: str, show: bool | None):
     return tqdm(total=jobs, desc=f"cluster-sim {policy}", unit="job", leave=False)
 
 
+def check_workload(workload: Workload, apps: AppSet) -> None:
+    """Refuse a workload that ``apps`` cannot run, naming the column, the row and the job:
+    an application ``apps`` does not model, or a user's configuration (``num_replicas`` GPUs,
+    total ``batch_size``) outside the measured range of its application: ``batch_size`` above
+    the largest validated batch size (``max_batch_size``, the upper limit of Sec 3.3.1), or
+    below ``min_local_bsz`` per GPU on its ``num_replicas`` GPUs (the smallest measured
+    per-GPU batch). :func:`simulate` calls it before the first interval.
+
+    Raises:
+      ValueError: the first offending row, e.g. ``workload w.csv: batch_size 1000000000 of row 2
+        (job 'bert-1') is above bert's largest validated batch size 384``.
+    """
+    if not isinstance(workload, Workload):
+        raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")
+    if not isinstance(apps, AppSet):
+        raise TypeError(f"apps must be an AppSet, got {type(apps).__name__}")
+    known = set(apps.names)
+    for k, a in enumerate(workload.application.tolist()):
+        if a not in known:
+            raise ValueError(f"workload {workload.source}: application {a!r} of row {k + 1} (job "
+                             f"{str(workload.name[k])!r}) is not one of the applications {list(apps.names)}")
+    ids = workload.app_ids(apps.names)
+    bsz, k_gpus = np.asarray(workload.batch_size, np.int64), np.asarray(workload.num_replicas, np.int64)
+    hi = apps.max_batch_size[ids]
+    m_lo = apps.min_local_bsz[ids]
+    lo = m_lo * k_gpus
+    for mask, why in ((bsz > hi, "is above {app}'s largest validated batch size {hi}"),
+                      (bsz < lo, "is below {app}'s smallest measured per-GPU batch {m} times its num_replicas "
+                                 "{k} ({lo})")):
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(f"workload {workload.source}: batch_size {int(bsz[j])} of row {j + 1} (job "
+                             f"{str(workload.name[j])!r}) " + why.format(
+                                 app=apps.names[ids[j]], hi=int(hi[j]), lo=int(lo[j]), m=int(m_lo[j]),
+                                 k=int(k_gpus[j])))
+
+
 def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | None = None, apps: AppSet | None = None,
              seed: int = 0, max_time_s: float | None = None, record_timeline: bool = True,
              progress: bool | None = None) -> SimResult:
@@ -590,7 +629,8 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
       seed: seeds the ``numpy.random.Generator`` handed to the policy.
       max_time_s: stop at this simulated time even if jobs remain (they are reported
         unfinished); ``None`` runs until every job completes.
-      record_timeline: keep every decision's per-job GPU counts.
+      record_timeline: keep every decision's per-job GPU counts (intervals in which no
+        submitted job is left to run are skipped: they have no entry).
       progress: show a ``tqdm`` bar on stderr, advanced at every scheduling decision: jobs
         finished out of the workload's, with the simulated hours and the number of active jobs.
         Default (``None``): when stderr is a terminal (so ``scarjax cluster-sim`` shows it)
@@ -620,8 +660,7 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
         raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
     if max_time_s is not None:
         va.check_real("max_time_s", max_time_s, lo=0.0, lo_open=True, scalar=True)
-    if np.any(np.asarray(workload.time) < 0):
-        raise ValueError("workload: submission times must be >= 0")
+    check_workload(workload, apps)
     if hasattr(policy, "reset"):
         policy.reset()
     rng = np.random.default_rng(seed)
@@ -645,6 +684,8 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
                 out = policy.allocate(view, cluster, now, rng)
                 new = sim.check_allocation(out, act.size)
                 sim.reallocate(act, new, now)
+            elif not s.done.all():  # nothing submitted is left to run: skip to the next submission
+                n_steps = max(n_steps, math.ceil(float(s.submit[~s.done].min()) / dt) - 1)
             if record_timeline:
                 times.append(now)
                 g = s.replicas.copy()

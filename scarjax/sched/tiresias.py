@@ -86,8 +86,8 @@ class TiresiasPolicy:
         too_big = [j for j in ids if want[j] > total or want[j] < 1]
         if too_big:
             j = too_big[0]
-            raise ValueError(f"job {j} asks for {want[j]} GPUs; the cluster has {total} (Tiresias runs a job on "
-                             "exactly its user's GPUs)")
+            raise ValueError(f"num_replicas: job {j} (workload row {j + 1}) asks for {want[j]} GPUs; the cluster "
+                             f"has {total} (Tiresias runs a job on exactly its user's GPUs)")
         t = int(now)
         self.queue_0 = [j for j in self.queue_0 if j in pos]
         self.queue_1 = [j for j in self.queue_1 if j in pos]
