@@ -1,7 +1,7 @@
 """The ``scarjax`` command line: list, reproduce and redraw the papers' figures.
 
     scarjax list
-    scarjax reproduce [NAME ...] [--quick] [--out DIR]
+    scarjax reproduce [NAME ...] [--quick] [--out DIR] [--jobs N]
     scarjax replot [NAME ...] [--out DIR] [--results DIR]
     scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus} [--traces DIR] [--interval S] [--seed N] --out FILE.json
     scarjax plan [--job {mlr,qp}] [--market {aws:ZONE:TYPE,gce:GPU[:REGION],parametric:MTTF_H:SPOT:OD}] [--objective {cost,time,cost_deadline}] [--deadline-h H] [--budget USD] [--max-machines N] [--data DIR]
@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
-from scarjax.cluster.planner import plan_command
-from scarjax.sched.command import cluster_sim
+from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, JobProfile, Objective, market_from_spec, plan, preset_job
+from scarjax.data.pollux_sim import WORKLOADS, load_workload
+from scarjax.sched.apps import load_apps
+from scarjax.sched.command import POLICIES, cluster_sim
+from scarjax.sched.simulator import check_workload
 
-__all__ = ["main", "experiments", "write_reproduction", "run_settings", "replot"]
+__all__ = ["main", "experiments", "write_reproduction", "run_settings", "replot", "wall_time"]
 
 _HEADER = """# Reproduction report
 
@@ -44,6 +49,14 @@ def _fmt_s(s: float) -> str:
     return f"{s:.0f} s" if s < 600 else f"{s / 60:.1f} min"
 
 
+def wall_time(results: dict[str, dict | None]) -> tuple[int, float]:
+    """``(experiments, seconds)``: how many of ``results`` carry run metadata and the sum of
+    their recorded ``meta.wall_s``: the one total that both REPRODUCTION.md's run settings
+    and ``scarjax reproduce``'s last line report."""
+    walls = [r["meta"]["wall_s"] for r in results.values() if r is not None and isinstance(r.get("meta"), dict)]
+    return len(walls), float(sum(walls))
+
+
 def run_settings(results: dict[str, dict | None]) -> str:
     """The "Run settings" paragraph and table of REPRODUCTION.md, generated from the
     ``meta`` block each experiment's results carry (:func:`experiments._common.recorded`):
@@ -58,7 +71,7 @@ def run_settings(results: dict[str, dict | None]) -> str:
                         m["jax_devices"]) for m in metas.values()}, key=str)
     commits = sorted({(m["git"]["commit"][:10] + (" (with uncommitted changes)" if m["git"]["dirty"] else ""))
                       for m in metas.values() if m.get("git")})
-    total = sum(m["wall_s"] for m in metas.values())
+    total = wall_time(results)[1]
     mach = "; ".join(f"{plat}, {ncpu} CPUs{f' ({model})' if model else ''}, Python {py}, JAX {jax} on {backend} "
                      f"({ndev} device{'s' if ndev != 1 else ''})"
                      for plat, model, ncpu, jax, py, backend, ndev in machines)
@@ -161,21 +174,22 @@ def replot(names: list[str] | None, out_dir, results_dir=None) -> dict[str, list
 
 def _cmd_replot(args: argparse.Namespace) -> int:
     available = experiments()
-    unknown = [n for n in args.names if n not in available]
-    if unknown:
-        print(f"scarjax: unknown experiment(s) {unknown}; see 'scarjax list'", file=sys.stderr)
-        return 2
+    _check_names(args, available)
     src = Path(args.results or args.out)
+    option = "--results" if args.results else "--out"
     names = args.names or [n for n in available if (src / "results" / f"{n}.json").exists()]
     if not names:
-        print(f"scarjax: no results in {src / 'results'}", file=sys.stderr)
-        return 2
+        _fail(args, option, f"no results in {src / 'results'} (run 'scarjax reproduce --out DIR' first, or give "
+              "--results DIR)")
+    missing = [n for n in names if not (src / "results" / f"{n}.json").exists()]
+    if missing:
+        _fail(args, option, f"no results of {', '.join(missing)} in {src / 'results'}")
     failed = []
     for name in names:  # one experiment's unusable results do not stop the others
         try:
             paths = replot([name], Path(args.out), src)[name]
         except (ValueError, FileNotFoundError) as e:
-            print(f"scarjax: {name}: {e}", file=sys.stderr)
+            print(f"{args.parser.prog}: error: {name}: {_one_line(e)}", file=sys.stderr)
             failed.append(name)
             continue
         print(f"[scarjax] {name}: " + ", ".join(str(p) for p in paths), flush=True)
@@ -190,27 +204,51 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     available = experiments()
+    _check_names(args, available)
     names = args.names or list(available)
-    unknown = [n for n in names if n not in available]
-    if unknown:
-        print(f"scarjax: unknown experiment(s) {unknown}; see 'scarjax list'", file=sys.stderr)
-        return 2
     out = Path(args.out)
-    t_all = time.perf_counter()
-    for name in names:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    jobs = min(args.jobs or usable, len(names))
+    if jobs > 1:  # each experiment in a worker process, longest first (experiments.run_parallel)
+        pkg = _experiments_package()
+        print(f"[scarjax] {len(names)} experiments in {jobs} worker processes, longest first", flush=True)
+        t0 = time.perf_counter()
+        try:
+            pkg.run_parallel({n: available[n].__name__ for n in names}, args.quick, out, jobs, cost=pkg.COST,
+                             alone=pkg.ALONE, done_line=lambda n, s: f"[scarjax] {n}: done"
+                             + (f" in {_fmt_s(s)}" if s is not None else ""))
+        except pkg.ExperimentError as e:
+            print(f"{args.parser.prog}: error: {e}", file=sys.stderr)
+            return 1
+        print(f"[scarjax] {len(names)} experiments finished in {_fmt_s(time.perf_counter() - t0)} (elapsed, "
+              f"--jobs {jobs})", flush=True)
+    for name in names if jobs == 1 else ():
         mod = available[name]
         config = mod.Config.quick() if args.quick else mod.Config()
-        t0 = time.perf_counter()
         print(f"[scarjax] {name}: {mod.DESCRIPTION}", flush=True)
-        mod.run(config, out)
-        print(f"[scarjax] {name}: done in {time.perf_counter() - t0:.1f} s", flush=True)
+        results = mod.run(config, out)
+        meta = results.get("meta") if isinstance(results, dict) else None
+        took = f" in {_fmt_s(meta['wall_s'])}" if isinstance(meta, dict) and "wall_s" in meta else ""
+        print(f"[scarjax] {name}: done{took}", flush=True)
     path = write_reproduction(out, " --quick" if args.quick else "")
-    print(f"[scarjax] wrote {path} ({time.perf_counter() - t_all:.1f} s in all)")
+    n, total = wall_time({name: _experiments_package().load_results(out, name) for name in available})
+    print(f"[scarjax] wrote {path}: {n} experiment(s), {_fmt_s(total)} of wall time in all (their results' "
+          "meta.wall_s, as in its run settings)")
     return 0
 
 
 def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # the scheduling simulator (scarjax.sched)
-    res = cluster_sim(args.workload, args.policy, args.out, traces=args.traces, interval_s=args.interval,
+    # every input is read and checked before the (minutes-long) simulation starts
+    workload = _attempt(args, "--workload", load_workload, args.workload)
+    apps = _attempt(args, "--traces", load_apps, args.traces) if args.traces is not None else load_apps()
+    _attempt(args, "--workload", check_workload, workload, apps)
+    total = args.nodes * args.gpus_per_node
+    if args.policy == "tiresias" and int(workload.num_replicas.max()) > total:
+        j = int(workload.num_replicas.argmax())
+        _fail(args, "--workload", f"{workload.source}: num_replicas {int(workload.num_replicas[j])} of row {j + 1} "
+              f"(job {str(workload.name[j])!r}) exceeds the cluster's {total} GPUs (--nodes {args.nodes} x "
+              f"--gpus-per-node {args.gpus_per_node}); Tiresias runs a job on exactly its user's GPUs")
+    res = cluster_sim(workload, args.policy, args.out, traces=args.traces, interval_s=args.interval,
                       seed=args.seed, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                       interference=args.interference, timeline=args.timeline)
     print(f"[scarjax] cluster-sim {args.policy} on {args.workload}: average JCT {res.avg_jct_s:.0f} s "
@@ -220,55 +258,244 @@ def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # the scheduling simulat
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:  # the transient-cluster planner (scarjax.cluster.planner)
-    print(plan_command(args.job, args.market, args.objective, deadline_h=args.deadline_h, budget=args.budget,
-                       max_machines=args.max_machines, data=args.data, window_days=args.window_days,
-                       seed=args.seed).table())
+    # what planner.plan_command does, step by step, so that each failure names its option;
+    # the market is read before the job is measured (seconds)
+    if args.objective == "cost_deadline" and args.deadline_h is None:
+        _fail(args, "--deadline-h", "is required with --objective cost_deadline")
+    obj = Objective(args.objective, deadline_h=args.deadline_h, budget=args.budget, max_machines=args.max_machines)
+    try:
+        market = market_from_spec(args.market, data=args.data, window_days=args.window_days)
+    except (ValueError, TypeError, OSError) as e:
+        option = ("--data" if args.data is not None and (isinstance(e, OSError) or str(args.data) in str(e))
+                  else "--window-days" if str(e).startswith("window") else "--market")
+        _fail(args, option, e)
+    print(plan(JobProfile.from_job(preset_job(args.job), args.seed), market, obj).table())
     return 0
 
 
+# --------------------------------------------------------------------------------------
+# Arguments: checked where argparse parses them (type=), with one-line errors
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, ``PROG: error: MESSAGE``, exit status 2
+    (argparse prints the usage block first; ``PROG --help`` shows it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _one_line(err) -> str:
+    return " ".join(str(err).split())
+
+
+def _fail(args: argparse.Namespace, option: str, err) -> None:
+    """Exit as argparse does on a bad ``option`` (one line on stderr, status 2)."""
+    args.parser.error(f"argument {option}: {_one_line(err)}")
+
+
+def _attempt(args: argparse.Namespace, option: str, fn, *a):
+    """``fn(*a)``, a scarjax/loader error (``ValueError``, ``TypeError``, ``OSError``; a
+    :class:`~scarjax.data.DataFormatError` names the file and line) reported against ``option``."""
+    try:
+        return fn(*a)
+    except (ValueError, TypeError, OSError) as e:
+        _fail(args, option, e)
+
+
+def _check_names(args: argparse.Namespace, available) -> None:
+    unknown = [n for n in args.names if n not in available]
+    if unknown:
+        _fail(args, "names", f"unknown experiment(s) {', '.join(unknown)}; see 'scarjax list'")
+
+
+def _integer(lo: int, hi: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = None
+        if v is None or v < lo or (hi is not None and v > hi):
+            rng = f">= {lo}" if hi is None else f"from {lo} to {hi}"
+            raise argparse.ArgumentTypeError(f"must be an integer {rng}, got {text!r}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _number(lo: float, *, lo_open: bool = False, hi: float = math.inf, hi_open: bool = True, unit: str = ""):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        if not ok:
+            rng = (f"{'>' if lo_open else '>='} {lo:g}" if hi == math.inf else
+                   f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}")
+            raise argparse.ArgumentTypeError(f"must be a finite number {rng}{unit}, got {text!r}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _workload_arg(text: str) -> str:
+    if text not in WORKLOADS and not Path(text).is_file():
+        why = "is a directory, not a file" if Path(text).is_dir() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text} {why} (give a workload CSV or one of the embedded "
+                                         f"{', '.join(WORKLOADS)})")
+    return text
+
+
+def _existing_dir(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a directory" if Path(text).exists()
+                                         else f"{text} does not exist")
+    return text
+
+
+def _writable(path: Path, what: str) -> None:
+    """``path`` (a file or folder to be written) can be created: its nearest existing
+    ancestor is a writable folder."""
+    up = path.parent
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {what} {path}: {up} is a file, not a directory")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {what} {path}: {up} is not writable")
+
+
+def _out_file(text: str) -> str:
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name (e.g. {p / 'result.json'})")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not writable")
+    _writable(p, "the file")
+    return text
+
+
+def _out_dir(text: str) -> str:
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a directory")
+    if p.is_dir():
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{text} is not writable")
+    else:
+        _writable(p, "into the directory")
+    return text
+
+
+def _market_arg(text: str) -> str:
+    """The syntax of ``--market`` (what each market names is checked when it is read)."""
+    parts = text.split(":")
+    shapes = {"aws": ("aws:ZONE:TYPE", (3,)), "gce": ("gce:GPU[:REGION]", (2, 3)),
+              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,))}
+    if parts[0] not in shapes:
+        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION] or parametric:MTTF_H:SPOT:OD, "
+                                         f"got {text!r}")
+    form, sizes = shapes[parts[0]]
+    if len(parts) not in sizes or not all(parts[1:]):
+        raise argparse.ArgumentTypeError(f"must be {form}, got {text!r}")
+    if parts[0] == "parametric":
+        for field, v in zip(("MTTF_H", "SPOT", "OD"), parts[1:]):
+            try:
+                x = float(v)
+            except ValueError:
+                x = math.nan
+            if not (x > 0 and (math.isfinite(x) or field == "MTTF_H")):
+                raise argparse.ArgumentTypeError(f"{field} of {form} must be a number > 0, got {v!r} in {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scarjax", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="scarjax", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parser too
     p_list = sub.add_parser("list", help="list the available figures/experiments")
-    p_list.set_defaults(func=_cmd_list)
+    p_list.set_defaults(func=_cmd_list, parser=p_list)
     p_rep = sub.add_parser("reproduce", help="run experiments and write results, figures and REPRODUCTION.md")
-    p_rep.add_argument("names", nargs="*", help="experiments to run (default: all)")
+    p_rep.add_argument("names", nargs="*", help="experiments to run (default: all; 'scarjax list' names them)")
     p_rep.add_argument("--quick", action="store_true", help="cut trial counts for a fast run")
-    p_rep.add_argument("--out", default=".", help="output directory (default: current directory)")
-    p_rep.set_defaults(func=_cmd_reproduce)
+    p_rep.add_argument("--out", type=_out_dir, default=".",
+                       help="output directory, created if missing (default: the current directory)")
+    p_rep.add_argument("--jobs", type=_integer(1), default=None, metavar="N",
+                       help="experiments run at once, each in a worker process, longest first (default: the "
+                            "usable CPU cores, at most the number of experiments; 1: one after another in this "
+                            "process)")
+    p_rep.set_defaults(func=_cmd_reproduce, parser=p_rep)
     p_plot = sub.add_parser("replot", help="redraw figures from results/*.json without re-running")
     p_plot.add_argument("names", nargs="*", help="experiments to redraw (default: all with results)")
-    p_plot.add_argument("--out", default=".", help="output directory for paper_figs/ (default: current directory)")
-    p_plot.add_argument("--results", default=None,
+    p_plot.add_argument("--out", type=_out_dir, default=".",
+                        help="output directory for paper_figs/ (default: the current directory)")
+    p_plot.add_argument("--results", type=_existing_dir, default=None,
                         help="directory holding results/ (default: the output directory)")
-    p_plot.set_defaults(func=_cmd_replot)
-    p_sim = sub.add_parser("cluster-sim", help="simulate a Pollux-artifact workload CSV under a cluster scheduler")
-    p_sim.add_argument("--workload", required=True, help="workload CSV (name,time,application,num_replicas,"
-                       "batch_size) or an embedded name (workload-1 ... workload-6)")
-    p_sim.add_argument("--policy", required=True, choices=("pollux", "tiresias", "optimus"))
-    p_sim.add_argument("--traces", default=None, help="application traces folder (default: embedded)")
-    p_sim.add_argument("--interval", type=float, default=60.0, help="scheduling interval, seconds (60)")
-    p_sim.add_argument("--seed", type=int, default=0)
-    p_sim.add_argument("--nodes", type=int, default=16)
-    p_sim.add_argument("--gpus-per-node", type=int, default=4)
-    p_sim.add_argument("--interference", type=float, default=0.0, help="slowdown of co-located distributed jobs")
-    p_sim.add_argument("--timeline", action="store_true", help="also write GPUs per job after each decision")
-    p_sim.add_argument("--out", required=True, help="JSON file for the per-job completion times")
-    p_sim.set_defaults(func=_cmd_cluster_sim)
-    p_plan = sub.add_parser("plan", help="choose the cheapest/fastest way to train a job on transient machines")
-    p_plan.add_argument("--job", default="mlr", choices=("mlr", "qp"))
-    p_plan.add_argument("--market", default="aws:us-east-1a:c3.xlarge",
-                        help="aws:ZONE:TYPE | gce:GPU[:REGION] | parametric:MTTF_H:SPOT:OD (default aws:us-east-1a:c3.xlarge)")
-    p_plan.add_argument("--objective", default="cost", choices=("cost", "time", "cost_deadline"))
-    p_plan.add_argument("--deadline-h", type=float, default=None)
-    p_plan.add_argument("--budget", type=float, default=None, help="USD")
-    p_plan.add_argument("--max-machines", type=int, default=None)
-    p_plan.add_argument("--data", default=None, help="data folder (full 2015 spot history / GCE lifetimes; default: embedded)")
-    p_plan.add_argument("--window-days", type=float, default=14.0, help="planning window of a price history, days")
-    p_plan.add_argument("--seed", type=int, default=0)
-    p_plan.set_defaults(func=_cmd_plan)
+    p_plot.set_defaults(func=_cmd_replot, parser=p_plot)
+    p_sim = sub.add_parser(
+        "cluster-sim", help="simulate a Pollux-artifact workload CSV under a cluster scheduler",
+        description="Simulate a workload under a cluster scheduler (the Pollux artifact's simulator, thesis "
+                    "Sec 3.5.3) and write per-job completion times as JSON. Run time: tiresias and optimus take "
+                    "seconds to a minute on an embedded workload; pollux (a genetic algorithm at every "
+                    "60 s decision) takes minutes: 252 s of CPU time for workload-1 (10.3 min of wall time "
+                    "on 2 cores shared with other work), with a progress bar on stderr.")
+    p_sim.add_argument("--workload", required=True, metavar="CSV_OR_NAME", type=_workload_arg,
+                       help="a workload CSV (columns name,time,application,num_replicas,batch_size; plain or "
+                            f"gzip) or an embedded workload: {', '.join(WORKLOADS)} (160 jobs over 8 hours each)")
+    p_sim.add_argument("--policy", required=True, choices=POLICIES,
+                       help="the scheduler: pollux (adaptive batch sizes, GA allocation; minutes), tiresias "
+                            "(the user's GPUs, two-queue LAS), optimus (+Oracle, the user's batch size)")
+    p_sim.add_argument("--traces", metavar="DIR", type=_existing_dir, default=None,
+                       help="application traces folder in the artifact's layout (default: the embedded traces)")
+    p_sim.add_argument("--interval", metavar="SECONDS", type=_number(0.0, lo_open=True, unit=" seconds"), default=60.0,
+                       help="scheduling interval (default: 60 seconds)")
+    p_sim.add_argument("--seed", metavar="N", type=_integer(0), default=0, help="seed of the policy's random draws (default: 0)")
+    p_sim.add_argument("--nodes", metavar="N", type=_integer(1), default=16, help="nodes in the cluster (default: 16)")
+    p_sim.add_argument("--gpus-per-node", metavar="N", type=_integer(1, 4), default=4,
+                       help="GPUs per node, 1 to 4 as measured (default: 4)")
+    p_sim.add_argument("--interference", metavar="FRACTION", type=_number(0.0, hi=1.0), default=0.0,
+                       help="slowdown in [0, 1) of distributed jobs sharing a node (default: 0, none)")
+    p_sim.add_argument("--timeline", action="store_true", help="also write the GPUs per job after each decision")
+    p_sim.add_argument("--out", required=True, metavar="FILE.json", type=_out_file,
+                       help="JSON file for the per-job completion times (its folder is created if missing)")
+    p_sim.set_defaults(func=_cmd_cluster_sim, parser=p_sim)
+    p_plan = sub.add_parser(
+        "plan", help="choose the cheapest/fastest way to train a job on transient machines",
+        description="Measure a preset job once, then choose how to train it on a transient market: policy "
+                    "(on-demand, checkpoint-restart, SCAR, TierML), machines, bid, checkpointing and batch "
+                    "size (scarjax.cluster.planner.plan); prints the best plans with their expected cost and time.")
+    p_plan.add_argument("--job", default="mlr", choices=JOB_PRESETS,
+                        help="the job: mlr (multinomial logistic regression on the embedded digits) or qp (a 64-D "
+                             "quadratic, linear rate 0.99) (default: mlr)")
+    p_plan.add_argument("--market", type=_market_arg, metavar="SPEC", default="aws:us-east-1a:c3.xlarge",
+                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes) "
+                             "or parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
+                             "prices in USD per hour) (default: aws:us-east-1a:c3.xlarge)")
+    p_plan.add_argument("--objective", default="cost", choices=OBJECTIVES,
+                        help="minimise the expected cost, the expected time, or the cost within --deadline-h "
+                             "(default: cost)")
+    p_plan.add_argument("--deadline-h", metavar="HOURS", type=_number(0.0, lo_open=True, unit=" hours"), default=None,
+                        help="bound on the expected training time, hours (required by cost_deadline; "
+                             "default: none)")
+    p_plan.add_argument("--budget", metavar="USD", type=_number(0.0, lo_open=True, unit=" USD"), default=None,
+                        help="bound on the expected cost, USD (default: none)")
+    p_plan.add_argument("--max-machines", metavar="N", type=_integer(1), default=None,
+                        help="most machines of any kind in a plan (default: no limit)")
+    p_plan.add_argument("--data", metavar="DIR", type=_existing_dir, default=None,
+                        help="data folder: the full 2015 spot history or GCE lifetimes (default: the embedded "
+                             "April 2015 history and lifetimes)")
+    p_plan.add_argument("--window-days", metavar="DAYS", type=_number(0.0, lo_open=True, unit=" days"), default=14.0,
+                        help="plan on the first days of a price history (default: 14 days)")
+    p_plan.add_argument("--seed", metavar="N", type=_integer(0), default=0,
+                        help="seed of the job's measured run (default: 0)")
+    p_plan.set_defaults(func=_cmd_plan, parser=p_plan)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError) as e:  # bad input found past the checks above: one line too
+        args.parser.error(_one_line(e))
 
 
 if __name__ == "__main__":  # pragma: no cover

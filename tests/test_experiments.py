@@ -30,16 +30,26 @@ def test_cli_list(capsys):
     assert "fig5_3_qp" in out and "fig5_5_mlr" in out
 
 
+def _exits_2(argv, capsys) -> str:
+    """``scarjax ARGV`` exits as argparse does (status 2, one line on stderr); the line."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
 def test_cli_unknown_experiment(capsys, tmp_path):
-    assert cli.main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
-    assert cli.main(["replot", "nope", "--out", str(tmp_path)]) == 2
-    assert "unknown experiment" in capsys.readouterr().err
+    assert "reproduce: error: argument names: unknown experiment(s) nope" in _exits_2(
+        ["reproduce", "nope", "--out", str(tmp_path)], capsys)
+    assert "replot: error: argument names: unknown experiment(s) nope" in _exits_2(
+        ["replot", "nope", "--out", str(tmp_path)], capsys)
 
 
 def test_replot_needs_results(capsys, tmp_path):
-    assert cli.main(["replot", "staleness", "--out", str(tmp_path)]) == 2
-    assert "no results/staleness.json" in capsys.readouterr().err
-    assert cli.main(["replot", "--out", str(tmp_path)]) == 2  # nothing to redraw
+    assert f"argument --out: no results of staleness in {tmp_path / 'results'}" in _exits_2(
+        ["replot", "staleness", "--out", str(tmp_path)], capsys)
+    assert "argument --out: no results in" in _exits_2(["replot", "--out", str(tmp_path)], capsys)  # nothing to redraw
 
 
 REPO = Path(__file__).resolve().parents[1]
