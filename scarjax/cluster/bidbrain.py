@@ -76,6 +76,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from scarjax import validate as va
 from scarjax.cluster import market as mk
 from scarjax.cluster.policies import young_daly_s
 from scarjax.data import transient as td
@@ -129,8 +130,8 @@ class ScalingModel:
     base_cores: float = 4.0
 
     def __post_init__(self):
-        if not (np.isfinite(self.kappa) and self.kappa >= 0):
-            raise ValueError(f"kappa must be finite and >= 0, got {self.kappa}")
+        va.check_real("kappa", self.kappa, lo=0.0, scalar=True)
+        va.check_real("base_cores", self.base_cores, lo=0.0, lo_open=True, scalar=True)
         if not (np.isfinite(self.base_cores) and self.base_cores > 0):
             raise ValueError(f"base_cores must be finite and > 0, got {self.base_cores}")
 
@@ -220,8 +221,9 @@ def spot_market(
     name: str = "market",
 ) -> SpotMarket:
     """A :class:`SpotMarket` from a step function (``prices[i]`` from ``times_s[i]`` on)."""
-    if not (np.isfinite(on_demand) and on_demand > 0):
-        raise ValueError(f"on_demand must be a finite price > 0, got {on_demand}")
+    va.check_real("on_demand", on_demand, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("prices", prices, lo=0.0)
+    va.check_real("times_s", times_s)
     if not (isinstance(cores, (int, np.integer)) and cores >= 1):
         raise ValueError(f"cores must be an int >= 1, got {cores!r}")
     series = mk.price_series(prices, times_s, end_s=end_s, name=name)
@@ -303,8 +305,9 @@ def eviction_table(
     h = np.unique(np.round(np.asarray(headrooms, np.float64), 6))
     if h.size == 0 or np.any(h < 0) or not np.all(np.isfinite(h)):
         raise ValueError(f"headrooms must be finite and >= 0, got {headrooms}")
-    if not grid_s > 0:
-        raise ValueError(f"grid_s must be > 0, got {grid_s}")
+    va.check_real("grid_s", grid_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("lookback_s", lookback_s, lo=0.0, scalar=True)
+    va.check_real("hour_s", hour_s, lo=0.0, lo_open=True, scalar=True)
     t0 = max(float(market.times[0]), 0.0)
     grid = np.arange(t0, market.end_s - hour_s + 1e-9, grid_s)
     bid = market.price_at(grid)[:, None] + h[None, :]
@@ -644,8 +647,8 @@ def _cut(allocs, t_end):
 def on_demand(job: Job, markets: Sequence[SpotMarket], start_s: float, *, machines: int = 16,
               market: int = 0) -> ProteusRun:
     """A fixed fleet of ``machines`` on-demand instances of ``markets[market]``'s type."""
-    if machines < 1:
-        raise ValueError(f"machines must be >= 1, got {machines}")
+    va.check_int("machines", machines, lo=1)
+    va.check_real("start_s", start_s, lo=0.0, scalar=True)
     c = machines * markets[market].cores
     rate = float(job.scaling.rate(c)) / 3600.0
     t_end = start_s + job.startup_s + job.work / rate
@@ -657,6 +660,9 @@ def mttf_before(market: SpotMarket, t: float, bid: float, lookback_s: float = 7 
     """Mean time between the price's crossings above ``bid`` in ``[t - lookback_s, t]`` (the
     history before ``t`` only): window length / number of upward crossings (the window's
     length if none)."""
+    va.check_real("bid", bid, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("t", t, lo=0.0, scalar=True)
+    va.check_real("lookback_s", lookback_s, lo=0.0, lo_open=True, scalar=True)
     lo = max(t - lookback_s, float(market.times[0]))
     i0, i1 = int(market.index(lo)), int(market.index(t))
     above = market.prices[i0: i1 + 1] > bid
@@ -672,6 +678,9 @@ def checkpoint_spot(job: Job, markets: Sequence[SpotMarket], start_s: float, *, 
     ``sqrt(2 * checkpoint_s * MTTF)`` (Young/Daly; MTTF from :func:`mttf_before`); an eviction
     rolls back to the last checkpoint and the job restarts on the cheapest option (on-demand
     while the spot price is above the bid, back to spot at the end of an on-demand hour)."""
+    va.check_real("start_s", start_s, lo=0.0, scalar=True)
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_int("machines", machines, lo=1)
     mkt = markets[market]
     bid = mkt.on_demand if bid is None else float(bid)
     mttf = mttf_before(mkt, start_s, bid, lookback_s)

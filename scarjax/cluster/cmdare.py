@@ -500,6 +500,8 @@ def _sizes_speeds(workers, cluster_speed) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_threshold(threshold) -> float:
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise TypeError(f"threshold must be a number in (0, 1), got {threshold!r}")
     t = float(threshold)
     if not 0.0 < t < 1.0:
         raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")

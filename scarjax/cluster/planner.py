@@ -368,6 +368,14 @@ class JobProfile:
 # The market
 
 
+def _window_text(window) -> str:
+    """A price window ``(start_s, end_s)`` in days (``None``: the whole history)."""
+    if window is None:
+        return "(whole history)"
+    lo, hi = (float(w) / 86400.0 for w in window)
+    return f"days {lo:.4g} to {hi:.4g}"
+
+
 def _renewal(grid_s: np.ndarray, cdf: np.ndarray) -> np.ndarray:
     """Renewal function ``m(t) = F(t) + ∫ m(t − u) dF(u)`` on a uniform grid (A1)."""
     G = grid_s.size
@@ -613,7 +621,7 @@ class MarketModel:
 
         return cls(names, ods, sp_, bids, spot, avail, mttf, grid, cdf, ren, sint, bulk=True, fallback=True,
                    warning_s=warning_s, startup_s=float(startup_s), billing="hourly",
-                   source=f"spot prices {','.join(names)} window={window}", build=build)
+                   source=f"spot prices {','.join(names)} {_window_text(window)}", build=build)
 
     def bid_index(self, frac: float = 1.0) -> int:
         return int(np.argmin(np.abs(np.asarray(self.bids) - frac)))
@@ -1377,6 +1385,9 @@ def market_from_spec(spec: str, *, data: str | None = None, window_days: float =
     (GCE preemptible lifetimes, embedded or from ``data``), or
     ``parametric:MTTF_H:SPOT:OD`` (exponential lifetimes, fixed prices, hourly billing)."""
     va.check_str("market", spec)
+    va.check_real("window_days", window_days, lo=0.0, lo_open=True, scalar=True)
+    if window_days * 86400.0 < 120.0:
+        raise ValueError(f"window_days must span at least 2 minutes ({120 / 86400:.2g} days), got {window_days!r}")
     parts = spec.split(":")
     kind = parts[0]
     if kind == "aws":

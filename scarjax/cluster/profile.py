@@ -624,7 +624,8 @@ def fit_local_models(
     seed = va.check_int("seed", seed, lo=0)
     k = va.check_int("k", k, lo=2)
     va.check_str("group", group)
-    if isinstance(step_records, dict) or not isinstance(step_records, Sequence) or not step_records:
+    if (isinstance(step_records, (dict, str, bytes)) or not isinstance(step_records, Sequence) or not step_records
+            or not all(isinstance(r, dict) for r in step_records)):
         raise ValueError("step_records must be a non-empty sequence of dicts (features + 'step_s' + the model label)")
     step_models = _check_specs(STEP_MODELS if step_models is None else step_models, "step_models")
     checkpoint_models = _check_specs(CHECKPOINT_MODELS if checkpoint_models is None else checkpoint_models,

@@ -75,6 +75,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from scarjax import validate as va
 from scarjax.data import transient as td
 
 __all__ = [
@@ -156,6 +157,10 @@ class ProgressModel:
                 raise ValueError(f"{f.name} must be a finite number >= 0, got {v!r}")
         if self.checkpoint_min <= 0:
             raise ValueError(f"checkpoint_min must be > 0, got {self.checkpoint_min}")
+        for name in ("stage1_efficiency", "stage2_efficiency", "stage3_efficiency"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 (a stage's machines' speed is multiplied by it), got "
+                                 f"{getattr(self, name)!r}")
         if not 0 < self.switch_ratio <= 1:
             raise ValueError(f"switch_ratio must be in (0, 1], got {self.switch_ratio}")
         if self.fleet_rate(self.machines - self.reliable, self.reliable) <= 0 or self.fleet_rate(0, self.reliable) <= 0:
@@ -231,6 +236,7 @@ def default_model() -> ProgressModel:
 def aggressive_step(on_demand: float) -> float:
     """Rounding step of the aggressive bid (Sec 4.7: a dime for Cluster-A's c4.2xlarge, $0.419/h
     on demand; a nickel for Cluster-B's c4.xlarge, $0.209/h): a dime from $0.30/h up."""
+    va.check_real("on_demand", on_demand, lo=0.0, lo_open=True, scalar=True)
     return 0.1 if on_demand >= 0.3 else 0.05
 
 
@@ -340,6 +346,8 @@ def markets_from_grid(
 ) -> TypeMarkets:
     """A :class:`TypeMarkets` from a ``[C, M]`` array of per-minute prices (USD/h): the classes'
     markets on the grid (tests and controlled markets; :func:`build_markets` for the data)."""
+    if isinstance(prices, (str, bytes)) or np.asarray(prices).dtype.kind not in "iuf":
+        raise TypeError(f"prices must be a [classes, minutes] array of numbers, got {type(prices).__name__}")
     P = np.asarray(prices, np.float64)
     if P.ndim != 2 or P.shape[0] < 1 or P.shape[1] < 2:
         raise ValueError(f"prices must be [classes >= 1, minutes >= 2], got shape {P.shape}")
@@ -982,6 +990,8 @@ def sweep(
     model = default_model() if model is None else model
     if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
         raise ValueError(f"stride must be an int >= 1, got {stride!r}")
+    if isinstance(work_hours, (str, bytes)) or not isinstance(work_hours, (tuple, list)) or not work_hours:
+        raise ValueError(f"work_hours must be a non-empty tuple of hours, got {work_hours!r}")
     for w in work_hours:
         if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
             raise ValueError(f"work_hours must be finite and > 0, got {w!r}")

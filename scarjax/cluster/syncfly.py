@@ -220,6 +220,8 @@ class Fleet:
     sync_s: float = 2.0
 
     def __post_init__(self):
+        if isinstance(self.speeds, (str, bytes)) or not np.asarray(self.speeds).dtype.kind in "iuf":
+            raise TypeError(f"speeds must be a non-empty sequence of positive floats, got {self.speeds!r}")
         s = np.asarray(self.speeds, float)
         if s.ndim != 1 or s.size < 1 or not np.all(np.isfinite(s)) or np.any(s <= 0):
             raise ValueError(f"speeds must be a non-empty sequence of positive floats, got {self.speeds!r}")
@@ -397,7 +399,7 @@ def flexible_barrier(report_times: np.ndarray, report_progress: np.ndarray, prev
         raise ValueError("report_times must be sorted")
     if not np.all(np.isfinite(report_progress)):
         raise ValueError("report_progress must be finite")
-    va.check_real("lam", lam, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("lam", lam, lo=0.0, lo_open=True, hi=1.0, scalar=True)
     warmup_reports = va.check_int("warmup_reports", warmup_reports, lo=1)
     if prev_progress is None or not prev_progress > 0:
         return warmup_reports - 1 if report_times.size >= warmup_reports else None
@@ -635,6 +637,10 @@ def young_daly_every(iteration_s: float, checkpoint_s: float, mttf_s: float, wor
     """Iterations between checkpoints at the Young/Daly interval ``sqrt(2 δ MTTF)`` (δ =
     ``checkpoint_s``), the MTTF being the cluster's (one machine's over ``workers``: any
     revocation interrupts BSP); at least 1. ``mttf_s = inf``: never (a huge count)."""
+    va.check_real("iteration_s", iteration_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("checkpoint_s", checkpoint_s, lo=0.0, scalar=True)
+    va.check_real("mttf_s", mttf_s, lo=0.0, lo_open=True, allow_inf=True, scalar=True)
+    va.check_int("workers", workers, lo=1)
     if not math.isfinite(mttf_s):
         return 10**9
     return max(1, int(round(young_daly_s(checkpoint_s, mttf_s / workers) / iteration_s)))

@@ -623,7 +623,10 @@ def read_spot_prices(
         )
     start, end = stamps[0], stamps[-1]
     if window is not None:
-        w0, w1 = (np.datetime64(w, "s") for w in window)
+        try:
+            w0, w1 = (np.datetime64(w, "s") for w in window)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"window must be (start, end) as datetime64 or ISO date strings, got {window!r}") from e
         if not w1 > w0:
             raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
         if w0 < stamps[0]:

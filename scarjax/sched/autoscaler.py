@@ -51,6 +51,15 @@ __all__ = ["IDEAL_BASES", "GoodputAutoscaler", "UtilityAutoscaler", "AutoscaleRu
 IDEAL_BASES = ("gpu", "node")
 
 
+def _app_index(apps, app) -> int:
+    """``app``'s index in ``apps.names`` (``app``: a name or an index)."""
+    if isinstance(app, str):
+        if app not in apps.names:
+            raise ValueError(f"app must be one of {list(apps.names)} or an index, got {app!r}")
+        return apps.names.index(app)
+    return va.check_int("app", app, lo=0, hi=len(apps.names) - 1)
+
+
 def node_efficiencies(apps, app: str | int, phi: float, *, max_nodes: int, gpus_per_node: int = 4,
                       base: str = "gpu") -> np.ndarray:
     """``float64[max_nodes + 1]``: the scaling efficiency of a job of ``app`` with PGNS ``phi``
@@ -63,9 +72,10 @@ def node_efficiencies(apps, app: str | int, phi: float, *, max_nodes: int, gpus_
       ``GOODPUT(1)`` with ``a`` counted in nodes): ``SPEEDUP(k nodes) / (k * SPEEDUP(1 node))``,
       so one node is always efficiency 1.
     """
+    va.check_real("phi", phi, lo=0.0, allow_inf=True, scalar=True)
     if base not in IDEAL_BASES:
         raise ValueError(f"base must be one of {IDEAL_BASES}, got {base!r}")
-    a = apps.names.index(app) if isinstance(app, str) else int(app)
+    a = _app_index(apps, app)
     K = va.check_int("max_nodes", max_nodes, lo=1)
     g = va.check_int("gpus_per_node", gpus_per_node, lo=1)
     tab = speedup_tables(apps, [a], [phi], max_nodes=K, max_replicas=K * g)[0]
@@ -240,11 +250,12 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
     """
     if not isinstance(scaler, GoodputAutoscaler):
         raise TypeError(f"scaler must be a GoodputAutoscaler, got {type(scaler).__name__}")
-    a = apps.names.index(app) if isinstance(app, str) else int(app)
+    a = _app_index(apps, app)
     model = apps[a]
     gpn = scaler.gpus_per_node
     dt = va.check_real("interval_s", interval_s, lo=0.0, lo_open=True, scalar=True) and float(interval_s)
     va.check_real("restart_s", restart_s, lo=0.0, scalar=True)
+    va.check_real("max_time_s", max_time_s, lo=0.0, lo_open=True, scalar=True)
     nodes = scaler.min_nodes if start_nodes is None else va.check_int(
         "start_nodes", start_nodes, lo=scaler.min_nodes, hi=scaler.max_nodes)
     m0 = float(model.init_batch_size)

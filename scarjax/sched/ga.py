@@ -151,6 +151,8 @@ class GAConfig:
         if self.pop_size % 2:
             raise ValueError(f"pop_size must be even (offspring come in pairs), got {self.pop_size}")
         va.check_int("generations", self.generations, lo=0)
+        if isinstance(self.p, (bool, np.bool_)) or not isinstance(self.p, (int, float, np.integer, np.floating)):
+            raise TypeError(f"p must be a real number or -inf, got {self.p!r}")
         p = float(self.p)
         if math.isnan(p) or p == math.inf:
             raise ValueError(f"p must be a real number or -inf, got {self.p!r}")

@@ -106,8 +106,9 @@ def app_configurations(app, lo_util: float = 0.5, hi_util: float = 0.8, *, max_j
         app = _embedded_model(app)
     if not isinstance(app, AppModel):
         raise TypeError(f"app must be an AppModel or an application name, got {type(app).__name__}")
-    lo = va.check_real("lo_util", lo_util)
-    hi = va.check_real("hi_util", hi_util)
+    lo = float(va.check_real("lo_util", lo_util, lo=0.0, scalar=True))
+    hi = float(va.check_real("hi_util", hi_util, lo=0.0, scalar=True))
+    va.check_real("max_jct_s", max_jct_s, lo=0.0, lo_open=True, allow_inf=True, scalar=True)
     if not lo < hi:
         raise ValueError(f"lo_util must be < hi_util, got {lo} and {hi}")
     gpn = va.check_int("gpus_per_node", gpus_per_node, lo=1)
@@ -179,9 +180,7 @@ def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = 
     dur = va.check_int("duration_hours", duration_hours, lo=1, hi=24)
     start = va.check_int("start_hour", start_hour, lo=0, hi=23)
     if num_jobs is None:
-        load = va.check_real("load", load)
-        if not load > 0:
-            raise ValueError(f"load must be > 0, got {load}")
+        load = float(va.check_real("load", load, lo=0.0, lo_open=True, scalar=True))
         n = int(round(BASE_JOBS * load * dur / BASE_HOURS))
         if n < 1:
             raise ValueError(f"load {load} gives no jobs in {dur} h")
@@ -239,9 +238,7 @@ def _models(apps) -> dict:
 def job_load(workload: Workload, duration_hours: float = BASE_HOURS) -> float:
     """Relative job load of ``workload``: jobs per hour over ``duration_hours`` divided by the
     artifact's load-1.0 rate of 20 jobs per hour."""
-    d = va.check_real("duration_hours", duration_hours)
-    if not d > 0:
-        raise ValueError(f"duration_hours must be > 0, got {d}")
+    d = float(va.check_real("duration_hours", duration_hours, lo=0.0, lo_open=True, scalar=True))
     return len(workload) / d / (BASE_JOBS / BASE_HOURS)
 
 
