@@ -29,8 +29,11 @@ Rework statistics go through :mod:`experiments._stats`: a trial that never re-re
 is censored at its run's horizon (restricted means printed "≥", censored counts in every
 table and JSON, bound checks over all trials), never dropped.
 
-``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce`` runs them;
-:func:`load_results`, :func:`plot_results` and :func:`headline_table` are what the command
+``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce --jobs 1`` runs
+them (and REPRODUCTION.md reports them); with ``--jobs N`` :func:`run_parallel`
+(:mod:`experiments._parallel`) runs them in ``N`` worker processes, longest first by
+:data:`COST`, the :data:`ALONE` ones last and by themselves. :func:`load_results`,
+:func:`plot_results`, :func:`headline_table` and :func:`run_parallel` are what the command
 line uses (``scarjax reproduce``, ``replot``).
 """
 
@@ -60,9 +63,32 @@ REGISTRY: tuple[str, ...] = (
     "experiments.planner_validation",  # the planner against the simulator
 )
 
+# Expected cost of each experiment, ``{NAME: (quick seconds, full seconds)}``: wall times of
+# one sequential run on the project's shared 2-core machine (from results' ``meta.wall_s``;
+# quick under a load average near 10, so only their ratios matter). ``scarjax reproduce
+# --jobs N`` starts the longest first (:func:`experiments._parallel.schedule`); a missing or
+# stale entry only costs time, never changes results.
+COST: dict[str, tuple[float, float]] = {
+    "fig5_3_qp": (31, 29), "fig5_5_mlr": (224, 172), "fig5_6_reset": (217, 145),
+    "fig5_7_partial_recovery": (146, 356), "fig5_9_priority_checkpoint": (237, 676),
+    "fig5_11_large_scale": (71, 62), "staleness": (139, 55), "precision": (140, 31), "revocation": (129, 40),
+    "combined": (134, 24), "pollux_efficiency": (141, 521), "pollux_throughput": (378, 193),
+    "pollux_adaptive": (95, 115), "proteus": (25, 19), "tierml_fig12": (6, 63), "sched_main": (126, 825),
+    "sched_sweeps": (126, 3959), "sched_autoscale": (18, 49), "sync_on_the_fly": (64, 20),
+    "litz_elasticity": (60, 6), "cluster_scar": (84, 37), "tierml_fig1": (53, 414), "tierml_fig11": (26, 3),
+    "cmdare": (17, 10), "perf_models_local": (109, 204), "planner_validation": (78, 115),
+}
+
+# Experiments that time this machine (step times, throughput of processes pinned to cores):
+# with ``--jobs N`` they run last, one at a time, with no other experiment beside them.
+ALONE: tuple[str, ...] = ("pollux_throughput", "perf_models_local")
+
 # The package's public API for the command line (``scarjax reproduce``/``replot``): results
-# I/O and the headline table; everything else is private to the experiments.
+# I/O, the headline table and the concurrent runner; everything else is private to the
+# experiments.
 from experiments._common import load_results, plot_results  # noqa: E402
 from experiments._headline import table as headline_table  # noqa: E402
+from experiments._parallel import ExperimentError, run_parallel  # noqa: E402
 
-__all__ = ["REGISTRY", "headline_table", "load_results", "plot_results"]
+__all__ = ["ALONE", "COST", "REGISTRY", "ExperimentError", "headline_table", "load_results", "plot_results",
+           "run_parallel"]

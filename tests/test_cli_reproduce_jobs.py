@@ -1,0 +1,141 @@
+"""``scarjax reproduce --jobs N``: experiments in worker processes give what the sequential
+command gives, and a failing (or dying) worker fails the command naming its experiment."""
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import experiments
+from experiments import _launch
+from experiments._parallel import schedule
+from scarjax import cli
+
+CHEAP = ["tierml_fig11", "tierml_fig12"]  # seconds each in quick mode
+
+
+def _keys(x, prefix=""):
+    """Every key path of a JSON value (lists by their first element), ``meta`` values aside."""
+    if isinstance(x, dict):
+        out = set()
+        for k, v in x.items():
+            out |= {f"{prefix}/{k}"} | (set() if k == "meta" else _keys(v, f"{prefix}/{k}"))
+        return out
+    if isinstance(x, list) and x:
+        return _keys(x[0], prefix + "[]")
+    return set()
+
+
+def _without_timings(report: str) -> str:
+    """REPRODUCTION.md without the run-settings paragraph and table (dates, wall times, load)."""
+    return re.sub(r"\*\*Run settings\*\*.*?\n\n(\|.*\n)+", "", report, flags=re.S)
+
+
+def test_jobs_2_gives_what_jobs_1_gives(tmp_path, capsys):
+    outs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        assert cli.main(["reproduce", *CHEAP, "--quick", "--out", str(out), "--jobs", jobs]) == 0
+        outs[jobs] = out
+    printed = capsys.readouterr().out
+    for name in CHEAP:  # the one-line completion of each experiment, in both runs
+        assert len(re.findall(rf"\[scarjax\] {name}: done in \d+ s", printed)) == 2
+    assert "2 experiments in 2 worker processes" in printed
+    for name in CHEAP:
+        r1, r2 = (json.loads((outs[j] / "results" / f"{name}.json").read_text()) for j in ("1", "2"))
+        assert _keys(r1) == _keys(r2) and r1["meta"].keys() == r2["meta"].keys()
+        assert r1["meta"]["mode"] == r2["meta"]["mode"] == "quick"
+        assert sorted(p.name for p in (outs["1"] / "paper_figs").glob(f"{name}*.png")) == \
+            sorted(p.name for p in (outs["2"] / "paper_figs").glob(f"{name}*.png")) != []
+    rep1, rep2 = ((outs[j] / "paper_figs" / "REPRODUCTION.md").read_text() for j in ("1", "2"))
+    assert "**Run settings**" in rep1 and "**Run settings**" in rep2
+    assert _without_timings(rep1) == _without_timings(rep2)
+    assert _without_timings(rep1) != rep1  # the timings were indeed cut (the comparison is not vacuous)
+
+
+_FAKE = """
+import dataclasses
+import os
+
+NAME = {name!r}
+DESCRIPTION = "a planted failure (test)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    @classmethod
+    def quick(cls):
+        return cls()
+
+
+def run(config, out_dir):
+    {body}
+"""
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """Register fake experiment modules (importable in the spawned workers: they inherit
+    ``sys.path``) whose ``run`` raises or kills its worker process."""
+    src = tmp_path / "fake_experiments"
+    src.mkdir()
+    fakes = {"planted_raise": "raise RuntimeError('planted failure inside the experiment')",
+             "planted_exit": "os._exit(3)"}
+    for name, body in fakes.items():
+        (src / f"{name}.py").write_text(textwrap.dedent(_FAKE).format(name=name, body=body))
+    monkeypatch.syspath_prepend(str(src))
+    real = cli.experiments()
+    mods = {name: __import__(name) for name in fakes}
+    monkeypatch.setattr(cli, "experiments", lambda: {**real, **mods})
+    return tmp_path / "out"
+
+
+def test_failing_experiment_fails_the_command_naming_it(planted, capsys):
+    rc = cli.main(["reproduce", "tierml_fig12", "planted_raise", "--quick", "--out", str(planted), "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "planted_raise" in err and "planted failure inside the experiment" in err  # name and traceback tail
+    assert "Traceback" in err
+    assert not (planted / "paper_figs" / "REPRODUCTION.md").exists()
+
+
+def test_dying_worker_fails_the_command_naming_it(planted, capsys):
+    rc = cli.main(["reproduce", "planted_exit", "tierml_fig12", "--quick", "--out", str(planted), "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "planted_exit" in err and "ended abnormally" in err
+
+
+def test_schedule_longest_first_alone_last():
+    cost = {"a": (1, 50), "b": (9, 5), "c": (5, 1), "t": (100, 100)}
+    assert schedule(["a", "b", "c", "t"], True, cost, alone=["t"]) == ["b", "c", "a", "t"]
+    assert schedule(["a", "b", "c", "t"], False, cost, alone=["t"]) == ["a", "b", "c", "t"]
+    assert schedule(["a", "new", "b"], True, cost) == ["new", "b", "a"]  # unknown cost: counted longest
+    names = set(cli.experiments())
+    assert set(experiments.COST) == names and set(experiments.ALONE) <= names
+
+
+def test_jobs_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["reproduce", "tierml_fig12", "--jobs", "0"])
+    assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+_BACKEND_STARTED = ("import sys; {setup}; from jax._src import xla_bridge; "
+                    "sys.exit(3 if xla_bridge.backends_are_initialized() else 0)")
+
+
+@pytest.mark.parametrize("setup, started", [
+    ("import experiments.pollux_throughput", False),  # what its jax.distributed processes import first
+    ("import experiments.pollux_throughput, jax.numpy as jnp; jnp.zeros(1)", True),  # planted: a computation
+])
+def test_importing_an_experiment_starts_no_jax_backend(setup, started):
+    """pollux_throughput's worker processes (experiments._launch.call_processes) import it and
+    then join ``jax.distributed``, which must come before JAX's backend starts; so importing
+    scarjax and the experiment must not run a JAX computation (as optax's ``init`` would)."""
+    proc = subprocess.run([sys.executable, "-c", _BACKEND_STARTED.format(setup=setup)], env=_launch.env(1),
+                          cwd=_launch.ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == (3 if started else 0), proc.stderr[-2000:]
