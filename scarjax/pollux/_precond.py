@@ -73,7 +73,9 @@ def _optax_types(*names: str) -> tuple[type, ...]:
         t = getattr(optax, n, None)
         if t is None and n in _UNEXPORTED:
             try:
-                t = type(_UNEXPORTED[n]().init({}))
+                # traced abstractly (eval_shape): importing scarjax must not start JAX's backend, or
+                # jax.distributed.initialize fails in processes that import it first
+                t = type(jax.eval_shape(_UNEXPORTED[n]().init, {}))
             except TypeError:  # pragma: no cover - an optax without the bias_correction option
                 t = None
             t = t if t is not None and t.__name__ == n else None
