@@ -186,8 +186,9 @@ def test_progress_bar(qp, keys, capsys, one_device):
 def test_trial_bytes_is_the_trace_plus_three_carries(qp):
     """The estimate is eval_shape's trace plus three copies of the state and hook states."""
     est = trials.trial_bytes(qp, None, 10)
-    # trace: loss and distance [11], point_delta 3 x [10], initial distance; state: w[4].
-    assert est == 4 * (11 + 11 + 30 + 1) + 3 * 4 * 4
+    # trace: loss and distance [11], point_delta 3 x [10], initial distance, the matmul precision
+    # and |w*| it records (two scalars); state: w[4].
+    assert est == 4 * (11 + 11 + 30 + 1 + 2) + 3 * 4 * 4
     assert trials.trial_bytes(qp, _noisy(), 10) > est  # + the hook's delta trace and state
 
 

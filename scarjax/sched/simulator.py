@@ -688,10 +688,11 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
                 gpus.append(g)
                 used.append(int(g.sum()))
             if bar is not None:
-                bar.update(int(s.done.sum()) - bar.n)
                 bar.set_postfix_str(f"{now / 3600:.1f} h simulated, active: {act.size}", refresh=False)
+                bar.update(int(s.done.sum()) - bar.n)  # redraws at most every tqdm mininterval
     finally:
         if bar is not None:
+            bar.refresh()  # the final state is always shown once, however short the run
             bar.close()
     done = s.done
     jct = s.completion - s.submit
