@@ -48,33 +48,18 @@ extensions = [
 
 # ---------------------------------------------------------------------------------------
 # Sources: the guides (docs/*.md), the generated API pages (docs/api/), the notebooks
-# (copied from notebooks/ into docs/tutorials/ by _copy_notebooks), the reproduction report.
+# (copied from notebooks/ into docs/tutorials/ by _mirror), the reproduction report.
 root_doc = "index"
 exclude_patterns = ["_build", "conf.py", "apigen.py", "examples", "**/.ipynb_checkpoints", "README.md"]
 nb_custom_formats = {".py": ["jupytext.reads", {"fmt": "py:percent"}]}
 
 
-def _copy_notebooks() -> None:
-    """notebooks/*.py -> docs/tutorials/ (written only when changed, so the cache holds)."""
-    target = DOCS / "tutorials"
+def _mirror(source_dir: Path, pattern: str, target: Path) -> None:
+    """``source_dir/pattern`` -> ``target/`` (written only when changed, so the notebook cache
+    holds; files no longer in ``source_dir`` are removed)."""
     target.mkdir(exist_ok=True)
-    sources = sorted((ROOT / "notebooks").glob("*.py"))
-    for stale in target.glob("*.py"):
-        if stale.name not in {s.name for s in sources}:
-            stale.unlink()
-    for source in sources:
-        dest = target / source.name
-        text = source.read_text()
-        if not dest.exists() or dest.read_text() != text:
-            dest.write_text(text)
-
-
-def _copy_theory() -> None:
-    """theory/*.md (one note per theorem) -> docs/theory/, pages of the site."""
-    target = DOCS / "theory"
-    target.mkdir(exist_ok=True)
-    sources = sorted((ROOT / "theory").glob("*.md"))
-    for stale in target.glob("*.md"):
+    sources = sorted(source_dir.glob(pattern))
+    for stale in target.glob(pattern):
         if stale.name not in {s.name for s in sources}:
             stale.unlink()
     for source in sources:
@@ -91,8 +76,8 @@ def _repository_links(app, docname, source) -> None:
         source[0] = source[0].replace("](../theory/", "](theory/")
 
 
-_copy_notebooks()
-_copy_theory()
+_mirror(ROOT / "notebooks", "*.py", DOCS / "tutorials")  # the notebooks, executed as tutorials
+_mirror(ROOT / "theory", "*.md", DOCS / "theory")  # one note per theorem, pages of the site
 ALIASES = apigen.generate(DOCS / "api")
 PRIVATE = apigen.private_names(apigen.public_modules())
 
