@@ -44,7 +44,8 @@ GROUPS: list[tuple[str, str, list[str]]] = [
         "scarjax.sched.workload",
     ]),
     ("cluster", "Transient clusters, performance models and planning (architecture §5b–5c)", [
-        "scarjax.cluster", "scarjax.cluster.market", "scarjax.cluster.clock",
+        "scarjax.cluster", "scarjax.cluster.market", "scarjax.cluster.steptime", "scarjax.cluster.ledger",
+        "scarjax.cluster.trainer", "scarjax.cluster.clock",
         "scarjax.cluster.policies", "scarjax.cluster.tierml", "scarjax.cluster.bidbrain",
         "scarjax.cluster.syncfly", "scarjax.cluster.litz", "scarjax.cluster.sweep",
         "scarjax.cluster.cmdare", "scarjax.cluster.lifetimes", "scarjax.cluster.profile",

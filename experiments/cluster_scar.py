@@ -39,6 +39,8 @@ from experiments import _stats as S
 from experiments._common import recorded
 from experiments._problems import mlr_digits
 from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 
@@ -73,19 +75,19 @@ class Config:
         return cls(markets=("aws-exp",), trials=4, target_step=48, quick_mode=True)
 
 
-def _market(name: str, cfg: Config) -> ck.Market:
+def _market(name: str, cfg: Config) -> mk.Market:
     if name == "gce-k80":
-        return ck.Market(ck.MachineType("n1-standard-4+K80", cfg.gce_on_demand), mk.gce_preemptible("K80", "us-central1"),
+        return mk.Market(mk.MachineType("n1-standard-4+K80", cfg.gce_on_demand), mk.gce_preemptible("K80", "us-central1"),
                          billing="per_second", startup=mk.cmdare_startup("preemptible"))
     if name == "aws-exp":
-        return ck.Market(ck.MachineType("m4.xlarge", cfg.aws_on_demand, spot=cfg.aws_spot),
+        return mk.Market(mk.MachineType("m4.xlarge", cfg.aws_on_demand, spot=cfg.aws_spot),
                          mk.exponential(cfg.aws_mean_s, warning_s=mk.AWS_WARNING_S), billing="hourly",
                          startup=mk.fixed_startup(mk.DEFAULT_STARTUP_S["aws"]))
     raise ValueError(f"markets: unknown market {name!r} (gce-k80, aws-exp)")
 
 
 def _target(cfg: Config, alg) -> float:
-    losses = ck.Trainer(alg, cfg.seed).train(cfg.target_step)
+    losses = Trainer(alg, cfg.seed).train(cfg.target_step)
     return float(losses[-1])
 
 
@@ -132,7 +134,7 @@ def run(config: Config, out_dir) -> dict:
     alg = mlr_digits()
     target = _target(config, alg)
     max_steps = int(round(config.target_step * config.max_steps_factor))
-    job = ck.Job(alg, target, ck.step_time_linear(config.compute_s, config.sync_s), workers=config.workers,
+    job = ck.Job(alg, target, step_time_linear(config.compute_s, config.sync_s), workers=config.workers,
                  checkpoint_s=config.checkpoint_s, restore_s=config.restore_s, max_steps=max_steps)
     horizon = config.horizon_h * 3600.0
     res = {"config": dataclasses.asdict(config), "target_loss": target, "max_steps": max_steps,

@@ -4,7 +4,7 @@ restarting, vs static runs and the ideal scale-out.
 MLR (softmax regression on the embedded digits, minibatch SGD, ``mlr_executors`` executors in
 worker mode) scales out 4 -> 8 nodes and in 8 -> 4; LDA (collapsed Gibbs on the embedded
 synthetic corpus) scales out 12 -> 24 and in 24 -> 12. The convergence comes from real
-training (:class:`scarjax.cluster.clock.Trainer`; the trajectory is the same whatever the
+training (:class:`scarjax.cluster.trainer.Trainer`; the trajectory is the same whatever the
 node count, so an elastic run loses and redoes no iteration); the time per iteration comes
 from :func:`scarjax.cluster.litz.litz_step_time` (executors over the nodes plus a fixed part),
 whose two constants are set so that the *static* runs take the paper's times (MLR: 157 min on
@@ -27,6 +27,7 @@ import numpy as np
 from experiments import _common, _plot
 from experiments._common import revive
 from scarjax.cluster import clock
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import litz
 from scarjax.models import lda, mlr
 
@@ -98,7 +99,7 @@ def run(config: Config, out_dir) -> dict:
             raise ValueError(f"{app}: executors must divide evenly over {p['pre']} and {p['post']} nodes")
         # the target: the loss a static run reaches after `steps` iterations; K: the iteration at
         # which it is first reached (the same in every run: the trajectory does not depend on the nodes)
-        probe = clock.Trainer(alg, key, workers=spec.executors if alg.has_workers else None)
+        probe = Trainer(alg, key, workers=spec.executors if alg.has_workers else None)
         losses = probe.train(steps)
         target = float(losses[-1])
         K = int(np.flatnonzero(losses <= target)[0]) + 1

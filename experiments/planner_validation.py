@@ -69,6 +69,9 @@ from experiments._common import recorded, revive
 from experiments._problems import MLR_L2, MLR_LR, mlr_digits
 from scarjax import bounds
 from scarjax.cluster import clock as ck
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import planner as pl
 from scarjax.data import transient as td
@@ -185,8 +188,8 @@ def series_bill(times_s: np.ndarray, prices: np.ndarray, start: float, stop: flo
     return float(np.sum(at(float(start) + _H * np.arange(hours)))) if hours else 0.0
 
 
-def rebill(ledger: ck.Ledger, t: float, times_s, prices, on_demand: float) -> dict:
-    """The ledger's :meth:`~scarjax.cluster.clock.Ledger.cost` at market time ``t`` with every
+def rebill(ledger: Ledger, t: float, times_s, prices, on_demand: float) -> dict:
+    """The ledger's :meth:`~scarjax.cluster.ledger.Ledger.cost` at market time ``t`` with every
     spot entry (price a multiple of :data:`_SENTINEL`) billed at the series instead: entries
     that started at or after ``t`` cost 0, stopped ones their charge, running ones as stopped by
     the user at ``t``. Returns ``{'dollars', 'spot', 'reliable', 'tie_purchases'}`` (spot
@@ -221,7 +224,7 @@ def _reference(name: str, steps: int, seed: int, optimum: bool = True):
         alg = mf.synthetic(seed)
     else:
         raise ValueError(f"jobs: unknown job {name!r} (one of {JOBS})")
-    losses = ck.Trainer(alg, seed).train(steps)
+    losses = Trainer(alg, seed).train(steps)
     return alg, float(losses[-1])
 
 
@@ -232,7 +235,7 @@ def make_job(name: str, cfg: Config) -> ck.Job:
     steps = cfg.mlr_target_step if name == "mlr" else cfg.mf_target_step
     alg, target = _reference(name, steps, cfg.seed, cfg.mlr_optimum)
     compute = cfg.mlr_compute_s if name == "mlr" else cfg.mf_compute_s
-    return ck.Job(alg, target, ck.step_time_linear(compute, cfg.sync_s), workers=cfg.workers,
+    return ck.Job(alg, target, step_time_linear(compute, cfg.sync_s), workers=cfg.workers,
                   checkpoint_s=cfg.checkpoint_s, restore_s=cfg.restore_s,
                   max_steps=int(round(cfg.max_steps_factor * steps)))
 
@@ -240,7 +243,7 @@ def make_job(name: str, cfg: Config) -> ck.Job:
 # ----------------------------------------------------------------------------- simulation
 
 
-def simulate(policy, job: ck.Job, market: ck.Market, options: dict, starts, *, horizon_s: float, seed: int,
+def simulate(policy, job: ck.Job, market: mk.Market, options: dict, starts, *, horizon_s: float, seed: int,
              times_s, prices) -> dict:
     """Run ``policy`` (the cluster policies' signature) from each of ``starts`` (market seconds) on ``market``
     with the sentinel spot price, re-bill at ``(times_s, prices)`` and return per-start arrays
@@ -400,7 +403,7 @@ def run(config: Config, out_dir) -> dict:
                 rng = np.random.default_rng([cfg.seed, j, q, w])
                 starts = _starts(win["eval"], cfg.starts, horizon, rng)
                 mm = pl.MarketModel.from_prices(ser, od, window=win["plan"])
-                eval_market = ck.Market(ck.MachineType(mname, od, ser), mk.price_driven(ser, od), "hourly",
+                eval_market = mk.Market(mk.MachineType(mname, od, ser), mk.price_driven(ser, od), "hourly",
                                         mk.fixed_startup(cfg.startup_s), float(starts[0]))
                 sims = {}  # candidate -> per-start outcomes, shared by the objectives (one grid)
                 n_grid = None
@@ -478,7 +481,7 @@ def _profile(pl, job: ck.Job, name: str):
     try:
         return pl.JobProfile.from_job(job, 0, name=name), "max_ratio (planner)"
     except ValueError:
-        losses = ck.Trainer(job.algorithm, 0).train(job.max_steps)
+        losses = Trainer(job.algorithm, 0).train(job.max_steps)
         k0 = int(np.nonzero(losses <= job.target_loss)[0][0]) + 1
         gap = losses[: max(k0, 4)] - losses.min()
         c = float(bounds.estimate_c(gap[gap > 0], method="fit", min_r2=0.5))
@@ -491,8 +494,8 @@ def _mean_price(ts, ps, a, b) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class _PlannedInterval(ck.Market):
-    """A :class:`~scarjax.cluster.clock.Market` whose :meth:`mttf_s` is a given value: SCAR's
+class _PlannedInterval(mk.Market):
+    """A :class:`~scarjax.cluster.market.Market` whose :meth:`mttf_s` is a given value: SCAR's
     checkpoint interval in the simulator (:func:`scarjax.cluster.policies.scar` derives it from
     ``market.mttf_s()``) is then the planner's (module docstring)."""
 
@@ -521,7 +524,7 @@ def _to_simulation(pl, i, cands, profile, market, model, interval_steps):
         mttf = (K * dt) ** 2 / (2.0 * delta) if math.isfinite(K) and delta > 0 else math.inf
         if not mkt.bulk and math.isfinite(mttf):
             mttf *= sim.job.workers
-        mkt = _PlannedInterval(**{f.name: getattr(mkt, f.name) for f in dataclasses.fields(ck.Market)},
+        mkt = _PlannedInterval(**{f.name: getattr(mkt, f.name) for f in dataclasses.fields(mk.Market)},
                                planned_mttf_s=mttf)
     return sim.policy, options, sim.job, mkt
 

@@ -4,7 +4,7 @@ Sec 4.7), on the 2015 AWS spot-price history (us-east-1; the embedded April extr
 
 **Job.** Real training: full-batch MLR on digits (:func:`scarjax.models.mlr.digits`), the target
 the loss the failure-free run reaches at ``target_step``. Time per iteration:
-``step_time_linear(compute_s, sync_s)`` (:mod:`scarjax.cluster.clock`: ``t(M) = compute_s / M +
+``step_time_linear(compute_s, sync_s)`` (:mod:`scarjax.cluster.steptime`: ``t(M) = compute_s / M +
 sync_s · log2 M``), its two parameters set from the paper's setting: the job takes
 ``runtime_64_h`` (4 h, Sec 4.7 "the 4-hour MLR application") on 64 machines, of which a share
 ``sync_share`` of each iteration is synchronisation. TierML multiplies it by its stage's
@@ -37,6 +37,8 @@ import numpy as np
 from experiments import _plot
 from experiments._common import recorded, revive
 from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.cluster import tierml as tm
@@ -95,7 +97,7 @@ def _markets(cfg, start_s):
     for z in cfg.zones:
         od, ser = _series(cfg.instance_type, z)
         price = ser if cfg.bill_series else _mean_price(ser, start_s, start_s + cfg.horizon_h * _H)
-        out.append(ck.Market(ck.MachineType(f"{cfg.instance_type}@{z}", od, price), mk.price_driven(ser, od),
+        out.append(mk.Market(mk.MachineType(f"{cfg.instance_type}@{z}", od, price), mk.price_driven(ser, od),
                              "hourly", mk.fixed_startup(cfg.startup_s), float(start_s)))
     return out
 
@@ -109,12 +111,12 @@ def _outcome(run, target):
 def run(config: Config, out_dir) -> dict:
     cfg = config
     alg = mlr.digits(lr=1.0, l2=1e-2)
-    ref = ck.Trainer(alg, 0).train(cfg.target_step)
+    ref = Trainer(alg, 0).train(cfg.target_step)
     target = float(ref[-1])
     t64 = cfg.runtime_64_h * _H / cfg.target_step
     compute_s = (1.0 - cfg.sync_share) * t64 * 64
     sync_s = cfg.sync_share * t64 / np.log2(64)
-    step_time = ck.step_time_linear(compute_s, sync_s)
+    step_time = step_time_linear(compute_s, sync_s)
     max_steps = 3 * cfg.target_step
     job = lambda w: ck.Job(alg, target, step_time, workers=w, checkpoint_s=cfg.checkpoint_s,  # noqa: E731
                            restore_s=cfg.restore_s, max_steps=max_steps)

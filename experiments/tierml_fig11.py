@@ -4,7 +4,7 @@ iteration 11 and are evicted (after a warning) at iteration 35 (Harlap et al. 20
 **Job.** Real training: ALS matrix factorisation on the embedded synthetic ratings
 (:func:`scarjax.models.mf.synthetic`), one iteration per clock step
 (:func:`scarjax.cluster.tierml.scripted`). The iteration's time is the step-time model
-``step_time_linear(compute_s, sync_s)`` (:mod:`scarjax.cluster.clock`: ``t(M) = compute_s / M +
+``step_time_linear(compute_s, sync_s)`` (:mod:`scarjax.cluster.steptime`: ``t(M) = compute_s / M +
 sync_s · log2 M``) of the machines running workers, times TierML's modelled stage slowdown
 (:func:`scarjax.cluster.tierml.stage_slowdown`; 60:4 = 15:1 is stage 2, 1.18), plus, in the
 iteration of the eviction, the end-of-life flush of the ActivePSs to the 4 BackupPSs
@@ -30,6 +30,8 @@ import numpy as np
 from experiments import _plot
 from experiments._common import recorded, revive
 from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import tierml as tm
 from scarjax.models import mf
 
@@ -62,10 +64,10 @@ class Config:
 def run(config: Config, out_dir) -> dict:
     cfg = config
     alg = mf.synthetic(cfg.seed, n_users=cfg.n_users, n_items=cfg.n_items)
-    step_time = ck.step_time_linear(cfg.compute_s, cfg.sync_s)
+    step_time = step_time_linear(cfg.compute_s, cfg.sync_s)
     job = ck.Job(alg, target_loss=-1.0, step_time=step_time, workers=cfg.reliable + cfg.transient,
                  max_steps=cfg.iterations)
-    ref = ck.Trainer(alg, 0).train(cfg.iterations)
+    ref = Trainer(alg, 0).train(cfg.iterations)
     out = {}
     for mode, warned in (("warned", True), ("unwarned", False)):
         s = tm.scripted(job, key=jax.random.key(cfg.seed), iterations=cfg.iterations, reliable=cfg.reliable,

@@ -17,7 +17,7 @@
 # (transient clusters). A **market** says which machines we buy, what they cost, how long they
 # live and how they are billed; a **policy** decides what to do when one goes; the
 # **clock** advances simulated time interval by interval while the job trains *for
-# real* (`scarjax.cluster.clock.Trainer`), so the loss-vs-hours and loss-vs-dollars
+# real* (`scarjax.cluster.trainer.Trainer`), so the loss-vs-hours and loss-vs-dollars
 # curves below come from actual iterations, not from an assumed progress rate.
 #
 # 1. load a real trace: GCE preemptible K80 lifetimes in us-central1 measured by CM-DARE;
@@ -32,6 +32,8 @@ import numpy as np
 
 from scarjax import data
 from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.models import mlr
@@ -49,8 +51,8 @@ print(f"{len(k80)} K80 preemptible VMs in us-central1: median lifetime {np.media
 # `cmdare_startup` resamples the measured request-to-running times.
 
 # %%
-market = ck.Market(
-    ck.MachineType("n1-standard-4+K80", on_demand_price=0.64),  # stated; preemptible: GCE's fixed 70% off
+market = mk.Market(
+    mk.MachineType("n1-standard-4+K80", on_demand_price=0.64),  # stated; preemptible: GCE's fixed 70% off
     mk.gce_preemptible("K80", "us-central1"),
     billing="per_second",
     startup=mk.cmdare_startup("preemptible"),
@@ -70,8 +72,8 @@ print(f"MTTF per machine {market.mttf_s() / 3600:.1f} h, preemptible price ${mar
 
 # %%
 alg = mlr.digits(lr=1.0, l2=1e-2)
-target = float(ck.Trainer(alg, 0).train(80)[-1])
-job = ck.Job(alg, target, ck.step_time_linear(600.0, 2.0), workers=8, checkpoint_s=120.0, restore_s=120.0,
+target = float(Trainer(alg, 0).train(80)[-1])
+job = ck.Job(alg, target, step_time_linear(600.0, 2.0), workers=8, checkpoint_s=120.0, restore_s=120.0,
              max_steps=240)
 print(f"target loss {target:.4f}; Young/Daly interval {po.checkpoint_interval_steps(job, market):g} iterations")
 

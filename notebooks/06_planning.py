@@ -35,6 +35,10 @@ import jax
 import numpy as np
 
 from scarjax.cluster import clock as ck
+
+from scarjax.cluster.steptime import step_time_linear
+
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import planner as pl
 from scarjax.data import transient as td
@@ -55,8 +59,8 @@ from scarjax.models import mlr
 
 # %%
 alg = mlr.digits(lr=1.0, l2=1e-2)
-target = float(ck.Trainer(alg, 0).train(150)[-1])
-job = ck.Job(alg, target, ck.step_time_linear(640.0, 2.0), workers=8, checkpoint_s=120.0, restore_s=120.0,
+target = float(Trainer(alg, 0).train(150)[-1])
+job = ck.Job(alg, target, step_time_linear(640.0, 2.0), workers=8, checkpoint_s=120.0, restore_s=120.0,
              max_steps=450)
 
 spot = td.load_spot_prices("c3.xlarge", "us-east-1e")
@@ -144,14 +148,14 @@ print(f"re-planned under the deadline: {best['policy']} on {best['workers']} mac
 t, p = np.asarray(series.times_s), np.asarray(series.prices)
 minutes = np.arange(week, 2 * week, 60.0)
 week2_price = float(p[np.maximum(np.searchsorted(t, minutes, side="right") - 1, 0)].mean())
-eval_market = ck.Market(ck.MachineType("c3.xlarge@us-east-1e", spot.on_demand, week2_price),
+eval_market = mk.Market(mk.MachineType("c3.xlarge@us-east-1e", spot.on_demand, week2_price),
                         mk.price_driven(series, spot.on_demand), "hourly", mk.fixed_startup(300.0), week)
 sim = pl.to_simulation(deadline.index, deadline.candidates, profile, eval_market, model=market)
 rng = np.random.default_rng(0)
 starts = np.sort(np.round(rng.uniform(week, 2 * week - 48 * 3600.0, 3) / 60.0) * 60.0)
 runs = []
 for s, k in zip(starts, jax.random.split(jax.random.key(0), 3)):
-    m = ck.Market(sim.market.machine, sim.market.process, sim.market.billing, sim.market.startup, float(s))
+    m = mk.Market(sim.market.machine, sim.market.process, sim.market.billing, sim.market.startup, float(s))
     runs.append(sim.policy(sim.job, m, key=k, horizon_s=48 * 3600.0, **sim.kwargs))
 out = ck.outcomes(runs, job.target_loss)
 print(f"simulated the chosen plan ({sim.policy.__name__}) from {len(runs)} starts in week 2 (mean spot price "

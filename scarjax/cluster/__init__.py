@@ -6,9 +6,13 @@ Litz, SCAR).
   lifetimes, price-driven from the AWS 2015 spot history, trace replay), bills (AWS hourly
   with the free provider-revoked partial hour, per second, GCE's fixed preemptible price),
   start-up delays (CM-DARE).
-* :mod:`~scarjax.cluster.clock` - the clock: step-time models, markets, the ``Ledger`` of a
-  run's bills, the ``Trainer`` that advances real scarjax training interval by interval, and
-  the ``ClusterRun`` every policy returns (loss vs hours and vs dollars).
+* :mod:`~scarjax.cluster.market` also holds the one :class:`~scarjax.cluster.market.Market`
+  (machines on offer, revocations, prices, billing) every policy and the planner read.
+* :mod:`~scarjax.cluster.steptime` (seconds per iteration for ``M`` workers),
+  :mod:`~scarjax.cluster.ledger` (a run's bills, one entry per machine),
+  :mod:`~scarjax.cluster.trainer` (real scarjax training advanced interval by interval) and
+  :mod:`~scarjax.cluster.clock` (the :class:`~scarjax.cluster.clock.Job`, the
+  :class:`~scarjax.cluster.clock.ClusterRun` every policy returns, Monte-Carlo over draws).
 * Policies, each ``policy(job, market, *, key, horizon_s, ...) -> ClusterRun`` or its own
   driver: :mod:`~scarjax.cluster.policies` (on-demand, checkpoint-restart at the Young/Daly
   interval, SCAR), :mod:`~scarjax.cluster.tierml` (TierML/AgileML stages),
@@ -27,28 +31,37 @@ Litz, SCAR).
 Not imported by ``import scarjax``: ``from scarjax import cluster``.
 """
 
-from scarjax.cluster import (bidbrain, clock, cmdare, lifetimes, litz, market, planner, policies, profile, sweep,
-                             syncfly, tierml)
-from scarjax.cluster.clock import *  # noqa: F403 (the clock's public names, clock.__all__)
-from scarjax.cluster.market import *  # noqa: F403 (the markets' public names, market.__all__)
+from scarjax.cluster import (bidbrain, clock, cmdare, ledger, lifetimes, litz, market, planner, policies, profile,
+                             steptime, sweep, syncfly, tierml, trainer)
+from scarjax.cluster.clock import *  # noqa: F403 (the run contract's public names, clock.__all__)
+from scarjax.cluster.ledger import *  # noqa: F403 (ledger.__all__)
+from scarjax.cluster.market import *  # noqa: F403 (the market's public names, market.__all__)
+from scarjax.cluster.steptime import *  # noqa: F403 (steptime.__all__)
+from scarjax.cluster.trainer import *  # noqa: F403 (trainer.__all__)
 from scarjax.cluster.policies import checkpoint_restart, on_demand, young_daly_s
 
 __all__ = [
     "bidbrain",
     "clock",
     "cmdare",
+    "ledger",
     "lifetimes",
     "litz",
     "market",
     "planner",
     "policies",
     "profile",
+    "steptime",
     "sweep",
     "syncfly",
     "tierml",
+    "trainer",
     "checkpoint_restart",
     "on_demand",
     "young_daly_s",
     *clock.__all__,
+    *ledger.__all__,
     *market.__all__,
+    *steptime.__all__,
+    *trainer.__all__,
 ]

@@ -7,7 +7,7 @@ server threads that hold the PShards. Elasticity moves executors and PShards bet
 (Sec 4.4): the computation itself (which executors exist, what each computes from which
 parameters, in which order) does not depend on the number of nodes. Here:
 
-* **Training** is real and independent of the node count: :class:`scarjax.cluster.clock.Trainer`
+* **Training** is real and independent of the node count: :class:`scarjax.cluster.trainer.Trainer`
   over the ``E`` executors (worker mode with ``E`` workers when the algorithm has one; else the
   plain loop), advanced in intervals between scaling events. The trainer is cut-invariant
   (each iteration's keys come from its global index), so an elastic run reaches exactly the
@@ -16,7 +16,7 @@ parameters, in which order) does not depend on the number of nodes. Here:
   guarantee for server and worker changes ("a segmented run with these events equals the
   uninterrupted run").
 * **Time** per iteration on ``N`` nodes comes from the job's
-  :class:`~scarjax.cluster.clock.StepTime` (e.g. :func:`litz_step_time`: executors divided over
+  :class:`~scarjax.cluster.steptime.StepTime` (e.g. :func:`litz_step_time`: executors divided over
   the nodes' worker threads, Fig 4.2's over-partitioning overhead, plus a fixed per-iteration
   part), and a scaling event costs a *migration* pause: the executors and PShards that change
   node (a minimal-move rebalance, :func:`rebalance`: leaving nodes' units go to the least loaded
@@ -39,6 +39,10 @@ import numpy as np
 
 from scarjax import validate as va
 from scarjax.cluster import clock
+from scarjax.cluster import market as mk
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.steptime import StepTime
+from scarjax.cluster.trainer import Trainer
 
 __all__ = [
     "LitzSpec",
@@ -82,7 +86,7 @@ class LitzSpec:
 
 
 def litz_step_time(compute_s: float, fixed_s: float, executors: int, *, threads_per_node: int = 1,
-                   overhead_per_executor: float = 0.0) -> clock.StepTime:
+                   overhead_per_executor: float = 0.0) -> StepTime:
     """Seconds per iteration on ``N`` nodes: ``compute_s · ceil(E / (N · threads)) / (E / threads)
     · (1 + overhead) + fixed_s``: the executors' work divided over the nodes' worker threads in
     whole executors (an over-partitioned job balances to within one executor), the
@@ -101,7 +105,7 @@ def litz_step_time(compute_s: float, fixed_s: float, executors: int, *, threads_
         per = np.ceil(E / slots)
         return c * per / (E / th) * (1.0 + o * np.maximum(E / slots - 1.0, 0.0)) + f
 
-    return clock.StepTime(fn, f"litz(E={E},c={c:g},f={f:g})")
+    return StepTime(fn, f"litz(E={E},c={c:g},f={f:g})")
 
 
 def placement(units: int, nodes: int) -> np.ndarray:
@@ -173,7 +177,7 @@ def _check_schedule(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, 
     return out
 
 
-def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, horizon_s: float,
+def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizon_s: float,
             spec: LitzSpec, schedule: Sequence[tuple[float, int]] = (), tier: str = "reliable",
             policy: str = "litz", train_key: Any = 0) -> clock.ClusterRun:
     """Run ``job`` on ``job.workers`` nodes, changing to ``nodes`` at each ``(time_s, nodes)`` of
@@ -197,12 +201,12 @@ def elastic(job: clock.Job, market: clock.Market | None = None, *, key: Any, hor
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     sched = _check_schedule(schedule)
     if market is None:
-        market = clock.Market(clock.MachineType("m4.4xlarge", 0.8), None, billing="per_second")
-    if not isinstance(market, clock.Market):
-        raise TypeError(f"market must be a scarjax.cluster.clock.Market or None, got {type(market).__name__}")
+        market = mk.Market(mk.MachineType("m4.4xlarge", 0.8), None, billing="per_second")
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market or None, got {type(market).__name__}")
     workers = spec.executors if job.algorithm.has_workers else None
-    trainer = clock.Trainer(job.algorithm, train_key, workers=workers)
-    ledger = clock.Ledger()
+    trainer = Trainer(job.algorithm, train_key, workers=workers)
+    ledger = Ledger()
     price = market.price(tier)
     nodes = int(job.workers)
     t0 = float(market.start_time_s)  # the ledger is on the market's clock

@@ -50,6 +50,7 @@ Times are float32 seconds on the process's clock (price series: seconds since th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -64,6 +65,10 @@ from scarjax.data.transient import AWS_WARNING_S, GCE_MAX_LIFETIME_S, GCE_PREEMP
 
 __all__ = [
     "AWS_WARNING_S",
+    "BILLINGS",
+    "MachineType",
+    "Market",
+    "TIERS",
     "DEFAULT_STARTUP_S",
     "GCE_MAX_LIFETIME_S",
     "GCE_MINIMUM_CHARGE_S",
@@ -744,11 +749,11 @@ def from_availability(
 
     Before ``times_s[0]`` nothing is obtainable. The usual call, for a trace of a new user::
 
-        market = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92),
+        market = mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92),
                            mk.from_availability(times_s, counts, provider="aws_per_second"),
                            billing=mk.PROVIDERS["aws_per_second"].billing)
 
-    or in one call :meth:`scarjax.cluster.clock.Market.from_availability`.
+    or in one call :meth:`Market.from_availability`.
 
     Raises ``ValueError`` naming the argument for NaN, negative or unsorted ``times_s``, and for
     negative, NaN or fractional ``counts``.
@@ -1060,3 +1065,251 @@ def cmdare_startup(
     return StartupDelay(
         jnp.asarray(sel.total, jnp.float32), f"cmdare:{kind}:{gpu or 'all'}:{region or 'all'}"
     )
+
+
+#: The two tiers of machines a policy buys: ``"reliable"`` (on-demand) and ``"transient"``.
+TIERS = ("reliable", "transient")
+#: The billing rules of :func:`bill`: ``"hourly"`` (AWS 2015) and ``"per_second"`` (GCE).
+BILLINGS = ("hourly", "per_second")
+
+
+# --------------------------------------------------------------------------------------
+# Machines and markets
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineType:
+    """A machine type on offer.
+
+    Attributes:
+      name: e.g. ``"m4.large"``, ``"n1+V100"``.
+      on_demand_price: USD/h of a reliable (on-demand) machine.
+      spot: the transient price: a fixed USD/h (GCE preemptible: 70% off), a
+        :class:`~scarjax.cluster.market.PriceSeries` (AWS spot), or ``None`` (the market
+        derives it: a price-driven process's series, else the GCE preemptible price).
+      speed: relative speed (a step takes ``step_time(M) / speed`` seconds).
+    """
+
+    name: str
+    on_demand_price: float
+    spot: Any = None
+    speed: float = 1.0
+
+    def __post_init__(self):
+        va.check_str("name", self.name)
+        va.check_real("on_demand_price", self.on_demand_price, lo=0.0, scalar=True)
+        va.check_real("speed", self.speed, lo=0.0, lo_open=True, scalar=True)
+        if self.spot is not None and not isinstance(self.spot, PriceSeries):
+            va.check_real("spot", self.spot, lo=0.0, scalar=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Market:
+    """Where a job runs: a machine type, the revocation process of its transient machines,
+    the billing rule, the start-up delay of new machines and the start time.
+
+    Attributes:
+      machine: the :class:`MachineType`.
+      process: a revocation process of :mod:`scarjax.cluster.market` (``exponential``,
+        ``weibull``, ``gce_preemptible``, ``price_driven``, ``replay``) or ``None`` (transient
+        machines are never revoked).
+      billing: ``"hourly"`` (AWS 2015, free partial hour on a provider revocation) or
+        ``"per_second"`` (GCE).
+      startup: a :class:`~scarjax.cluster.market.StartupDelay` (default: none, 0 s).
+      start_time_s: the job's start on the process's / price series' clock.
+    """
+
+    machine: MachineType
+    process: Any = None
+    billing: str = "hourly"
+    startup: Any = None
+    start_time_s: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.machine, MachineType):
+            raise TypeError(f"machine must be a MachineType, got {type(self.machine).__name__}")
+        if self.process is not None and not hasattr(self.process, "sample"):
+            raise TypeError(f"process must be a revocation process of scarjax.cluster.market or None, got {type(self.process).__name__}")
+        va.check_choice("billing", self.billing, BILLINGS)
+        if self.startup is not None and not isinstance(self.startup, StartupDelay):
+            raise TypeError(f"startup must be a scarjax.cluster.market.StartupDelay or None, got {type(self.startup).__name__}")
+        va.check_real("start_time_s", self.start_time_s, lo=0.0, scalar=True)
+
+    # prices --------------------------------------------------------------------------
+    @property
+    def spot(self) -> Any:
+        """The transient price: ``machine.spot``; else a price-driven process's series; else
+        GCE's fixed preemptible price (70% below on-demand)."""
+        if self.machine.spot is not None:
+            return self.machine.spot
+        if isinstance(self.process, PriceDriven):
+            return self.process.series
+        return float(gce_preemptible_price(self.machine.on_demand_price))
+
+    def price(self, tier: str) -> Any:
+        """The price of a machine of ``tier`` (``'reliable'``: on-demand; ``'transient'``:
+        :attr:`spot`), a float or a PriceSeries."""
+        va.check_choice("tier", tier, TIERS)
+        return float(self.machine.on_demand_price) if tier == "reliable" else self.spot
+
+    def price_at(self, tier: str, t: float) -> float:
+        """USD/h in effect at market time ``t`` for ``tier``."""
+        p = self.price(tier)
+        return float(p.price_at(t)) if isinstance(p, PriceSeries) else float(p)
+
+    def available(self, t: float) -> float:
+        """How many transient machines can be obtained at market time ``t`` (``inf``: no
+        limit): a replayed trace's nodes present then (:meth:`~scarjax.cluster.market.Replay.
+        available`; the policies subtract the ones they hold), a price-driven market's ``inf``
+        while the price in effect is ``<=`` the bid and 0 above it, ``inf`` for parametric and
+        empirical processes (and without a process)."""
+        p = self.process
+        if isinstance(p, PriceDriven):
+            return math.inf if float(p.series.price_at(t)) <= float(p.bid) else 0.0
+        if isinstance(p, Replay):
+            return float(p.available(float(t)))
+        return math.inf
+
+    def next_available(self, t: float) -> float:
+        """The first market time ``>= t`` at which :meth:`available` is positive (``inf``:
+        never again within what the market knows)."""
+        p = self.process
+        if isinstance(p, Replay):
+            return p.next_available(float(t))
+        if isinstance(p, PriceDriven):
+            s = p.series
+            times, prices = np.asarray(s.times_s, np.float64), np.asarray(s.prices, np.float64)
+            i = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
+            if prices[i] <= float(p.bid):
+                return float(t)
+            ok = np.flatnonzero(prices[i + 1:] <= float(p.bid))
+            return float(times[i + 1 + ok[0]]) if ok.size else math.inf
+        return float(t)
+
+    def transient_available(self, t: float) -> bool:
+        """Whether a transient machine bought at market time ``t`` is granted: :meth:`available`
+        ``>= 1`` (a price-driven market: the price in effect is ``<=`` the bid; a replayed
+        trace: a node is present)."""
+        return self.available(t) >= 1
+
+    # revocations and start-up ---------------------------------------------------------
+    def revocations(self, key: jax.Array, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(lifetime, warning)`` float64 ``[n]`` seconds from market time ``t`` for ``n``
+        transient machines bought then (``inf``: never revoked; no process: all ``inf``).
+        One jitted program per (process structure, n)."""
+        n = va.check_int("n", n, lo=1)
+        if self.process is None:
+            return np.full(n, np.inf), np.full(n, np.inf)
+        life, warn = _sample_revocations(self.process, key, n, jnp.float32(t))
+        return np.asarray(life, np.float64), np.asarray(warn, np.float64)
+
+    def startup_s(self, key: jax.Array, n: int) -> np.ndarray:
+        """``float64[n]`` start-up delays of ``n`` new machines (0 without a ``startup``)."""
+        n = va.check_int("n", n, lo=1)
+        if self.startup is None:
+            return np.zeros(n)
+        return np.asarray(_sample_startup(self.startup, key, n), np.float64)
+
+    def purchase(self, key: jax.Array, counter: int, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(startup_s, lifetime_s)`` float64 ``[n]`` for the ``counter``-th purchase of ``n``
+        machines at market time ``t``: one jitted program draws both from ``fold_in(key,
+        counter)`` (start-up from its first half, lifetimes from its second)."""
+        n = va.check_int("n", n, lo=1)
+        up, life = _sample_purchase(self.process, self.startup, key, jnp.int32(counter), n, jnp.float32(t))
+        return np.asarray(up, np.float64), np.asarray(life, np.float64)
+
+    def acquire(self, key: jax.Array, counter: int, n: int, t: float, *, held: Any = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(startup_s, lifetime_s, node)`` float64/float64/int64 ``[n]`` for the
+        ``counter``-th purchase of ``n`` machines at market time ``t``: :meth:`purchase`, and
+        on a replayed trace the trace node each machine is (``-1``: none; ``held``: ``bool[K]``
+        nodes already held, which are not offered again). Lifetime 0: not granted."""
+        n = va.check_int("n", n, lo=1)
+        if not isinstance(self.process, Replay):
+            up, life = self.purchase(key, counter, n, t)
+            return up, life, np.full(n, -1, np.int64)
+        K = int(self.process.add_s.shape[0])
+        held = np.zeros(K, bool) if held is None else np.asarray(held, bool)
+        up, life, node = _sample_replay_purchase(self.process, self.startup, key, jnp.int32(counter), n,
+                                                 jnp.float32(t), jnp.asarray(held))
+        return np.asarray(up, np.float64), np.asarray(life, np.float64), np.asarray(node, np.int64)
+
+    @classmethod
+    def from_availability(cls, times_s: Any, counts: Any, *, machine: MachineType, provider: str | None = None,
+                          warning_s: Any = None, billing: str | None = None, startup: Any = None,
+                          start_time_s: float = 0.0, unwarned: Any = 0.0, end_s: Any = None) -> "Market":
+        """A user's availability trace as a market in one call: ``counts[i]`` transient
+        machines of ``machine`` obtainable from ``times_s[i]`` (any ticks, any counts, 0 =
+        none; :func:`scarjax.cluster.market.from_availability`). The notice and the billing
+        are stated (``warning_s``, ``billing``) or come from a named ``provider`` preset of
+        :data:`~scarjax.cluster.market.PROVIDERS` (``"aws"``, ``"aws_per_second"``,
+        ``"gce"``); never defaulted::
+
+            market = mk.Market.from_availability(times_s, counts, provider="aws_per_second",
+                                                 machine=mk.MachineType("p3.2xlarge", 3.06, spot=0.92))
+        """
+        if billing is None:
+            if provider is None:
+                raise ValueError("billing: state it ('hourly' or 'per_second') or name a provider preset "
+                                 f"(provider= one of {sorted(PROVIDERS)})")
+            va.check_choice("provider", provider, tuple(PROVIDERS))
+            billing = PROVIDERS[provider].billing
+        if provider is not None and warning_s is not None:
+            provider = None  # the stated warning wins; the preset gave the billing
+        process = from_availability(times_s, counts, warning_s=warning_s, provider=provider, unwarned=unwarned,
+                                       end_s=end_s)
+        return cls(machine, process, billing=billing, startup=startup, start_time_s=start_time_s)
+
+    @property
+    def bulk(self) -> bool:
+        """Whether one draw revokes the whole allocation (``bulk`` processes, price-driven)."""
+        return bool(getattr(self.process, "bulk", False)) or isinstance(self.process, PriceDriven)
+
+    def mttf_s(self) -> float:
+        """Mean time to a transient machine's revocation, needed by Young/Daly: exact for
+        exponential (capped), Weibull (uncapped) and empirical processes; a replayed trace's by
+        renewal over the trace (the nodes' total time present, censored at the observation's end,
+        over the removals: :meth:`Replay.mttf_s`, never draws of machines not granted); otherwise
+        the mean of 2048 draws at the market's start time (key 0) with ``inf`` (never revoked)
+        lifetimes counted as ``inf``."""
+        p = self.process
+        if p is None:
+            return math.inf
+        if isinstance(p, Exponential):
+            m, c = float(p.mean_s), float(p.cap_s)
+            return m * (1.0 - math.exp(-c / m)) if math.isfinite(c) else m
+        if isinstance(p, Weibull) and not math.isfinite(float(p.cap_s)):
+            return float(p.scale_s) * math.gamma(1.0 + 1.0 / float(p.shape))
+        if isinstance(p, Empirical):
+            return float(np.mean(np.asarray(p.lifetimes_s, np.float64)))
+        if isinstance(p, Replay):
+            return p.mttf_s()
+        life, _ = self.revocations(jax.random.key(0), 2048, self.start_time_s)
+        return float(np.mean(life))
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _sample_revocations(process, key, n, t):
+    rev = sample_lifetimes(process, key, n, t)
+    return rev.lifetime, rev.warning
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _sample_startup(startup, key, n):
+    return startup.sample(key, n)
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _sample_purchase(process, startup, key, counter, n, t):
+    k_up, k_life = jax.random.split(jax.random.fold_in(key, counter))
+    up = jnp.zeros((n,), jnp.float32) if startup is None else startup.sample(k_up, n)
+    life = jnp.full((n,), jnp.inf, jnp.float32) if process is None else sample_lifetimes(process, k_life, n, t).lifetime
+    return up, life
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _sample_replay_purchase(process, startup, key, counter, n, t, held):
+    k_up, k_life = jax.random.split(jax.random.fold_in(key, counter))
+    up = jnp.zeros((n,), jnp.float32) if startup is None else startup.sample(k_up, n)
+    node, rev = process.pick(k_life, n, t, held)
+    return up, rev.lifetime, node

@@ -122,6 +122,8 @@ from jax.flatten_util import ravel_pytree
 from scarjax import bounds, pollux
 from scarjax import validate as va
 from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import StepTime, step_time_linear, step_time_pollux
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.cluster import syncfly as sf
@@ -184,7 +186,7 @@ class JobProfile:
       name: a label.
       iterations: ``K0``, fault-free iterations to the target (at ``batch_sizes[0]`` if given).
       c: the linear rate of Eq 5.3 (thesis Thm 5.3.1), in (0, 1).
-      step_time: a :class:`~scarjax.cluster.clock.StepTime` (seconds per iteration on ``M``
+      step_time: a :class:`~scarjax.cluster.steptime.StepTime` (seconds per iteration on ``M``
         machines of speed 1).
       checkpoint_s: seconds of a full checkpoint (a fraction ``r`` costs ``r * checkpoint_s``).
       restore_s: seconds to read a full checkpoint back.
@@ -206,7 +208,7 @@ class JobProfile:
     name: str
     iterations: float
     c: float
-    step_time: ck.StepTime
+    step_time: StepTime
     checkpoint_s: float = 0.0
     restore_s: float = 0.0
     max_workers: int = 64
@@ -225,7 +227,7 @@ class JobProfile:
         va.check_str("name", self.name)
         va.check_real("iterations", self.iterations, lo=0.0, lo_open=True, scalar=True)
         va.check_real("c", self.c, lo=0.0, hi=1.0, lo_open=True, hi_open=True, scalar=True)
-        if not isinstance(self.step_time, ck.StepTime):
+        if not isinstance(self.step_time, StepTime):
             raise TypeError(f"step_time must be a clock.StepTime, got {type(self.step_time).__name__}")
         va.check_real("checkpoint_s", self.checkpoint_s, lo=0.0, scalar=True)
         va.check_real("restore_s", self.restore_s, lo=0.0, scalar=True)
@@ -249,7 +251,7 @@ class JobProfile:
             if not np.all(np.isfinite(s)) or np.any(s <= 0):
                 raise ValueError(f"iteration_scale must be finite and > 0, got {self.iteration_scale!r}")
             for t in self.batch_step_times:
-                if not isinstance(t, ck.StepTime):
+                if not isinstance(t, StepTime):
                     raise TypeError(f"batch_step_times must be clock.StepTime objects, got {type(t).__name__}")
         elif self.iteration_scale or self.batch_step_times:
             raise ValueError("iteration_scale / batch_step_times given without batch_sizes")
@@ -268,7 +270,7 @@ class JobProfile:
         if not isinstance(job, ck.Job):
             raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
         snapshots = va.check_int("snapshots", snapshots, lo=8)
-        trainer = ck.Trainer(job.algorithm, key)
+        trainer = Trainer(job.algorithm, key)
         losses = trainer.train(job.max_steps)
         hit = np.nonzero(losses <= job.target_loss)[0]
         if hit.size == 0:
@@ -278,7 +280,7 @@ class JobProfile:
         # snapshots: every `stride` steps up to past K0 (a second pass, from the start)
         horizon = min(job.max_steps, max(K0 + K0 // 4, K0 + 2))
         stride = max(1, horizon // snapshots)
-        tr = ck.Trainer(job.algorithm, key)
+        tr = Trainer(job.algorithm, key)
         flat = [np.asarray(ravel_pytree(tr.state.params)[0], np.float64)]
         steps = [0]
         while tr.step + stride <= horizon:
@@ -339,7 +341,7 @@ class JobProfile:
             raise ValueError(f"batch_sizes must be >= base_batch_size={b0}, got {min(bs)}")
         eff = np.asarray(pollux.efficiency(np.asarray(bs, np.float32), float(phi), b0), np.float64)
         scale = tuple(float(b0 / (b * e)) for b, e in zip(bs, eff))
-        times = tuple(ck.step_time_pollux(params, b, gpus_per_node) for b in bs)
+        times = tuple(step_time_pollux(params, b, gpus_per_node) for b in bs)
         return cls(name, float(iterations), float(c), times[0], batch_sizes=bs, iteration_scale=scale,
                    batch_step_times=times, **kwargs)
 
@@ -424,7 +426,7 @@ class MarketModel:
         revocation are on-demand (A1).
       unwarned: share of revocations without a usable warning; warning_s: the warning.
       startup_s: mean start-up delay of a new machine; billing: ``'hourly'`` or ``'per_second'``.
-      source: where it came from; build: ``build(j, bid_fraction) -> clock.Market`` (for
+      source: where it came from; build: ``build(j, bid_fraction) -> market.Market`` (for
         :func:`to_simulation`) or ``None``.
     """
 
@@ -470,7 +472,7 @@ class MarketModel:
             a = np.asarray(getattr(self, f), np.float64)
             if a.shape != (J, B, g.size) or not np.all(np.isfinite(a)):
                 raise ValueError(f"{f} must be [{J}, {B}, {g.size}] and finite")
-        va.check_choice("billing", self.billing, ck.BILLINGS)
+        va.check_choice("billing", self.billing, mk.BILLINGS)
         va.check_real("startup_s", self.startup_s, lo=0.0, scalar=True)
         va.check_real("unwarned", self.unwarned, lo=0.0, hi=1.0, scalar=True)
 
@@ -495,7 +497,7 @@ class MarketModel:
 
         def build(j, bid):
             proc = mk.exponential(mt * _H, warning_s=warning_s, unwarned=unwarned, bulk=bulk) if math.isfinite(mt) else None
-            return ck.Market(ck.MachineType(name, od, spot=sp), proc, billing=billing,
+            return mk.Market(mk.MachineType(name, od, spot=sp), proc, billing=billing,
                              startup=mk.fixed_startup(startup_s) if startup_s > 0 else None)
 
         return cls((name,), np.array([od]), np.array([1.0]), (1.0,), np.array([[sp]]), np.array([[1.0]]),
@@ -542,7 +544,7 @@ class MarketModel:
         spot = np.asarray(mk.gce_preemptible_price(od), np.float64)[:, None]
 
         def build(j, bid):
-            return ck.Market(ck.MachineType(gpus[j], float(od[j]), speed=float(sp_[j])), procs[j], billing="per_second",
+            return mk.Market(mk.MachineType(gpus[j], float(od[j]), speed=float(sp_[j])), procs[j], billing="per_second",
                              startup=mk.fixed_startup(st) if st > 0 else None)
 
         return cls(gpus, od, sp_, (1.0,), spot, np.ones((len(gpus), 1)), np.asarray(mttfs), grid,
@@ -615,7 +617,7 @@ class MarketModel:
 
         def build(j, frac):
             bid = float(frac) * float(ods[j])
-            return ck.Market(ck.MachineType(names[j], float(ods[j]), speed=float(sp_[j])),
+            return mk.Market(mk.MachineType(names[j], float(ods[j]), speed=float(sp_[j])),
                              mk.price_driven(ss[j], bid), billing="hourly",
                              startup=mk.fixed_startup(startup_s) if startup_s > 0 else None, start_time_s=t0s[j])
 
@@ -1291,15 +1293,15 @@ class Simulation(NamedTuple):
 
     policy: Callable
     kwargs: dict
-    market: ck.Market
+    market: mk.Market
     job: ck.Job
 
 
 def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *,
                   model: "MarketModel | None" = None) -> Simulation:
     """Candidate ``i`` as a simulator call. ``market``: the :class:`MarketModel` the plan was
-    made on (its ``build`` gives the :class:`~scarjax.cluster.clock.Market` of the machine type
-    and bid), or a :class:`~scarjax.cluster.clock.Market` to evaluate on (e.g. the next window
+    made on (its ``build`` gives the :class:`~scarjax.cluster.market.Market` of the machine type
+    and bid), or a :class:`~scarjax.cluster.market.Market` to evaluate on (e.g. the next window
     of a price history; a price-driven process gets the candidate's bid, ``bid_fraction``
     times the market's on-demand price). Checkpoint-restart gets the candidate's interval
     (``yd_steps × period``, the planner's MTTF), SCAR the fraction and priority rule (its
@@ -1321,16 +1323,16 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     d = cands.row(i)
     if isinstance(market, MarketModel):
         if market.build is None:
-            raise ValueError("market has no simulator builder; pass a clock.Market")
+            raise ValueError("market has no simulator builder; pass a market.Market")
         model = market
         mkt = market.build(d["machine"], float(market.bids[d["bid"]]))
-    elif isinstance(market, ck.Market):
+    elif isinstance(market, mk.Market):
         mkt = market
         if isinstance(mkt.process, mk.PriceDriven):
             bid = float(d["bid_fraction"]) * float(mkt.machine.on_demand_price)
             mkt = dataclasses.replace(mkt, process=dataclasses.replace(mkt.process, bid=bid))
     else:
-        raise TypeError(f"market must be a MarketModel or a clock.Market, got {type(market).__name__}")
+        raise TypeError(f"market must be a MarketModel or a market.Market, got {type(market).__name__}")
     job = dataclasses.replace(profile.job, workers=int(d["workers"]))
     bsizes, _, times = profile.batches()
     if bsizes[d["batch"]]:
@@ -1370,7 +1372,7 @@ def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.J
     step-time model ``step_s / M + sync_s log2 M`` (:func:`~scarjax.cluster.clock.
     step_time_linear`), a 60 s checkpoint and a 30 s restore."""
     va.check_choice("job", name, JOB_PRESETS)
-    st = ck.step_time_linear(step_s, sync_s)
+    st = step_time_linear(step_s, sync_s)
     if name == "mlr":
         alg = mlr.digits(lr=1.0, l2=1e-2)  # w*: the iterate at max_steps (JobProfile.from_job)
         return ck.Job(alg, 0.745, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=400)

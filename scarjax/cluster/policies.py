@@ -2,7 +2,7 @@
 checkpoint-restart on transient machines, and SCAR's partial recovery.
 
 Each is ``policy(job, market, *, key, horizon_s, **options) -> ClusterRun`` and trains the
-job for real (:class:`~scarjax.cluster.clock.Trainer`); ``key`` draws the market (revocations,
+job for real (:class:`~scarjax.cluster.trainer.Trainer`); ``key`` draws the market (revocations,
 start-up delays; the same meaning in every policy of :mod:`scarjax.cluster`), ``train_key``
 (default 0) the training (initialisation, minibatches), so two policies on one ``train_key``
 train the same job. A run ends at the first step whose loss is ``<= job.target_loss`` (then
@@ -24,7 +24,7 @@ is spread over the live machines): the fleet changes the *time* of a step, the p
 recoveries change the *state*.
 
 **Buying machines** (``_Fleet.buy``): the cheapest option at that moment: a transient machine
-at the spot price if the market offers one (:meth:`~scarjax.cluster.clock.Market.available`:
+at the spot price if the market offers one (:meth:`~scarjax.cluster.market.Market.available`:
 a price-driven market's price ``<=`` bid, a replayed trace's nodes present and not already
 held by the job; a draw of lifetime 0 is a machine not granted) and it is cheaper than
 on-demand, else, per the policy's ``unavailable`` rule, an on-demand one (``"on_demand"``,
@@ -92,6 +92,8 @@ from scarjax import validate as va
 from scarjax import core
 from scarjax import trials as _trials
 from scarjax.cluster import clock as ck
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.hooks import Hook
 from scarjax.scar import checkpoint as sck
@@ -120,7 +122,7 @@ def young_daly_s(checkpoint_s: float, mttf_s: float) -> float:
     return math.sqrt(2.0 * checkpoint_s * mttf_s)
 
 
-def checkpoint_interval_steps(job: ck.Job, market: ck.Market) -> float:
+def checkpoint_interval_steps(job: ck.Job, market: mk.Market) -> float:
     """``K``: the Young/Daly interval of the job on ``market`` in steps of the full fleet
     (at least 1; ``inf``: never revoked, or the transient market is unavailable at the start -
     a price-driven market priced above the bid, whose sampled lifetimes are all 0 - so the
@@ -148,7 +150,7 @@ class _Fleet:
     def __init__(self, job, market, key, prefer_transient=True, unavailable="on_demand"):
         self.job, self.market, self.key = job, market, key
         self.M = job.workers
-        self.ledger = ck.Ledger()
+        self.ledger = Ledger()
         self.t0 = float(market.start_time_s)
         self.mid = [None] * self.M
         self.tier = [None] * self.M
@@ -350,7 +352,7 @@ def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target
 # 1. On-demand
 
 
-def on_demand(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+def on_demand(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
               granularity: int = 25, stop_at_target: bool = True) -> ck.ClusterRun:
     """Policy 1: ``job.workers`` on-demand (reliable) machines until the target, the step
     budget or the horizon. ``granularity``: steps per training call (the cut-off's
@@ -366,14 +368,14 @@ def on_demand(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, tra
         t, step = t + n * dt, step + n
     fleet.stop_all(t)
     plan = _Plan(ops, fleet, t, {"workers": job.workers})
-    return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
+    return _execute(plan, Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
 
 
 def _check(job, market, horizon_s, granularity, unavailable="on_demand"):
     if not isinstance(job, ck.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
-    if not isinstance(market, ck.Market):
-        raise TypeError(f"market must be a scarjax.cluster.clock.Market, got {type(market).__name__}")
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market, got {type(market).__name__}")
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     va.check_int("granularity", granularity, lo=1)
     va.check_choice("unavailable", unavailable, UNAVAILABLE)
@@ -455,7 +457,7 @@ def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity, unavai
                                  "unavailable": unavailable}, marks)
 
 
-def checkpoint_restart(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+def checkpoint_restart(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
                        interval_steps: float | None = None, granularity: int = 25,
                        unavailable: str = "on_demand", stop_at_target: bool = True) -> ck.ClusterRun:
     """Policy 2: checkpoint-restart on transient machines at the Young/Daly interval (see
@@ -468,7 +470,7 @@ def checkpoint_restart(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: f
     _check(job, market, horizon_s, granularity, unavailable)
     K = _interval(job, market, interval_steps)
     plan = _plan_checkpoint_restart(job, market, core.as_key(key), float(horizon_s), K, granularity, unavailable)
-    return _execute(plan, ck.Trainer(job.algorithm, train_key), job, "checkpoint_restart",
+    return _execute(plan, Trainer(job.algorithm, train_key), job, "checkpoint_restart",
                     stop_at_target=stop_at_target)
 
 
@@ -485,7 +487,7 @@ def _checkpoint_restart_trials(job, market, keys, *, horizon_s, train_key=0, int
     K = _interval(job, market, interval_steps)
     plans = [_plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity, unavailable) for k in keys]
     need = max([_furthest(p) for p in plans] + [1])
-    curve = ck.Trainer(job.algorithm, train_key).train(need)
+    curve = Trainer(job.algorithm, train_key).train(need)
     return [_execute(p, _Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target) for p in plans]
 
 
@@ -635,7 +637,7 @@ def _scar_spec(algorithm, workers, fraction, strategy, K, partition_key):
     return partition, spec
 
 
-def scar(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
+def scar(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, train_key: Any = 0,
          fraction: float = 0.25, strategy: str = "priority", granularity: int = 25, partition_key: int = 0,
          interval_steps: float | None = None, unavailable: str = "on_demand",
          stop_at_target: bool = True) -> ck.ClusterRun:
@@ -650,7 +652,7 @@ def scar(job: ck.Job, market: ck.Market, *, key: Any, horizon_s: float, train_ke
     K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
     plan = _plan_scar(job, market, core.as_key(key), float(horizon_s), K, float(fraction), granularity, spec,
                       unavailable)
-    trainer = ck.Trainer(job.algorithm, train_key)
+    trainer = Trainer(job.algorithm, train_key)
     ctx = _ScarHost(job, trainer.state, partition, spec, jax.random.fold_in(core.as_key(train_key), 7))
     return _execute(plan, trainer, job, "scar", scar_ctx=ctx, stop_at_target=stop_at_target)
 
@@ -705,7 +707,7 @@ def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, st
         for j, (s, srv) in enumerate(ev):
             rs[i, j], rv[i, j] = s, srv
     tk = core.as_key(train_key)
-    init = ck.Trainer(job.algorithm, tk).state
+    init = Trainer(job.algorithm, tk).state
     tkeys = jnp.stack([jax.random.fold_in(tk, 1)] * n)
     _, trace = _trials.run_trials(job.algorithm, _scar_hook(partition, spec), steps, tkeys,
                                   hook_args={"step": jnp.asarray(rs), "server": jnp.asarray(rv)}, init_state=init)

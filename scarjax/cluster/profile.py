@@ -1,7 +1,7 @@
 """Performance models of *this machine* for scarjax jobs: CM-DARE's step-time and
 checkpoint-time regressions (Li et al., ICDCS'20, Sec III-B Table II and Sec IV-C Table IV)
 fitted to scarjax's own models, so that any scarjax job gets a predicted step time
-(:class:`scarjax.cluster.clock.StepTime`) and checkpoint time for the planner.
+(:class:`scarjax.cluster.steptime.StepTime`) and checkpoint time for the planner.
 
 CM-DARE measured twenty CNN models on three cloud GPUs and regressed the step time on the
 model complexity ``C_m`` (FLOPs of one step), the GPU capacity ``C_gpu`` (TFLOPS) and their
@@ -54,7 +54,7 @@ import numpy as np
 
 from scarjax import validate as va
 from scarjax import tree as tu
-from scarjax.cluster import clock
+from scarjax.cluster.steptime import StepTime, step_time_linear
 from scarjax.cluster import cmdare
 from scarjax.core import Algorithm, State
 from scarjax.scar import partition as pt
@@ -676,10 +676,10 @@ def step_time_model(
     sync_s: float = 0.0,
     feats: dict | None = None,
 ):
-    """A :class:`scarjax.cluster.clock.StepTime` for ``algorithm`` from a
+    """A :class:`scarjax.cluster.steptime.StepTime` for ``algorithm`` from a
     :func:`fit_local_models` fit: the predicted single-worker step time ``t₁`` (from the
     job's :func:`features` and the fitted step model ``model``, default the one with the
-    smallest leave-one-model-out MAPE) as ``clock.step_time_linear(t₁, sync_s)``:
+    smallest leave-one-model-out MAPE) as ``step_time_linear(t₁, sync_s)``:
     ``t(M) = t₁ / M + sync_s · log₂ M`` (the step's work divided over ``M`` data-parallel
     workers plus an all-reduce; ``sync_s = 0``: perfect scaling).
 
@@ -690,9 +690,9 @@ def step_time_model(
     f = features(algorithm, batch_size=batch_size) if feats is None else feats
     X = _matrix([f], entry["features"], "feats")
     t1 = float(entry["predict"](X)[0])
-    st = clock.step_time_linear(t1, float(sync_s))
+    st = step_time_linear(t1, float(sync_s))
     name = f"fitted_{model or fitted['best_step']}({f.get('name', 'job')}: {t1:.3g}s)"
-    return clock.StepTime(st.fn, name)
+    return StepTime(st.fn, name)
 
 
 def checkpoint_time(fitted: dict, state: Any, *, model: str | None = None) -> float:

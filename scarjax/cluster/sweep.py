@@ -169,7 +169,7 @@ class ProgressModel:
     @classmethod
     def from_step_time(cls, step_time, *, machines: int = 64, reliable: int = 1, **kw) -> "ProgressModel":
         """The stage rates from an iteration-time model ``step_time(M)`` (seconds per iteration
-        of the same global work over ``M`` workers, e.g. :func:`scarjax.cluster.clock.step_time_pollux`
+        of the same global work over ``M`` workers, e.g. :func:`scarjax.cluster.steptime.step_time_pollux`
         with throughput parameters fitted to real runs, Eq 3.5-3.8): the fleet of ``n`` workers
         works at ``t(machines) / t(n)`` of the full fleet, which sets ``stage3_efficiency`` (the
         ``machines - reliable`` transient workers) and ``stage1_efficiency`` (the reliable machines

@@ -62,6 +62,7 @@ from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.algorithms import from_optax
 from scarjax.cluster import clock
+from scarjax.cluster.ledger import Ledger
 from scarjax.cluster import market as mk
 from scarjax.cluster.policies import young_daly_s
 from scarjax.core import Algorithm, State
@@ -412,21 +413,21 @@ def flexible_barrier(report_times: np.ndarray, report_progress: np.ndarray, prev
 # Results
 
 
-def m4_large_market(process: Any = None, *, spot: float = float(np.mean(M4_LARGE_SPOT))) -> clock.Market:
+def m4_large_market(process: Any = None, *, spot: float = float(np.mean(M4_LARGE_SPOT))) -> mk.Market:
     """The paper's market (Sec IV-B.3): m4.large at $0.10/h on demand, spot at the mean of the
     observed $0.0189-0.0244/h, billed per second (the paper compares runtime x price), with
     revocation ``process`` (e.g. ``market.exponential(600)``; ``None``: none)."""
-    return clock.Market(clock.MachineType("m4.large", M4_LARGE_ON_DEMAND, spot=spot), process, billing="per_second")
+    return mk.Market(mk.MachineType("m4.large", M4_LARGE_ON_DEMAND, spot=spot), process, billing="per_second")
 
 
 class _Rec:
-    """Replays the fleet's machine runs into a :class:`~scarjax.cluster.clock.Ledger` (one
+    """Replays the fleet's machine runs into a :class:`~scarjax.cluster.ledger.Ledger` (one
     machine per up-period of each worker slot; a revocation is a provider stop) and collects
     points in a :class:`~scarjax.cluster.clock.Recorder`."""
 
     def __init__(self, policy, intervals, market, tier):
         self.policy, self.iv = policy, intervals
-        ledger = clock.Ledger()
+        ledger = Ledger()
         price = market.price(tier)
         for m, iv in enumerate(intervals):
             s = 0.0
@@ -463,8 +464,8 @@ def _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier):
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     if market is None:
         market = m4_large_market(None)
-    if not isinstance(market, clock.Market):
-        raise TypeError(f"market must be a scarjax.cluster.clock.Market or None, got {type(market).__name__}")
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market or None, got {type(market).__name__}")
     if tier not in ("transient", "reliable"):
         raise ValueError(f"tier must be 'transient' or 'reliable', got {tier!r}")
     if intervals is None:
@@ -523,7 +524,7 @@ def _start(problem, fleet, key, policy, intervals, market, tier):
     return eng, alg, state, rec, [0.0]
 
 
-def sync_on_the_fly(problem: Problem, fleet: Fleet, market: clock.Market | None = None, *, key: jax.Array,
+def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = None, *, key: jax.Array,
                     horizon_s: float, target_loss: float = -math.inf, lam: float = 0.8, flush: bool = True,
                     restart_s: float | None = 180.0, intervals: list[np.ndarray] | None = None,
                     tier: str = "transient", max_barriers: int = 100_000,
@@ -532,7 +533,7 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: clock.Market | None 
 
     Args:
       problem: a :class:`Problem`; fleet: a :class:`Fleet` (speeds, ``r``, ``sync_s``).
-      market: a :class:`~scarjax.cluster.clock.Market` (price, billing and the revocation
+      market: a :class:`~scarjax.cluster.market.Market` (price, billing and the revocation
         process of the transient machines; default :func:`m4_large_market` without
         revocations).
       key: PRNG key: the initial state and minibatch keys (``fold_in(key, 0)``, per barrier) and
@@ -646,7 +647,7 @@ def young_daly_every(iteration_s: float, checkpoint_s: float, mttf_s: float, wor
     return max(1, int(round(young_daly_s(checkpoint_s, mttf_s / workers) / iteration_s)))
 
 
-def checkpoint_recompute(problem: Problem, fleet: Fleet, market: clock.Market | None = None, *, key: jax.Array,
+def checkpoint_recompute(problem: Problem, fleet: Fleet, market: mk.Market | None = None, *, key: jax.Array,
                          horizon_s: float, target_loss: float = -math.inf, checkpoint_every: int | None = None,
                          checkpoint_s: float = 10.0, restore_s: float = 10.0, restart_s: float | None = 180.0,
                          intervals: list[np.ndarray] | None = None, tier: str = "transient",
@@ -733,7 +734,7 @@ def _job_problem(job: clock.Job, problem: Problem) -> None:
         raise ValueError("problem must be the syncfly.Problem whose algorithm is job.algorithm")
 
 
-def sync_on_the_fly_policy(job: clock.Job, market: clock.Market | None, *, key: jax.Array, horizon_s: float,
+def sync_on_the_fly_policy(job: clock.Job, market: mk.Market | None, *, key: jax.Array, horizon_s: float,
                            problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
     """:func:`sync_on_the_fly` under the shared policy signature: ``job.target_loss`` and
     ``job.max_steps`` (barriers); ``problem`` must wrap ``job.algorithm`` (the progress
@@ -746,7 +747,7 @@ def sync_on_the_fly_policy(job: clock.Job, market: clock.Market | None, *, key: 
                            max_barriers=job.max_steps, **options)
 
 
-def checkpoint_recompute_policy(job: clock.Job, market: clock.Market | None, *, key: jax.Array, horizon_s: float,
+def checkpoint_recompute_policy(job: clock.Job, market: mk.Market | None, *, key: jax.Array, horizon_s: float,
                                 problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
     """:func:`checkpoint_recompute` under the shared policy signature (``job.checkpoint_s``,
     ``job.restore_s``, ``job.target_loss``, ``job.max_steps`` iterations)."""

@@ -39,7 +39,7 @@ then are released — if the provider revokes them first, that partial hour is f
 Ledger's AWS rule).
 
 Training is real: every interval runs actual iterations of ``job.algorithm`` through the
-clock's :class:`~scarjax.cluster.clock.Trainer`; the interval's simulated duration is the
+clock's :class:`~scarjax.cluster.trainer.Trainer`; the interval's simulated duration is the
 step-time model (``job.step_time`` of the number of machines running workers, times
 :func:`stage_slowdown`) plus the modelled flush. Synchronous data-parallel iterations compute
 the same update whatever the worker count, so the count enters the run through the step time
@@ -63,6 +63,8 @@ import numpy as np
 from scarjax import validate as va
 from scarjax import core
 from scarjax.cluster import clock as ck
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 
 __all__ = [
@@ -265,8 +267,8 @@ def _next_hour_end(start: float, t: float) -> float:
 
 class _Controller:
     """TierML's elasticity controller (Sec 3.2, "Elasticity Controller") on the simulated
-    clock: machine groups, the :class:`~scarjax.cluster.clock.Ledger`, the BackupPS copy of
-    the real training state and the :class:`~scarjax.cluster.clock.Trainer`."""
+    clock: machine groups, the :class:`~scarjax.cluster.ledger.Ledger`, the BackupPS copy of
+    the real training state and the :class:`~scarjax.cluster.trainer.Trainer`."""
 
     def __init__(self, job, markets, *, key, thresholds, push_every, param_bytes, bandwidth_bps,
                  flush_on_warning, recorder, ledger, trainer):
@@ -606,7 +608,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
       job: the :class:`~scarjax.cluster.clock.Job`: real training of ``job.algorithm`` until
         ``job.target_loss`` or ``job.max_steps``; ``job.step_time`` of the machines running
         workers gives the time per iteration (times :func:`stage_slowdown`).
-      market: a :class:`~scarjax.cluster.clock.Market`; the reliable machines are its
+      market: a :class:`~scarjax.cluster.market.Market`; the reliable machines are its
         on-demand machines. Its spot class is granted while the spot price is at most the
         bid: the on-demand price (Sec 3.4; a ``price_driven`` process carries its bid,
         build it with ``bid=on_demand``).
@@ -640,17 +642,17 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         raise TypeError(f"thresholds must be a Thresholds, got {type(thresholds).__name__}")
     markets = [market, *alternatives]
     for i, m in enumerate(markets):
-        if not isinstance(m, ck.Market):
-            raise TypeError(f"{'market' if i == 0 else f'alternatives[{i - 1}]'} must be a clock.Market, "
+        if not isinstance(m, mk.Market):
+            raise TypeError(f"{'market' if i == 0 else f'alternatives[{i - 1}]'} must be a market.Market, "
                             f"got {type(m).__name__}")
         if m.start_time_s != market.start_time_s:
             raise ValueError(f"alternatives[{i - 1}].start_time_s={m.start_time_s} differs from the market's "
                              f"{market.start_time_s}: the classes share one clock")
     k_ctl = core.as_key(key)
-    trainer = ck.Trainer(job.algorithm, train_key, init_state=init_state)
+    trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
-    ledger = ck.Ledger()
+    ledger = Ledger()
     rec = ck.Recorder("tierml", ledger, market.start_time_s)
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
@@ -772,13 +774,13 @@ def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add
     add = va.check_int("add", add, lo=0)
     add_at = va.check_int("add_at", add_at, lo=1)
     remove_at = va.check_int("remove_at", remove_at, lo=add_at + 1)
-    machine = ck.MachineType("scripted", float(on_demand_price), float(spot_price))
-    market = ck.Market(machine)
+    machine = mk.MachineType("scripted", float(on_demand_price), float(spot_price))
+    market = mk.Market(machine)
     k_ctl = core.as_key(key)
-    trainer = ck.Trainer(job.algorithm, train_key)
+    trainer = Trainer(job.algorithm, train_key)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
-    ledger = ck.Ledger()
+    ledger = Ledger()
     rec = ck.Recorder("tierml-scripted", ledger, 0.0)
     ctl = _Controller(job, [market], key=k_ctl, thresholds=thresholds, push_every=1, param_bytes=param_bytes,
                       bandwidth_bps=bandwidth_bps, flush_on_warning=True, recorder=rec, ledger=ledger,

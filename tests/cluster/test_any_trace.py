@@ -17,6 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scarjax.cluster import clock as ck
+
+from scarjax.cluster.ledger import hourly_bill
+
+from scarjax.cluster.steptime import step_time_fixed
+
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.models import mlr
@@ -37,7 +43,7 @@ def _alg():
 def _job(**kw):
     base = dict(workers=2, checkpoint_s=60.0, restore_s=0.0, max_steps=12)
     base.update(kw)
-    return ck.Job(_alg(), -1.0, ck.step_time_fixed(300.0), **base)
+    return ck.Job(_alg(), -1.0, step_time_fixed(300.0), **base)
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -69,7 +75,7 @@ def markets(draw, kinds=("counts", "exponential", "empirical", "prices")):
         process = mk.price_driven(series, bid=draw(st.sampled_from([0.04, 0.5])))
     startup = draw(st.sampled_from([None, mk.fixed_startup(60.0)]))
     billing = draw(st.sampled_from(["hourly", "per_second"]))
-    return ck.Market(ck.MachineType("m", 0.4, spot=draw(st.sampled_from([0.05, 0.12]))), process,
+    return mk.Market(mk.MachineType("m", 0.4, spot=draw(st.sampled_from([0.05, 0.12]))), process,
                      billing=billing, startup=startup)
 
 
@@ -105,7 +111,7 @@ def test_every_run_ends_and_its_clock_advances(market, name, rule, seed):
 def test_termination_check_catches_a_run_without_the_give_up(monkeypatch):
     """Planted: no give-up rule, machines that live 1 ms - forever shorter than a step (the
     revocation loop that never ends in wall-clock time)."""
-    market = ck.Market(ck.MachineType("m", 0.4, spot=0.05), mk.empirical([1e-3], warning_s=0.0))
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), mk.empirical([1e-3], warning_s=0.0))
     run = within(TIMEOUT_S, lambda: _run("checkpoint_restart", _job(), market, 0, "on_demand"))
     assert run.count("give_up") == 1  # the stated give-up ends it
     monkeypatch.setattr(po, "MAX_FUTILE_RESTARTS", 10**12)
@@ -149,9 +155,9 @@ def test_bill_is_machine_seconds_under_the_markets_rule(market, name, rule, seed
 def test_bill_check_catches_a_wrong_rule(monkeypatch):
     """Planted: the ledger bills a provider-revoked machine's partial hour (and 1% more per
     second)."""
-    market = ck.Market(ck.MachineType("m", 0.4, spot=0.05), mk.exponential(600.0), billing="hourly")
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), mk.exponential(600.0), billing="hourly")
     check_bill(_run("checkpoint_restart", _job(), market, 1, "on_demand"))
-    wrong = ck.hourly_bill
+    wrong = hourly_bill
     monkeypatch.setattr(ck, "hourly_bill", lambda s, e, p, r=False, scheme="hourly", tol_s=1.0:
                         wrong(s, e, p, False, scheme, tol_s) * (1.01 if scheme == "per_second" else 1.0))
     run = _run("checkpoint_restart", _job(), market, 1, "on_demand")
@@ -176,7 +182,7 @@ def check_offered(run, market):
 @FEW
 @given(markets(kinds=("counts",)), policies, rules, st.integers(0, 2**16), st.sampled_from([0.0, 900.0]))
 def test_no_policy_uses_a_machine_the_market_did_not_offer(market, name, rule, seed, start):
-    market = ck.Market(market.machine, market.process, billing=market.billing, startup=market.startup,
+    market = mk.Market(market.machine, market.process, billing=market.billing, startup=market.startup,
                        start_time_s=start)
     check_offered(_run(name, _job(workers=3), market, seed, rule), market)
 
@@ -184,11 +190,11 @@ def test_no_policy_uses_a_machine_the_market_did_not_offer(market, name, rule, s
 def test_offered_check_catches_a_fleet_that_reuses_held_nodes(monkeypatch):
     """Planted: purchases ignore which trace nodes the job already holds (one node present
     after 1000 s, yet both machines run on it)."""
-    market = ck.Market(ck.MachineType("m", 0.4, spot=0.05),
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05),
                        mk.from_availability([0.0, 1000.0], [2, 1], warning_s=0.0), billing="per_second")
     check_offered(_run("checkpoint_restart", _job(), market, 0, "on_demand"), market)
-    acquire = ck.Market.acquire
-    monkeypatch.setattr(ck.Market, "acquire", lambda self, key, c, n, t, held=None: acquire(self, key, c, n, t))
+    acquire = mk.Market.acquire
+    monkeypatch.setattr(mk.Market, "acquire", lambda self, key, c, n, t, held=None: acquire(self, key, c, n, t))
     with pytest.raises(AssertionError, match="the market offers 1"):
         check_offered(_run("checkpoint_restart", _job(), market, 0, "on_demand"), market)
 
@@ -207,16 +213,16 @@ def check_reliable(run, ref):
 @given(markets(), st.integers(0, 2**16))
 def test_on_demand_equals_the_reliable_run_exactly(market, seed):
     job = _job()
-    reliable = ck.Market(market.machine, None, billing=market.billing, startup=market.startup)
+    reliable = mk.Market(market.machine, None, billing=market.billing, startup=market.startup)
     ref = po.on_demand(job, reliable, key=0, horizon_s=HORIZON)
     check_reliable(po.on_demand(job, market, key=seed, horizon_s=HORIZON), ref)
-    curve = ck.Trainer(job.algorithm, 0).train(job.max_steps)
+    curve = Trainer(job.algorithm, 0).train(job.max_steps)
     assert np.array_equal(ref.loss, curve), "on-demand is not the plain training run"
 
 
 def test_reliable_check_catches_a_perturbed_run():
     job = _job()
-    market = ck.Market(ck.MachineType("m", 0.4, spot=0.05), None)
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), None)
     run = po.on_demand(job, market, key=0, horizon_s=HORIZON)
     bad = po.on_demand(job, market, key=0, horizon_s=HORIZON)
     bad.loss = bad.loss.copy()
@@ -245,10 +251,10 @@ def test_same_key_same_run(market, name, rule, seed):
 
 def test_same_run_check_catches_draws_that_ignore_the_key(monkeypatch):
     """Planted: each purchase draws from a fresh counter, not from the run's key."""
-    market = ck.Market(ck.MachineType("m", 0.4, spot=0.05), mk.exponential(600.0))
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), mk.exponential(600.0))
     fresh = itertools.count(1)
-    acquire = ck.Market.acquire
-    monkeypatch.setattr(ck.Market, "acquire", lambda self, key, c, n, t, held=None:
+    acquire = mk.Market.acquire
+    monkeypatch.setattr(mk.Market, "acquire", lambda self, key, c, n, t, held=None:
                         acquire(self, jax.random.fold_in(key, next(fresh)), c, n, t, held=held))
     a = _run("checkpoint_restart", _job(), market, 7, "on_demand")
     b = _run("checkpoint_restart", _job(), market, 7, "on_demand")
@@ -317,12 +323,12 @@ def test_market_from_availability_in_one_call():
     one call, with the provider's rules by name; the job runs to its end."""
     times = np.arange(12) * 300.0
     counts = np.array([2, 2, 1, 0, 0, 0, 0, 1, 2, 2, 2, 2])
-    m = ck.Market.from_availability(times, counts, provider="aws_per_second",
-                                    machine=ck.MachineType("p3.2xlarge", 3.06, spot=0.92))
+    m = mk.Market.from_availability(times, counts, provider="aws_per_second",
+                                    machine=mk.MachineType("p3.2xlarge", 3.06, spot=0.92))
     assert (m.billing, m.process.warning_s) == ("per_second", mk.AWS_WARNING_S)
     assert m.available(1000.0) == 0 and m.next_available(1000.0) == 2100.0
     with pytest.raises(ValueError, match="billing: state it"):
-        ck.Market.from_availability(times, counts, warning_s=30.0, machine=m.machine)
+        mk.Market.from_availability(times, counts, warning_s=30.0, machine=m.machine)
     run = within(TIMEOUT_S, lambda: _run("scar", _job(), m, 0, "wait"))
     check_ends_and_advances(run, _job(), HORIZON)
     check_offered(run, m)

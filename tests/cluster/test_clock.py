@@ -11,6 +11,9 @@ from hypothesis import given, settings, strategies as st
 
 from scarjax import pollux
 from scarjax.cluster import clock as ck
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.steptime import step_time_fixed, step_time_linear, step_time_pollux
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.models import mlr
 
@@ -45,7 +48,7 @@ def check_monotone(bill_fn, start, durs, price, revoked, scheme):
 
 
 def ledger_bill(start, end, price, revoked, scheme):
-    led = ck.Ledger()
+    led = Ledger()
     led.start("m", start, price=price, billing=scheme)
     return led.stop("m", end, revoked=revoked)
 
@@ -88,7 +91,7 @@ def test_bill_checks_catch_planted_violations():
 
 
 def test_ledger_hand_checked_and_free_seconds():
-    led = ck.Ledger()
+    led = Ledger()
     led.start("a", 0.0, price=1.0, tier="transient")
     led.start("b", 0.0, price=3.0, tier="reliable")
     assert led.cost(10.0) == pytest.approx(4.0)  # both begun an hour
@@ -106,7 +109,7 @@ def test_ledger_hand_checked_and_free_seconds():
 
 def test_ledger_price_series_uses_market_bill():
     series = mk.price_series([0.1, 0.5], [0.0, 3600.0], end_s=20000.0)
-    led = ck.Ledger()
+    led = Ledger()
     led.start("s", 0.0, price=series, billing="hourly")
     assert led.cost(4000.0) == pytest.approx(0.6)  # hour 1 at 0.1, hour 2 at 0.5
     assert led.stop("s", 4000.0, revoked=True) == pytest.approx(0.1)
@@ -116,30 +119,30 @@ def test_ledger_price_series_uses_market_bill():
 
 
 def test_step_time_models():
-    lin = ck.step_time_linear(8.0, 0.5)
+    lin = step_time_linear(8.0, 0.5)
     np.testing.assert_allclose(lin(np.array([1, 2, 4, 8])), [8.0, 4.5, 3.0, 2.5])
-    assert ck.step_time_fixed(2.0)(7) == 2.0
+    assert step_time_fixed(2.0)(7) == 2.0
     p = pollux.ThroughputParams(0.1, 0.001, 0.05, 0.01, 0.1, 0.02, 2.0)
-    pt = ck.step_time_pollux(p, 256, gpus_per_node=4)
+    pt = step_time_pollux(p, 256, gpus_per_node=4)
     want = float(pollux.t_iter(p, 2, 8, 32, 0))
     assert pt(8) == pytest.approx(want, rel=1e-6)
     with pytest.raises(ValueError, match="workers must be >= 1"):
         lin(0)
     with pytest.raises(ValueError, match="compute_s"):
-        ck.step_time_linear(0.0)
+        step_time_linear(0.0)
 
 
 def test_market_mttf_and_prices():
-    m = ck.Market(ck.MachineType("x", 1.0), mk.exponential(600.0))
+    m = mk.Market(mk.MachineType("x", 1.0), mk.exponential(600.0))
     assert m.mttf_s() == pytest.approx(600.0)
     assert m.spot == pytest.approx(0.3)  # GCE's 70% off by default
     series = mk.price_series([0.1, 2.0], [0.0, 100.0], end_s=1000.0)
-    pm = ck.Market(ck.MachineType("y", 1.0), mk.price_driven(series, 1.0))
+    pm = mk.Market(mk.MachineType("y", 1.0), mk.price_driven(series, 1.0))
     assert pm.transient_available(50.0) and not pm.transient_available(150.0)
     assert pm.mttf_s() == pytest.approx(100.0 + mk.AWS_WARNING_S)
-    assert ck.Market(ck.MachineType("z", 1.0)).mttf_s() == float("inf")
+    assert mk.Market(mk.MachineType("z", 1.0)).mttf_s() == float("inf")
     with pytest.raises(ValueError, match="billing"):
-        ck.Market(ck.MachineType("x", 1.0), billing="monthly")
+        mk.Market(mk.MachineType("x", 1.0), billing="monthly")
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -147,9 +150,9 @@ def test_market_mttf_and_prices():
 
 def test_trainer_cut_invariant_and_redo_bit_identical():
     alg = mlr.digits(lr=1.0, l2=1e-2, batch_size=32)
-    a = ck.Trainer(alg, 3)
+    a = Trainer(alg, 3)
     la = a.train(12)
-    b = ck.Trainer(alg, 3)
+    b = Trainer(alg, 3)
     lb = np.concatenate([b.train(5), b.train(7)])
     np.testing.assert_array_equal(la, lb)
     snap, at = b.snapshot(), b.step
@@ -158,14 +161,14 @@ def test_trainer_cut_invariant_and_redo_bit_identical():
     np.testing.assert_array_equal(b.train(4), l_more)
     assert b.loss() == pytest.approx(float(l_more[-1]), rel=1e-6)
     with pytest.raises(ValueError, match="multiple of unit=2"):
-        ck.Trainer(alg, 0, unit=2).train(3)
+        Trainer(alg, 0, unit=2).train(3)
 
 
 # ----------------------------------------------------------------------------- runs
 
 
 def _run(loss, end_s=10.0):
-    led = ck.Ledger()
+    led = Ledger()
     led.start(0, 0.0, price=3600.0, billing="per_second")  # $1 per second
     rec = ck.Recorder("p", led)
     t = rec.interval(0.0, 1.0, loss, 0)
@@ -184,8 +187,8 @@ def test_cluster_run_to_target_and_censoring():
 
 
 def test_simulate_trials_dispatch():
-    job = ck.Job(mlr.digits(), 0.5, ck.step_time_fixed(1.0), workers=1, max_steps=2)
-    market = ck.Market(ck.MachineType("x", 1.0))
+    job = ck.Job(mlr.digits(), 0.5, step_time_fixed(1.0), workers=1, max_steps=2)
+    market = mk.Market(mk.MachineType("x", 1.0))
     seen = []
 
     def pol(job, market, *, key, horizon_s):

@@ -10,6 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scarjax.cluster import clock, litz
+
+from scarjax.cluster import market as mk
+
+from scarjax.cluster.steptime import step_time_fixed
 from scarjax.models import mlr
 
 E = 4
@@ -151,8 +155,8 @@ def test_bills_from_the_jobs_start_on_the_market_clock():
     """Started at market time 100 h, 2 nodes for half an hour at $0.8/h per second: $0.80
     (not billed from market time 0)."""
     alg = mlr.digits(batch_size=64)
-    job = clock.Job(alg, -1e9, clock.step_time_fixed(60.0), workers=2, max_steps=30)
-    market = clock.Market(clock.MachineType("m4.4xlarge", 0.8), None, billing="per_second", start_time_s=100 * 3600.0)
+    job = clock.Job(alg, -1e9, step_time_fixed(60.0), workers=2, max_steps=30)
+    market = mk.Market(mk.MachineType("m4.4xlarge", 0.8), None, billing="per_second", start_time_s=100 * 3600.0)
     run = litz.elastic(job, market, key=0, horizon_s=1e9, spec=litz.LitzSpec(E, E))
     assert run.end_s == pytest.approx(1800.0)
     assert sum(run.cost_by_tier.values()) == pytest.approx(0.80)

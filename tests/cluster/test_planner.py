@@ -20,6 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+
+from scarjax.cluster.steptime import step_time_fixed, step_time_linear
+
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import planner as pl
 from scarjax.models import quadratic
 
@@ -30,7 +35,7 @@ FAST = settings(max_examples=6, deadline=None, derandomize=True,
 def _toy(**kw):
     base = dict(checkpoint_s=60.0, restore_s=30.0, max_workers=32)
     base.update(kw)
-    return pl.JobProfile("toy", 400.0, 0.99, ck.step_time_linear(60.0, 0.5), **base)
+    return pl.JobProfile("toy", 400.0, 0.99, step_time_linear(60.0, 0.5), **base)
 
 
 def _market(mttf_h=2.0, spot=0.05, od=0.2, billing="hourly"):
@@ -107,7 +112,7 @@ def check_rework_bound(predicted_per_event, events, extra, predicted_mean):
 @given(mttf=st.floats(0.2, 50.0), spot=st.floats(0.01, 0.19), od=st.floats(0.2, 3.0),
        step=st.floats(1.0, 300.0), hourly=st.booleans())
 def test_predictions_positive_and_finite(mttf, spot, od, step, hourly):
-    prof = dataclasses.replace(_toy(), step_time=ck.step_time_linear(step, 0.1))
+    prof = dataclasses.replace(_toy(), step_time=step_time_linear(step, 0.1))
     m = _market(mttf, spot, od, "hourly" if hourly else "per_second")
     check_positive_finite(pl.predict(prof, m, pl.candidates(prof, m)))
 
@@ -175,8 +180,8 @@ def test_reliable_only_planted():
 @functools.lru_cache(maxsize=None)
 def _qp_job():
     alg = quadratic.random_problem(0, 16, 10.0, c=0.97)
-    l0 = float(ck.Trainer(alg, 0).loss())
-    return ck.Job(alg, 1e-4 * l0, ck.step_time_fixed(10.0), workers=4, checkpoint_s=40.0, restore_s=10.0,
+    l0 = float(Trainer(alg, 0).loss())
+    return ck.Job(alg, 1e-4 * l0, step_time_fixed(10.0), workers=4, checkpoint_s=40.0, restore_s=10.0,
                   max_steps=400)
 
 
@@ -218,7 +223,7 @@ def test_to_simulation_and_table():
     p = pl.plan(prof, m, pl.Objective("cost"))
     sim = pl.to_simulation(p.index, p.candidates, prof, m)
     assert sim.policy.__name__ == p.best["policy"] or p.best["policy"] in sim.policy.__name__
-    assert sim.job.workers == p.best["workers"] and isinstance(sim.market, ck.Market)
+    assert sim.job.workers == p.best["workers"] and isinstance(sim.market, mk.Market)
     t = p.table()
     assert t.splitlines()[1].split()[:2] == ["policy", "settings"] and "±" in t
     with pytest.raises(ValueError, match="profile has no job"):
@@ -239,7 +244,6 @@ def check_market_tables(m: pl.MarketModel):
 
 
 def test_market_tables_and_planted():
-    from scarjax.cluster import market as mk
     from scarjax.data import transient as td
 
     sp = td.load_spot_prices("c3.xlarge", "us-east-1a")
@@ -307,7 +311,7 @@ def test_pollux_goodput_profile_chooses_batch_size():
 
 def test_errors_name_arguments():
     with pytest.raises(ValueError, match="c must"):
-        pl.JobProfile("x", 10.0, 1.5, ck.step_time_fixed(1.0))
+        pl.JobProfile("x", 10.0, 1.5, step_time_fixed(1.0))
     with pytest.raises(ValueError, match="kind"):
         pl.Objective("cheapest")
     with pytest.raises(ValueError, match="cost_deadline' needs deadline_h"):

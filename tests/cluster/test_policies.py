@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from scarjax.cluster import clock as ck
+
+from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.models import mlr
@@ -31,11 +33,11 @@ def _alg():
 def _job(**kw):
     base = dict(workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=60)
     base.update(kw)
-    return ck.Job(_alg(), 0.8, ck.step_time_linear(40.0, 0.5), **base)
+    return ck.Job(_alg(), 0.8, step_time_linear(40.0, 0.5), **base)
 
 
 def _market(process, **kw):
-    return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), process, startup=mk.fixed_startup(120.0), **kw)
+    return mk.Market(mk.MachineType("m4.xlarge", 0.2, spot=0.05), process, startup=mk.fixed_startup(120.0), **kw)
 
 
 NEVER = mk.replay((np.zeros(8), np.full(8, np.inf)), warning_s=0.0)  # rate 0: no node is ever removed
@@ -197,7 +199,7 @@ def test_real_trace_replay_equals_the_trace():
     trace = td.load_aws_p3_trace()
     _, a, r = trace.intervals()
     t0 = float(np.median(r[np.isfinite(r)])) - 1800.0
-    m = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(trace), start_time_s=t0)
+    m = mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(trace), start_time_s=t0)
     run = po.scar(_job(max_steps=200), m, key=0, horizon_s=HORIZON, stop_at_target=False)
     assert run.count("revocation") > 0
     check_replay(run, r, t0)
@@ -217,7 +219,7 @@ def test_price_above_bid_at_start_runs_on_reliable_machines():
     granted (lifetimes 0), so the fleet is reliable, never revoked, and needs no checkpoint
     (interval inf); SCAR and checkpoint-restart run instead of failing on Young/Daly."""
     series = mk.price_series(np.array([0.5, 0.01]), np.array([0.0, 10 * 3600.0]), end_s=20 * 3600.0)
-    market = ck.Market(ck.MachineType("m4.xlarge", 0.2), mk.price_driven(series, bid=0.2))
+    market = mk.Market(mk.MachineType("m4.xlarge", 0.2), mk.price_driven(series, bid=0.2))
     job = _job()
     assert po.checkpoint_interval_steps(job, market) == math.inf
     for policy in (po.scar, po.checkpoint_restart):
@@ -235,7 +237,7 @@ def _gap_market(**kw):
     """One node for the first hour, none for the second, one again from the third (no start-up
     delay, no restore cost: the defaults that looped forever)."""
     trace = mk.replay((np.array([0.0, 7200.0]), np.array([3600.0, np.inf])), warning_s=0.0)
-    return ck.Market(ck.MachineType("m4.xlarge", 0.2, spot=0.05), trace, **kw)
+    return mk.Market(mk.MachineType("m4.xlarge", 0.2, spot=0.05), trace, **kw)
 
 
 def test_mttf_of_a_replayed_trace_is_the_renewal_over_the_trace():
@@ -245,7 +247,7 @@ def test_mttf_of_a_replayed_trace_is_the_renewal_over_the_trace():
     rem = np.array([3000.0, 8000.0, np.inf])
     trace = mk.replay((add, rem), warning_s=0.0)  # observed until the last finite time: 9000 s
     assert trace.mttf_s() == pytest.approx((3000.0 + 4000.0 + 0.0) / 2)
-    m = ck.Market(ck.MachineType("m", 1.0, spot=0.3), trace)
+    m = mk.Market(mk.MachineType("m", 1.0, spot=0.3), trace)
     assert m.mttf_s() == pytest.approx(3500.0)
     counts = mk.from_availability([0.0, 3600.0, 7200.0, 10800.0], [1, 0, 1, 1], warning_s=0.0)
     assert counts.mttf_s() == pytest.approx(3600.0 + 3600.0)  # up 2 h in all, one removal
@@ -255,7 +257,7 @@ def test_mttf_of_a_replayed_trace_is_the_renewal_over_the_trace():
 def test_mttf_of_the_p3_trace_is_hours_not_seconds():
     from scarjax.data import transient as td
 
-    m = ck.Market(ck.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(td.load_aws_p3_trace()))
+    m = mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(td.load_aws_p3_trace()))
     assert 3600.0 < m.mttf_s() < 3 * 3600.0
 
 

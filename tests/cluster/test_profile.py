@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import scarjax
-from scarjax.cluster import clock
+from scarjax.cluster.steptime import StepTime
 from scarjax.cluster import profile as pf
 from scarjax.models import mlr, quadratic
 
@@ -193,7 +193,7 @@ def test_step_time_model_and_checkpoint_time(fitted, tflops):
     alg = matmul_model()
     f = pf.features(alg, tflops=tflops)
     st = pf.step_time_model(fitted, alg, feats=f, model="univariate")
-    assert isinstance(st, clock.StepTime)
+    assert isinstance(st, StepTime)
     t1 = st(1)
     assert t1 == pytest.approx(2 * f["c_norm"] + 1e-4, rel=1e-6)  # the exact linear law
     np.testing.assert_allclose(st(np.array([1, 2, 4])), t1 / np.array([1, 2, 4]))

@@ -169,10 +169,11 @@ def test_validation(lr8):
 
 def test_shared_policy_signature(lr8):
     from scarjax.cluster import clock
+    from scarjax.cluster.steptime import step_time_fixed
 
     pb, _, _ = lr8
     fleet = _fleet()
-    job = clock.Job(pb.algorithm, 0.5, clock.step_time_fixed(1.0), workers=2, checkpoint_s=1.0, restore_s=2.0,
+    job = clock.Job(pb.algorithm, 0.5, step_time_fixed(1.0), workers=2, checkpoint_s=1.0, restore_s=2.0,
                     max_steps=5)
     mkt = sf.m4_large_market(mk.exponential(50.0))
     a = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, problem=pb, fleet=fleet)

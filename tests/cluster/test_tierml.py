@@ -16,6 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scarjax.cluster import clock as ck
+
+from scarjax.cluster.steptime import step_time_fixed, step_time_linear
+
+from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import tierml as tm
 from scarjax.models import quadratic
@@ -111,17 +115,17 @@ def test_stage_slowdown_interpolates_the_papers_points():
 # Runs on the clock
 
 ALG = quadratic.fig53_problem()
-JOB = ck.Job(ALG, target_loss=-1.0, step_time=ck.step_time_fixed(300.0), workers=16, max_steps=120)
+JOB = ck.Job(ALG, target_loss=-1.0, step_time=step_time_fixed(300.0), workers=16, max_steps=120)
 
 
 def _reference_losses(key, steps):
-    tr = ck.Trainer(ALG, 0)  # the policy's default train_key
+    tr = Trainer(ALG, 0)  # the policy's default train_key
     return tr.train(steps)
 
 
 def _market(mean_s, *, warned=True, bulk=False, price=0.1):
     proc = mk.exponential(mean_s, bulk=bulk, warning_s=mk.AWS_WARNING_S, unwarned=0.0 if warned else 1.0)
-    return ck.Market(ck.MachineType("m", 1.0, price), proc, "hourly", mk.fixed_startup(60.0))
+    return mk.Market(mk.MachineType("m", 1.0, price), proc, "hourly", mk.fixed_startup(60.0))
 
 
 def check_no_state_lost(run, ref):
@@ -226,7 +230,7 @@ def test_fallback_to_on_demand_and_proactive_switch():
     start = 24 * H
 
     def market(s, name):
-        return ck.Market(ck.MachineType(name, 1.0, s), mk.price_driven(s, 1.0), "hourly", mk.fixed_startup(60.0),
+        return mk.Market(mk.MachineType(name, 1.0, s), mk.price_driven(s, 1.0), "hourly", mk.fixed_startup(60.0),
                          start)
 
     job = dataclasses.replace(JOB, max_steps=400)
@@ -268,7 +272,7 @@ def test_mttf_estimate_has_no_lookahead():
 
 
 def test_scripted_fig11_blip_and_pace():
-    job = dataclasses.replace(JOB, step_time=ck.step_time_linear(400.0, 1.0))
+    job = dataclasses.replace(JOB, step_time=step_time_linear(400.0, 1.0))
     out = tm.scripted(job, key=jax.random.key(0), iterations=45, reliable=4, add=60, add_at=11, remove_at=35,
                       param_bytes=2e9, bandwidth_bps=1e9)
     s = out.seconds

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments import planner_validation as m
-from scarjax.cluster import clock as ck
+from scarjax.cluster.ledger import Ledger
 from scarjax.cluster import market as mk
 
 CASE_KEYS = {"job", "market", "plan_window", "eval_window", "chosen", "chosen_plan", "pred", "sim", "sim_mean", "err",
@@ -123,7 +123,7 @@ def test_rebill_matches_a_series_ledger():
     ledger billed with the series by the simulator's own rule."""
     sp, ser = m._spot("us-east-1e:r3.large", None)
     ts, ps = np.asarray(ser.times_s, np.float64), np.asarray(ser.prices, np.float64)
-    fast, real = ck.Ledger(), ck.Ledger()
+    fast, real = Ledger(), Ledger()
     plan = [("a", 1000.0, 9000.0, False), ("b", 2000.0, 2500.0, True), ("c", 5000.0, None, False)]
     for led, price in ((fast, 3 * m._SENTINEL), (real, None)):
         for mid, a, b, rev in plan:

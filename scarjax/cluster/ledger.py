@@ -1,0 +1,222 @@
+"""The bills of one simulated run: one :class:`Ledger` entry per machine (id, tier, price,
+start, stop, revoked by the provider or not), times on the market's clock in seconds.
+
+Fixed prices are billed by :func:`hourly_bill`, a NumPy form of the one billing rule of
+:func:`scarjax.cluster.market.bill` (whole hours from the start, a duration within ``tol_s =
+1`` s of a whole number of hours counts as that number, the last partial hour charged when the
+user stops the machine and free when the provider revokes it; per-second: the integral),
+tested equal to it; :class:`~scarjax.cluster.market.PriceSeries` prices are billed by ``bill``
+itself.
+
+``Ledger.cost(t)`` is the bill *had the job ended at t*: machines stopped by ``t`` at their
+charge, running ones as if the user stopped them at ``t``, later ones 0. So
+``ClusterRun.dollars`` may drop where the provider revokes a machine (its begun partial hour
+becomes free) and is a step function under hourly billing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from scarjax import validate as va
+from scarjax.cluster import market as mk
+
+__all__ = ["Ledger", "hourly_bill"]
+
+TIERS = mk.TIERS
+BILLINGS = mk.BILLINGS
+
+# --------------------------------------------------------------------------------------
+# Bills
+
+
+def hourly_bill(start: Any, end: Any, price: Any, revoked: Any = False, scheme: str = "hourly",
+                tol_s: float = 1.0) -> np.ndarray:
+    """NumPy mirror of :func:`scarjax.cluster.market.bill` for fixed prices (float64,
+    vectorised): USD for machines used from ``start`` to ``end`` seconds."""
+    start, end, price, revoked = np.broadcast_arrays(
+        np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(price, np.float64),
+        np.asarray(revoked, bool))
+    dur = np.maximum(end - start, 0.0)
+    if scheme == "per_second":
+        return price * dur / 3600.0
+    whole = np.floor((dur + tol_s) / 3600.0)
+    partial = dur - whole * 3600.0 > tol_s
+    hours = np.where(partial & ~revoked, whole + 1.0, whole)
+    return price * hours
+
+
+def _free_seconds(start, end, revoked, scheme, tol_s=1.0) -> np.ndarray:
+    dur = np.maximum(np.asarray(end, np.float64) - np.asarray(start, np.float64), 0.0)
+    if scheme != "hourly":
+        return np.zeros_like(dur)
+    whole = np.floor((dur + tol_s) / 3600.0)
+    rest = dur - whole * 3600.0
+    return np.where(np.asarray(revoked, bool) & (rest > tol_s), rest, 0.0)
+
+
+@dataclasses.dataclass
+class _Entry:
+    machine_id: Any
+    tier: str
+    price: Any
+    billing: str
+    start: float
+    stop: float | None = None
+    revoked: bool = False
+    charged: float | None = None
+
+
+class Ledger:
+    """Host-side bills of one simulated run (times on the market's clock, seconds).
+
+    A machine is billed from :meth:`start` to :meth:`stop` under its ``billing`` rule
+    (:func:`scarjax.cluster.market.bill`): ``"hourly"`` charges every begun hour at the price
+    in effect at its beginning, except the last partial hour of a machine the provider
+    revoked (``stop(..., revoked=True)``): that one is free (TierML Sec 3.4, Proteus's free
+    computing); ``"per_second"`` integrates the price. A machine id may be reused after its
+    stop (a new entry).
+    """
+
+    def __init__(self):
+        self._entries: list[_Entry] = []
+        self._open: dict[Any, _Entry] = {}
+        self._memo: dict = {}
+
+    @property
+    def entries(self) -> tuple:
+        """Every machine's entry, in start order (read them; ``stop`` ends one): ``machine_id,
+        tier, price, billing, start, stop`` (``None``: running), ``revoked``, ``charged``."""
+        return tuple(self._entries)
+
+    def charge(self, entry: Any, end: float, revoked: bool = False) -> float:
+        """USD of ``entry`` (one of :attr:`entries`) had it run from its start to ``end``,
+        ended by the provider (``revoked``) or the user: the market's rule
+        (:func:`scarjax.cluster.market.bill`)."""
+        return self._charge_one(entry, float(end), bool(revoked))
+
+    def _charge_one(self, e: "_Entry", t1: float, r: bool) -> float:
+        """One machine's charge, memoised (machines bought and ended together cost the same)."""
+        k = (id(e.price) if isinstance(e.price, mk.PriceSeries) else e.price, e.billing, e.start, t1, r)
+        if k not in self._memo:
+            self._memo[k] = float(self._charge([e], [t1], [r])[0])
+        return self._memo[k]
+
+    def _groups(self):
+        """Entries that bill alike (tier, price, rule, start, stop, who ended them), with counts."""
+        out: dict = {}
+        for e in self._entries:
+            k = (e.tier, id(e.price) if isinstance(e.price, mk.PriceSeries) else e.price, e.billing, e.start,
+                 e.stop, e.revoked)
+            if k in out:
+                out[k][1] += 1
+            else:
+                out[k] = [e, 1]
+        return list(out.values())
+
+    def start(self, machine_id: Any, t: float, *, price: Any, tier: str = "transient",
+              billing: str = "hourly") -> None:
+        """Machine ``machine_id`` starts being billed at ``t`` at ``price`` (USD/h, float, or a
+        PriceSeries)."""
+        va.check_choice("tier", tier, TIERS)
+        va.check_choice("billing", billing, BILLINGS)
+        va.check_real("t", t, scalar=True)
+        if not isinstance(price, mk.PriceSeries):
+            va.check_real("price", price, lo=0.0, scalar=True)
+            price = float(price)
+        if machine_id in self._open:
+            raise ValueError(f"machine_id {machine_id!r} is already running (stop it first)")
+        e = _Entry(machine_id, tier, price, billing, float(t))
+        self._entries.append(e)
+        self._open[machine_id] = e
+
+    def stop(self, machine_id: Any, t: float, *, revoked: bool = False) -> float:
+        """Stop billing ``machine_id`` at ``t``; ``revoked=True``: the provider took it.
+        Returns the machine's charge."""
+        if machine_id not in self._open:
+            raise ValueError(f"machine_id {machine_id!r} is not running")
+        e = self._open[machine_id]
+        va.check_real("t", t, scalar=True)
+        if t < e.start:
+            raise ValueError(f"t={t} is before machine {machine_id!r} started at {e.start}")
+        e.stop, e.revoked = float(t), bool(revoked)
+        e.charged = self._charge_one(e, e.stop, e.revoked)
+        del self._open[machine_id]
+        return e.charged
+
+    @property
+    def running(self) -> list:
+        """Ids of the machines being billed now."""
+        return list(self._open)
+
+    def tier_of(self, machine_id: Any) -> str:
+        return self._open[machine_id].tier
+
+    @staticmethod
+    def _charge(entries, ends, revoked) -> np.ndarray:
+        out = np.zeros(len(entries))
+        for i, (e, t1, r) in enumerate(zip(entries, ends, revoked)):
+            if isinstance(e.price, mk.PriceSeries):
+                out[i] = float(mk.bill(e.start, t1, e.price, r, e.billing))
+            else:
+                out[i] = float(hourly_bill(e.start, t1, e.price, r, e.billing))
+        return out
+
+    def _charge_at(self, e: _Entry, t: float) -> float:
+        """The entry's charge as of ``t``: 0 if it starts at or after ``t``; its charge if it
+        stopped by ``t``; else billed as stopped by the user at ``t``."""
+        if e.start >= t:
+            return 0.0
+        if e.stop is not None and e.stop <= t:
+            return e.charged
+        return self._charge_one(e, float(t), False)
+
+    def cost(self, t: float) -> float:
+        """USD of everything up to ``t`` (the job's cost had it ended at ``t``): machines
+        stopped by then at their charge, machines running at ``t`` billed as if the user
+        stopped them at ``t`` (a begun hour is charged in full), later ones not at all."""
+        return float(sum(n * self._charge_at(e, float(t)) for e, n in self._groups()))
+
+    def cost_curve(self, times: Any) -> np.ndarray:
+        """:meth:`cost` at each of ``times`` (vectorised over times for fixed prices)."""
+        times = np.asarray(times, np.float64)
+        total = np.zeros_like(times)
+        for e, n in self._groups():  # machines that bill alike are billed once, times their number
+            after = times > e.start
+            done = after & (times >= (e.stop if e.stop is not None else np.inf))
+            mid = after & ~done
+            total += n * np.where(done, e.charged if e.charged is not None else 0.0, 0.0)
+            if not mid.any():
+                continue
+            if isinstance(e.price, mk.PriceSeries):
+                part = np.asarray(mk.bill(e.start, np.maximum(times, e.start), e.price, False, e.billing), np.float64)
+            else:
+                part = hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
+            total += n * np.where(mid, part, 0.0)
+        return total
+
+    def free_seconds(self, t: float) -> float:
+        """Machine-seconds of free computing up to ``t``: the used part of the last partial
+        hour of each machine the provider revoked by ``t``, under hourly billing."""
+        return float(sum(
+            _free_seconds(e.start, e.stop, e.revoked, e.billing) for e in self._entries
+            if e.stop is not None and e.stop <= t
+        ))
+
+    def machine_seconds(self, t: float) -> dict[str, float]:
+        """Machine-seconds used up to ``t``, by tier."""
+        out = {k: 0.0 for k in TIERS}
+        for e in self._entries:
+            end = min(e.stop if e.stop is not None else np.inf, float(t))
+            out[e.tier] += max(end - e.start, 0.0)
+        return out
+
+    def by_tier(self, t: float) -> dict[str, float]:
+        """:meth:`cost` split by tier (``'reliable'``, ``'transient'``)."""
+        out = {k: 0.0 for k in TIERS}
+        for e, n in self._groups():
+            out[e.tier] += n * self._charge_at(e, float(t))
+        return out
