@@ -1,12 +1,13 @@
 """The bills of one simulated run: one :class:`Ledger` entry per machine (id, tier, price,
 start, stop, revoked by the provider or not), times on the market's clock in seconds.
 
-Fixed prices are billed by :func:`hourly_bill`, a NumPy form of the one billing rule of
-:func:`scarjax.cluster.market.bill` (whole hours from the start, a duration within ``tol_s =
-1`` s of a whole number of hours counts as that number, the last partial hour charged when the
-user stops the machine and free when the provider revokes it; per-second: the integral),
-tested equal to it; :class:`~scarjax.cluster.market.PriceSeries` prices are billed by ``bill``
-itself.
+Fixed prices are billed by :func:`hourly_bill`, which applies the one billing rule of
+:mod:`scarjax.cluster.market` in float64 (:func:`~scarjax.cluster.market.billed_hours`: whole
+hours from the start, a duration within ``tol_s = 1`` s of a whole number of hours counts as
+that number, the last partial hour charged when the user stops the machine and free when the
+provider revokes it; :func:`~scarjax.cluster.market.charged_seconds`: per second);
+:class:`~scarjax.cluster.market.PriceSeries` prices are billed by
+:func:`~scarjax.cluster.market.bill`, which applies the same rule in JAX.
 
 ``Ledger.cost(t)`` is the bill *had the job ended at t*: machines stopped by ``t`` at their
 charge, running ones as if the user stopped them at ``t``, later ones 0. So
@@ -35,27 +36,26 @@ BILLINGS = mk.BILLINGS
 
 def hourly_bill(start: Any, end: Any, price: Any, revoked: Any = False, scheme: str = "hourly",
                 tol_s: float = 1.0) -> np.ndarray:
-    """NumPy mirror of :func:`scarjax.cluster.market.bill` for fixed prices (float64,
-    vectorised): USD for machines used from ``start`` to ``end`` seconds."""
+    """USD for machines used from ``start`` to ``end`` seconds at fixed ``price`` (USD/h),
+    float64, vectorised: the one billing rule of :mod:`scarjax.cluster.market`
+    (:func:`~scarjax.cluster.market.billed_hours` under ``"hourly"``,
+    :func:`~scarjax.cluster.market.charged_seconds` under ``"per_second"``), unchecked (the
+    :class:`Ledger` checks its entries). The checked public form is
+    :func:`scarjax.cluster.market.bill_np`."""
     start, end, price, revoked = np.broadcast_arrays(
         np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(price, np.float64),
         np.asarray(revoked, bool))
     dur = np.maximum(end - start, 0.0)
     if scheme == "per_second":
-        return price * dur / 3600.0
-    whole = np.floor((dur + tol_s) / 3600.0)
-    partial = dur - whole * 3600.0 > tol_s
-    hours = np.where(partial & ~revoked, whole + 1.0, whole)
-    return price * hours
+        return price * mk.charged_seconds(dur) / 3600.0
+    return price * mk.billed_hours(dur, revoked, tol_s=tol_s)
 
 
 def _free_seconds(start, end, revoked, scheme, tol_s=1.0) -> np.ndarray:
     dur = np.maximum(np.asarray(end, np.float64) - np.asarray(start, np.float64), 0.0)
     if scheme != "hourly":
         return np.zeros_like(dur)
-    whole = np.floor((dur + tol_s) / 3600.0)
-    rest = dur - whole * 3600.0
-    return np.where(np.asarray(revoked, bool) & (rest > tol_s), rest, 0.0)
+    return mk.free_seconds(dur, revoked, tol_s=tol_s)
 
 
 @dataclasses.dataclass

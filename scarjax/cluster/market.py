@@ -86,6 +86,9 @@ __all__ = [
     "Weibull",
     "aggressive_bid",
     "bill",
+    "bill_np",
+    "billed_hours",
+    "charged_seconds",
     "cmdare_startup",
     "empirical",
     "exponential",
@@ -93,6 +96,7 @@ __all__ = [
     "fixed_startup",
     "from_availability",
     "from_node_events",
+    "free_seconds",
     "gce_preemptible",
     "gce_preemptible_price",
     "price_driven",
@@ -944,6 +948,77 @@ def gce_preemptible_price(on_demand: Any) -> jax.Array:
     return _f32(on_demand) * (1.0 - GCE_PREEMPTIBLE_DISCOUNT)
 
 
+def billed_hours(duration_s: Any, revoked: Any = False, *, tol_s: Any = 1.0, xp: Any = np) -> Any:
+    """THE hourly billing rule (AWS 2015; TierML Sec 3.4's "AWS partial hour rule", Proteus's
+    free computing): the instance-hours charged for a machine used ``duration_s`` seconds.
+
+    Whole hours from the machine's start are charged; the last partial hour is charged in full
+    when the user ends the machine and is free when the provider revokes it (``revoked``). A
+    duration within ``tol_s`` of a whole number of hours counts as that number (no partial hour
+    is begun or lost by rounding of float32 times). Elementwise over broadcast arrays; ``xp`` is
+    the array module (``numpy``, the default, for host-side ledgers and sweeps; ``jax.numpy``
+    inside :func:`bill`), so the rule is written once. No validation (callers check their
+    inputs; :func:`bill_np` is the checked NumPy entry point)::
+
+        mk.billed_hours(np.array([3600.0, 5400.0, 5400.0]), np.array([False, False, True]))
+        # -> [1., 2., 1.]
+    """
+    dur = xp.asarray(duration_s)
+    whole = xp.floor((dur + tol_s) / 3600.0)
+    partial = dur - whole * 3600.0 > tol_s
+    return xp.where(partial & ~xp.asarray(revoked, bool), whole + 1.0, whole)
+
+
+def charged_seconds(duration_s: Any, *, minimum_s: Any = 0.0, xp: Any = np) -> Any:
+    """The per-second billing rule (GCE; AWS since 2017): the seconds charged for a machine
+    used ``duration_s`` seconds, at least ``minimum_s`` (GCE: :data:`GCE_MINIMUM_CHARGE_S`),
+    whoever ends it. ``xp`` as in :func:`billed_hours`."""
+    return xp.maximum(xp.asarray(duration_s), minimum_s)
+
+
+def free_seconds(duration_s: Any, revoked: Any, *, tol_s: Any = 1.0, xp: Any = np) -> Any:
+    """Seconds of free computing under the hourly rule (:func:`billed_hours`): the used part of
+    the last partial hour of a machine the provider revoked (0 otherwise)."""
+    dur = xp.asarray(duration_s)
+    used = dur - xp.floor((dur + tol_s) / 3600.0) * 3600.0
+    return xp.where(xp.asarray(revoked, bool) & (used > tol_s), used, 0.0)
+
+
+def bill_np(
+    start: Any,
+    end: Any,
+    price: Any,
+    revoked_by_provider: Any = False,
+    scheme: str = "hourly",
+    *,
+    minimum_s: float = 0.0,
+    tol_s: float = 1.0,
+) -> np.ndarray:
+    """:func:`bill` for fixed prices on the host: float64 NumPy, vectorised over machines, the
+    same rule (:func:`billed_hours`, :func:`charged_seconds`). USD for machines used from
+    ``start`` to ``end`` seconds at ``price`` USD/h (scalar or per machine)::
+
+        mk.bill_np(0.0, [5400.0, 5400.0], 0.5, [False, True])   # -> [1.0, 0.5]
+
+    Raises ``ValueError`` naming the argument for NaN, negative or infinite times or prices, an
+    ``end`` before its ``start``, or an unknown ``scheme``."""
+    va.check_choice("scheme", scheme, BILLINGS)
+    va.check_real("minimum_s", minimum_s, lo=0.0, scalar=True)
+    va.check_real("tol_s", tol_s, lo=0.0, hi=60.0, scalar=True)
+    va.check_real("start", start, lo=0.0)
+    va.check_real("end", end, lo=0.0)
+    va.check_real("price", price, lo=0.0)
+    start, end, price, revoked = np.broadcast_arrays(
+        np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(price, np.float64),
+        np.asarray(revoked_by_provider, bool))
+    if np.any(end < start):
+        raise ValueError("end must be >= start for every machine")
+    dur = end - start
+    if scheme == "hourly":
+        return price * billed_hours(dur, revoked, tol_s=float(tol_s))
+    return price * charged_seconds(dur, minimum_s=float(minimum_s)) / 3600.0
+
+
 def _hourly_series(series: PriceSeries, start, hours):
     """``sum_{k < hours} price(start + 3600 k)`` elementwise (a loop over max(hours) hours)."""
 
@@ -1005,14 +1080,11 @@ def bill(
     if series is None and not va.is_traced(price):
         va.check_real("price", price, lo=0.0)
     if scheme == "hourly":
-        tol = _f32(tol_s)
-        whole = jnp.floor((dur + tol) / 3600.0)
-        partial = dur - whole * 3600.0 > tol
-        hours = jnp.where(partial & ~revoked, whole + 1.0, whole).astype(jnp.int32)
+        hours = billed_hours(dur, revoked, tol_s=_f32(tol_s), xp=jnp).astype(jnp.int32)
         if series is None:
             return (_f32(price) * hours).astype(jnp.float32)
         return _hourly_series(series, start, hours)
-    charged = jnp.maximum(dur, _f32(minimum_s))
+    charged = charged_seconds(dur, minimum_s=_f32(minimum_s), xp=jnp)
     if series is None:
         return (_f32(price) * charged / 3600.0).astype(jnp.float32)
     e = start + charged

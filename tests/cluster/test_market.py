@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scarjax import hooks, run_trials
 from scarjax.cluster import market as mk
@@ -526,3 +528,91 @@ def test_warning_and_billing_are_stated_never_defaulted():
 def test_bad_times_and_prices_raise_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# ----------------------------------------------------------------------------- the one billing rule
+# The copies of the hourly rule that the package held before it was written once
+# (market.billed_hours / charged_seconds / bill_np), kept here as oracles.
+
+
+def _oracle_ledger_hourly_bill(start, end, price, revoked=False, scheme="hourly", tol_s=1.0):
+    """The ledger's former NumPy copy (float64)."""
+    start, end, price, revoked = np.broadcast_arrays(
+        np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(price, np.float64),
+        np.asarray(revoked, bool))
+    dur = np.maximum(end - start, 0.0)
+    if scheme == "per_second":
+        return price * dur / 3600.0
+    whole = np.floor((dur + tol_s) / 3600.0)
+    partial = dur - whole * 3600.0 > tol_s
+    return price * np.where(partial & ~revoked, whole + 1.0, whole)
+
+
+def _oracle_ledger_free_seconds(dur, revoked, tol_s=1.0):
+    whole = np.floor((dur + tol_s) / 3600.0)
+    rest = dur - whole * 3600.0
+    return np.where(np.asarray(revoked, bool) & (rest > tol_s), rest, 0.0)
+
+
+def _oracle_market_bill_hours(dur, revoked, tol_s=1.0):
+    """market.bill's former inline float32 copy of the hourly rule."""
+    dur = jnp.asarray(dur, jnp.float32)
+    tol = jnp.float32(tol_s)
+    whole = jnp.floor((dur + tol) / 3600.0)
+    partial = dur - whole * 3600.0 > tol
+    return jnp.where(partial & ~jnp.asarray(revoked, bool), whole + 1.0, whole).astype(jnp.int32)
+
+
+def check_rule_equals_oracles(rule_hours, dur, revoked, price, scheme):
+    """The one rule (in NumPy and in JAX) equals each former copy exactly."""
+    dur = np.asarray(dur, np.float64)
+    got = mk.bill_np(np.zeros_like(dur), dur, price, revoked, scheme)
+    want = _oracle_ledger_hourly_bill(0.0, dur, price, revoked, scheme)
+    np.testing.assert_array_equal(got, want, err_msg="bill_np differs from the ledger's former copy")
+    if scheme == "hourly":
+        d32 = dur.astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(rule_hours(d32, revoked)), np.asarray(_oracle_market_bill_hours(d32, revoked)),
+                                      err_msg="billed_hours (jnp) differs from market.bill's former copy")
+        np.testing.assert_array_equal(mk.free_seconds(dur, revoked), _oracle_ledger_free_seconds(dur, revoked),
+                                      err_msg="free_seconds differs from the ledger's former copy")
+
+
+_durations = st.lists(st.one_of(st.floats(0, 10 * H), st.integers(0, 10).map(lambda k: k * H),
+                                st.integers(0, 10).map(lambda k: k * H + 1.0)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(durs=_durations, data=st.data(), price=st.floats(0, 5), scheme=st.sampled_from(mk.BILLINGS))
+def test_one_billing_rule_equals_former_copies(durs, data, price, scheme):
+    revoked = np.array(data.draw(st.lists(st.booleans(), min_size=len(durs), max_size=len(durs))))
+    check_rule_equals_oracles(lambda d, r: mk.billed_hours(d, r, tol_s=jnp.float32(1.0), xp=jnp).astype(jnp.int32),
+                              durs, revoked, price, scheme)
+    # and market.bill (fixed price, float32) applies it
+    d32 = np.asarray(durs, np.float32)
+    b = np.asarray(mk.bill(0.0, d32, price, revoked, scheme))
+    np.testing.assert_allclose(b, mk.bill_np(0.0, d32.astype(np.float64), price, revoked, scheme), rtol=1e-6, atol=1e-6)
+
+
+def test_one_billing_rule_check_catches_a_planted_copy():
+    """Planted: a copy of the rule without the free partial hour, and one without the tolerance."""
+    durs, revoked = np.array([5400.0, 3600.5]), np.array([True, False])
+    no_free = lambda d, r: mk.billed_hours(d, False, xp=jnp)  # noqa: E731
+    with pytest.raises(AssertionError, match="billed_hours"):
+        check_rule_equals_oracles(no_free, durs, revoked, 1.0, "hourly")
+    no_tol = lambda d, r: mk.billed_hours(d, r, tol_s=0.0, xp=jnp)  # noqa: E731
+    with pytest.raises(AssertionError, match="billed_hours"):
+        check_rule_equals_oracles(no_tol, durs, revoked, 1.0, "hourly")
+
+
+def test_bill_np_hand_checked_and_checks_its_arguments():
+    np.testing.assert_array_equal(mk.bill_np(0.0, [5400.0, 5400.0, 3600.5, 7200.0], 0.5, [False, True, False, True]),
+                                  [1.0, 0.5, 0.5, 1.0])
+    assert float(mk.bill_np(0.0, 30.0, 3.6, scheme="per_second", minimum_s=mk.GCE_MINIMUM_CHARGE_S)) == pytest.approx(0.06)
+    for kw, name in ((dict(start=math.nan, end=1.0, price=1.0), "start"), (dict(start=0.0, end=-1.0, price=1.0), "end"),
+                     (dict(start=0.0, end=1.0, price=-1.0), "price"), (dict(start=0.0, end=math.inf, price=1.0), "end")):
+        with pytest.raises(ValueError, match=name):
+            mk.bill_np(**kw)
+    with pytest.raises(ValueError, match="scheme"):
+        mk.bill_np(0.0, 1.0, 1.0, scheme="monthly")
+    with pytest.raises(ValueError, match="end must be >= start"):
+        mk.bill_np(10.0, 1.0, 1.0)
