@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from scarjax.cluster import clock as ck
 
+from scarjax.cluster import ledger as lg
 from scarjax.cluster.ledger import hourly_bill
 
 from scarjax.cluster.steptime import step_time_fixed
@@ -158,7 +159,7 @@ def test_bill_check_catches_a_wrong_rule(monkeypatch):
     market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), mk.exponential(600.0), billing="hourly")
     check_bill(_run("checkpoint_restart", _job(), market, 1, "on_demand"))
     wrong = hourly_bill
-    monkeypatch.setattr(ck, "hourly_bill", lambda s, e, p, r=False, scheme="hourly", tol_s=1.0:
+    monkeypatch.setattr(lg, "hourly_bill", lambda s, e, p, r=False, scheme="hourly", tol_s=1.0:
                         wrong(s, e, p, False, scheme, tol_s) * (1.01 if scheme == "per_second" else 1.0))
     run = _run("checkpoint_restart", _job(), market, 1, "on_demand")
     assert run.count("revocation") > 0
