@@ -56,14 +56,14 @@ def main(argv=None) -> dict:
     works = (2.0, 8.0, 20.0)
     pad = int(60 * (3 * max(works) + 4))
     markets = {it: sw.build_markets(it, pad_min=pad) for it in td.SPOT_INSTANCE_TYPES}
-    mttf = {(it, b): sw.mttf_minutes(tm, b) for it, tm in markets.items() for b in sw.BIDS}
+    mttf = {(it, b): sw.mttf_s(tm, b) for it, tm in markets.items() for b in sw.BIDS}
     combos, batches = [], []  # one vectorised call per (type, bid, policy), all job lengths at once
     for it, tm in markets.items():
         parts = []
         for w in works:
             st = np.arange(0, tm.minutes - int(60 * w), args.stride, dtype=np.int64)
             S_, H_ = np.meshgrid(st, np.arange(3), indexing="ij")
-            parts.append((S_.ravel(), H_.ravel(), np.full(S_.size, w)))
+            parts.append((S_.ravel(), H_.ravel(), np.full(S_.size, 3600.0 * w)))  # job lengths in seconds
         batch = tuple(np.concatenate(x) for x in zip(*parts))
         for b in sw.BIDS:
             for pol in sw.POLICIES:
@@ -82,13 +82,13 @@ def main(argv=None) -> dict:
 
     def vectorised():
         return [
-            sw.run_vectorised(markets[it], s, h, w, b, pol, model, mttf=mttf[(it, b)])
+            sw.run_vectorised(markets[it], s, h, w, b, pol, model, mttf_s=mttf[(it, b)])
             for (it, b, pol), (s, h, w) in zip(combos, batches)
         ]
 
     def loop():
         return [
-            sw.run_reference(markets[it], s, h, w, b, pol, model, mttf=mttf[(it, b)])
+            sw.run_reference(markets[it], s, h, w, b, pol, model, mttf_s=mttf[(it, b)])
             for (it, b, pol), s, h, w, _, _ in sample
         ]
 
@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
             v = float(vec_out[o][k][i])
             diff = max(diff, abs(v - ref[k]) / max(abs(ref[k]), 1e-12))
         if vec_out[o]["revocations"][i] != ref["revocations"] or vec_out[o]["switches"][i] != ref["switches"]:
-            raise AssertionError(f"vectorised and loop disagree on {combos[o]} start {batches[o][0][i]} job {batches[o][2][i]} h")
+            raise AssertionError(f"vectorised and loop disagree on {combos[o]} start {batches[o][0][i]} job {batches[o][2][i]} s")
     rates = {"vectorised": [], "loop": []}
     load0 = _timing.loadavg()
     for _ in range(args.rounds):

@@ -82,8 +82,8 @@ def run(config: Config, out_dir) -> dict:
     cfg = config
     spot, source = _spot(cfg.history)
     model = dataclasses.replace(sw.default_model(), machines=cfg.machines, checkpoint_min=cfg.checkpoint_min)
-    res = sw.sweep(spot, stride=cfg.stride, work_hours=tuple(cfg.work_hours), model=model, source=source)
-    cells = res["cells"]
+    res = sw.sweep(spot, stride=cfg.stride, work_s=_seconds(cfg.work_hours), model=model, source=source)
+    cells = _in_hours(res["cells"])
     rows = {
         "by_work_bid_policy": sw.summarise(cells, by=("work_h", "bid", "policy")),
         "by_zone_work_bid_policy": sw.summarise(cells, by=("zone", "work_h", "bid", "policy")),
@@ -97,11 +97,22 @@ def run(config: Config, out_dir) -> dict:
         "calibration": model.calibration,
         "scenarios": res["scenarios"],
         "minutes": res["minutes"],
-        "mttf_min": res["mttf_min"],
+        "mttf_min": {t: {b: [x / 60.0 for x in v] for b, v in d.items()} for t, d in res["mttf_s"].items()},
         "cells": _clean(cells),
         "summary": {k: _clean(v) for k, v in rows.items()},
         "headline": _headline(rows),
     }
+
+
+def _seconds(hours) -> tuple[float, ...]:
+    """The sweep takes job lengths in seconds; this record states them in compute-hours."""
+    return tuple(3600.0 * float(w) for w in hours)
+
+
+def _in_hours(cells: list[dict]) -> list[dict]:
+    """The sweep's cells with the job length as the paper states it (``work_h``, compute-hours)."""
+    return [{("work_h" if k == "work_s" else k): (v / 3600.0 if k == "work_s" else v) for k, v in c.items()}
+            for c in cells]
 
 
 def _get(rows, **key):

@@ -287,7 +287,7 @@ CASES = [
     (lambda v: sweep.markets_from_grid(v, 0.5), "prices", st.sampled_from([np.full((1, 600), math.nan), np.full((1, 600), -1.0), np.zeros((0, 600)), "x"])),
     (lambda v: sweep.markets_from_grid(GRID, v), "on_demand", bad_positive),
     (lambda v: sweep.sweep(stride=v), "stride", bad_int(1)),
-    (lambda v: sweep.sweep(work_hours=v), "work_hours", st.sampled_from([(), (-1.0,), (math.nan,), "x"])),
+    (lambda v: sweep.sweep(work_s=v), "work_s", st.sampled_from([(), (-1.0,), (math.nan,), "x"])),
     (lambda v: sweep.build_markets(v), "instance_type", bad_text),
 ]
 

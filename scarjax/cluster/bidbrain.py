@@ -70,6 +70,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,7 +93,6 @@ __all__ = [
     "Job",
     "ProteusRun",
     "ScalingModel",
-    "SpotMarket",
     "best_acquisition",
     "bidbrain",
     "checkpoint_spot",
@@ -177,10 +177,11 @@ class Job:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SpotMarket:
-    """One spot market on a common clock (seconds): its :class:`~scarjax.cluster.market.PriceSeries`
-    and the same steps in NumPy (``times``, ``prices``), the on-demand price and the cores per
-    instance."""
+class _PriceView:
+    """The host-side view of one price-driven :class:`~scarjax.cluster.market.Market` that
+    BidBrain's event loop reads (derived from the market, never given by a user): the price
+    steps in float64 as given (:meth:`~scarjax.cluster.market.PriceSeries.host_arrays`), the
+    machine's on-demand price and cores, the series' end, the notice and the billing rule."""
 
     name: str
     series: mk.PriceSeries
@@ -189,6 +190,9 @@ class SpotMarket:
     on_demand: float
     cores: int
     end_s: float
+    warning_s: float
+    billing: str
+    maxtab: np.ndarray
 
     def index(self, t: Any) -> np.ndarray:
         """The change in effect at ``t`` (0 before the first)."""
@@ -204,55 +208,82 @@ class SpotMarket:
         t, bid = np.broadcast_arrays(np.asarray(t, np.float64), np.asarray(bid, np.float64))
         T = self.prices.size
         pos = self.index(t) + 1
-        tab = self._maxtab
+        tab = self.maxtab
         for k in reversed(range(tab.shape[0])):
             step = 1 << k
             skip = (pos + step <= T) & (tab[k, np.clip(pos, 0, T - 1)] <= bid)
             pos = np.where(skip, pos + step, pos)
         return np.where(pos < T, self.times[np.minimum(pos, T - 1)], np.inf)
 
-    @functools.cached_property
-    def _maxtab(self) -> np.ndarray:
-        return np.asarray(self.series.maxtab, np.float64)
+
+_VIEWS: dict[int, tuple[Any, _PriceView]] = {}
+
+
+def _view(market: Any, what: str = "market") -> _PriceView:
+    """The :class:`_PriceView` of a price-driven market (built once per market object)."""
+    if isinstance(market, _PriceView):
+        return market
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"{what} must be a scarjax.cluster.market.Market, got {type(market).__name__}")
+    if not isinstance(market.process, mk.PriceDriven):
+        raise ValueError(f"{what} must be a price-driven market (Market.from_prices / from_spot_prices), "
+                         f"got process {type(market.process).__name__}")
+    hit = _VIEWS.get(id(market))
+    if hit is not None and hit[0]() is market:
+        return hit[1]
+    series = market.process.series
+    times, prices = series.host_arrays()
+    v = _PriceView(market.machine.name, series, times, prices, float(market.machine.on_demand_price),
+                   int(market.machine.cores), float(series.end_s), float(market.process.warning_s),
+                   market.billing, np.asarray(series.maxtab, np.float64))
+    if len(_VIEWS) > 256:
+        _VIEWS.clear()
+    _VIEWS[id(market)] = (weakref.ref(market), v)
+    return v
+
+
+def _views(markets: Any) -> list[_PriceView]:
+    if isinstance(markets, mk.Market) or not isinstance(markets, Sequence) or len(markets) == 0:
+        raise TypeError("markets must be a non-empty sequence of scarjax.cluster.market.Market")
+    return [_view(m, f"markets[{i}]") for i, m in enumerate(markets)]
 
 
 def spot_market(
     times_s: Any, prices: Any, *, on_demand: float, cores: int = 4, end_s: float | None = None,
     name: str = "market",
-) -> SpotMarket:
-    """A :class:`SpotMarket` from a step function (``prices[i]`` from ``times_s[i]`` on)."""
+) -> mk.Market:
+    """A price-driven :class:`~scarjax.cluster.market.Market` under AWS's 2015 rules (two-minute
+    notice, hourly billing) from a step function (``prices[i]`` from ``times_s[i]`` on), its
+    machine ``name`` at ``on_demand`` USD/h with ``cores`` per instance, bid at the on-demand
+    price (the checkpointing baseline's bid; BidBrain chooses its own): shorthand for
+    :meth:`~scarjax.cluster.market.Market.from_prices` with ``provider="aws"``."""
     va.check_real("on_demand", on_demand, lo=0.0, lo_open=True, scalar=True)
     va.check_real("prices", prices, lo=0.0)
     va.check_real("times_s", times_s)
-    if not (isinstance(cores, (int, np.integer)) and cores >= 1):
+    if not (isinstance(cores, (int, np.integer)) and not isinstance(cores, bool) and cores >= 1):
         raise ValueError(f"cores must be an int >= 1, got {cores!r}")
-    series = mk.price_series(prices, times_s, end_s=end_s, name=name)
-    t = np.asarray(times_s, np.float64)
-    p = np.asarray(prices, np.float64)
-    return SpotMarket(name, series, t, p, float(on_demand), int(cores), float(series.end_s))
+    machine = mk.MachineType(name, float(on_demand), cores=int(cores))
+    return mk.Market.from_prices(times_s, prices, bid=float(on_demand), machine=machine, provider="aws", end_s=end_s,
+                                 name=name)
 
 
 def spot_markets(
     zone: str = "us-east-1a", root: Any = None, *, types: Sequence[str] = td.SPOT_INSTANCE_TYPES
-) -> tuple[SpotMarket, ...]:
-    """The spot markets of ``zone`` on one clock: seconds since the latest series start (the
-    embedded April 2015 extract by default, the full March-August history from ``root``)."""
+) -> tuple[mk.Market, ...]:
+    """The spot markets of ``zone`` on one clock, as price-driven
+    :class:`~scarjax.cluster.market.Market` objects (AWS 2015 rules, bid the on-demand price,
+    :data:`CORES` per instance): seconds since the latest series start (the embedded April 2015
+    extract by default, the full March-August history from ``root``), each series from the
+    change in effect at that origin to the earliest series end."""
     spots = [td.load_spot_prices(t, zone, root) for t in types]
     origin = max(s.start for s in spots)
     end = min(s.end for s in spots)
-    out = []
-    for s in spots:
-        t = (s.time - origin).astype("timedelta64[s]").astype(np.float64)
-        keep = np.searchsorted(t, 0.0, side="right") - 1  # the change in effect at the origin
-        keep = max(keep, 0)
-        dur = float((end - origin).astype("timedelta64[s]").astype(np.int64))
-        out.append(
-            spot_market(
-                t[keep:], s.price[keep:], on_demand=s.on_demand, cores=CORES[s.instance_type], end_s=dur,
-                name=f"{zone}:{s.instance_type}",
-            )
-        )
-    return tuple(out)
+    dur = float((end - origin).astype("timedelta64[s]").astype(np.int64))
+    return tuple(
+        mk.Market.from_spot_prices(s, bid=s.on_demand, provider="aws", cores=CORES[s.instance_type], origin=origin,
+                                   end_s=dur)
+        for s in spots
+    )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -266,7 +297,7 @@ class EvictionTable:
     ended by ``t``: it uses the prices before ``t`` only.
     """
 
-    market: SpotMarket
+    market: mk.Market
     grid: np.ndarray
     headroom: np.ndarray
     cum_evicted: np.ndarray
@@ -294,24 +325,27 @@ class EvictionTable:
 
 
 def eviction_table(
-    market: SpotMarket, *, headrooms: Sequence[float] | None = None, grid_s: float = 300.0,
-    lookback_s: float = 7 * 86400.0, hour_s: float = HOUR_S, warning_s: float = mk.AWS_WARNING_S,
+    market: mk.Market, *, headrooms: Sequence[float] | None = None, grid_s: float = 300.0,
+    lookback_s: float = 7 * 86400.0, hour_s: float = HOUR_S, warning_s: float | None = None,
     prior_beta: float = 0.5,
 ) -> EvictionTable:
-    """The :class:`EvictionTable` of ``market``; ``headrooms`` in USD/h (default: one price
-    tick and :data:`HEADROOMS` x the on-demand price)."""
+    """The :class:`EvictionTable` of the price-driven ``market``; ``headrooms`` in USD/h
+    (default: one price tick and :data:`HEADROOMS` x the on-demand price); ``warning_s``:
+    default the market's notice."""
+    view = _view(market)
+    warning_s = view.warning_s if warning_s is None else warning_s
     if headrooms is None:
-        headrooms = [PRICE_TICK] + [h * market.on_demand for h in HEADROOMS]
+        headrooms = [PRICE_TICK] + [h * view.on_demand for h in HEADROOMS]
     h = np.unique(np.round(np.asarray(headrooms, np.float64), 6))
     if h.size == 0 or np.any(h < 0) or not np.all(np.isfinite(h)):
         raise ValueError(f"headrooms must be finite and >= 0, got {headrooms}")
     va.check_real("grid_s", grid_s, lo=0.0, lo_open=True, scalar=True)
     va.check_real("lookback_s", lookback_s, lo=0.0, scalar=True)
     va.check_real("hour_s", hour_s, lo=0.0, lo_open=True, scalar=True)
-    t0 = max(float(market.times[0]), 0.0)
-    grid = np.arange(t0, market.end_s - hour_s + 1e-9, grid_s)
-    bid = market.price_at(grid)[:, None] + h[None, :]
-    life = market.notice(grid[:, None], bid) - grid[:, None] + warning_s
+    t0 = max(float(view.times[0]), 0.0)
+    grid = np.arange(t0, view.end_s - hour_s + 1e-9, grid_s)
+    bid = view.price_at(grid)[:, None] + h[None, :]
+    life = view.notice(grid[:, None], bid) - grid[:, None] + warning_s
     evicted = life < hour_s
     tau = np.where(evicted, life, 0.0)
     zero = np.zeros((1, h.size))
@@ -428,10 +462,11 @@ def _bill_fn():
     return jax.jit(mk.bill, static_argnames=("scheme",))
 
 
-def _bills(allocs: Sequence[Allocation], markets: Sequence[SpotMarket]) -> np.ndarray:
+def _bills(allocs: Sequence[Allocation], markets: Sequence[_PriceView]) -> np.ndarray:
     """USD per allocation (``n`` x :func:`~scarjax.cluster.market.bill`): spot allocations at
     their market's price series, on-demand ones at the on-demand price; one call per market,
     padded to a power of two (few compilations)."""
+    markets = [_view(m) for m in markets]
     out = np.zeros(len(allocs))
     groups: dict[tuple[int, str], list[int]] = {}
     for i, a in enumerate(allocs):
@@ -444,7 +479,7 @@ def _bills(allocs: Sequence[Allocation], markets: Sequence[SpotMarket]) -> np.nd
         for k, i in enumerate(idx):
             start[k], end[k], rev[k] = allocs[i].start, allocs[i].end, allocs[i].revoked
         price = markets[m].series if tier == "transient" else np.float32(markets[m].on_demand)
-        per = np.asarray(_bill_fn()(start, end, price, rev))
+        per = np.asarray(_bill_fn()(start, end, price, rev, scheme=markets[m].billing))
         out[idx] = per[: len(idx)] * np.array([allocs[i].n for i in idx])
     return out
 
@@ -514,7 +549,7 @@ def _integrate(allocs, cores, scaling, t, t_next, work, target):
 
 def bidbrain(
     job: Job,
-    markets: Sequence[SpotMarket],
+    markets: Sequence[mk.Market],
     start_s: float,
     *,
     reliable: int = 2,
@@ -552,7 +587,9 @@ def bidbrain(
                          f"{reliable_market}")
     if fixed_headroom is not None and not fixed_headroom >= 0:
         raise ValueError(f"fixed_headroom must be >= 0 or None, got {fixed_headroom}")
+    views = _views(markets)
     tables = [eviction_table(m) for m in markets] if tables is None else list(tables)
+    markets = views
     if len(tables) != len(markets):
         raise ValueError("tables must have one EvictionTable per market")
     cores = [m.cores for m in markets]
@@ -608,7 +645,7 @@ def bidbrain(
                 mi, h, n, p, _, _ = cand[k]
                 bid = p + h
                 notice = float(markets[mi].notice(t, bid))
-                a = Allocation(mi, n, bid, t, t + job.startup_s, revoke_at=notice + mk.AWS_WARNING_S)
+                a = Allocation(mi, n, bid, t, t + job.startup_s, revoke_at=notice + markets[mi].warning_s)
                 allocs.append(a)
                 work -= float(sc.rate(used)) * job.reconfig_s / 3600.0  # the join's pause
         # provider revocations during the next tick
@@ -644,9 +681,10 @@ def _cut(allocs, t_end):
 # Baselines
 
 
-def on_demand(job: Job, markets: Sequence[SpotMarket], start_s: float, *, machines: int = 16,
+def on_demand(job: Job, markets: Sequence[mk.Market], start_s: float, *, machines: int = 16,
               market: int = 0) -> ProteusRun:
     """A fixed fleet of ``machines`` on-demand instances of ``markets[market]``'s type."""
+    markets = _views(markets)
     va.check_int("machines", machines, lo=1)
     va.check_real("start_s", start_s, lo=0.0, scalar=True)
     c = machines * markets[market].cores
@@ -656,13 +694,14 @@ def on_demand(job: Job, markets: Sequence[SpotMarket], start_s: float, *, machin
     return _finish("on-demand", start_s, True, t_end, [a], markets)
 
 
-def mttf_before(market: SpotMarket, t: float, bid: float, lookback_s: float = 7 * 86400.0) -> float:
+def mttf_before(market: mk.Market, t: float, bid: float, lookback_s: float = 7 * 86400.0) -> float:
     """Mean time between the price's crossings above ``bid`` in ``[t - lookback_s, t]`` (the
     history before ``t`` only): window length / number of upward crossings (the window's
     length if none)."""
     va.check_real("bid", bid, lo=0.0, lo_open=True, scalar=True)
     va.check_real("t", t, lo=0.0, scalar=True)
     va.check_real("lookback_s", lookback_s, lo=0.0, lo_open=True, scalar=True)
+    market = _view(market)
     lo = max(t - lookback_s, float(market.times[0]))
     i0, i1 = int(market.index(lo)), int(market.index(t))
     above = market.prices[i0: i1 + 1] > bid
@@ -671,7 +710,7 @@ def mttf_before(market: SpotMarket, t: float, bid: float, lookback_s: float = 7 
     return span / ups if ups else span
 
 
-def checkpoint_spot(job: Job, markets: Sequence[SpotMarket], start_s: float, *, machines: int = 16,
+def checkpoint_spot(job: Job, markets: Sequence[mk.Market], start_s: float, *, machines: int = 16,
                     market: int = 0, bid: float | None = None, horizon_s: float = 7 * 86400.0,
                     lookback_s: float = 7 * 86400.0) -> ProteusRun:
     """All machines spot (``bid``: the on-demand price) with full checkpoints every
@@ -681,6 +720,7 @@ def checkpoint_spot(job: Job, markets: Sequence[SpotMarket], start_s: float, *, 
     va.check_real("start_s", start_s, lo=0.0, scalar=True)
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     va.check_int("machines", machines, lo=1)
+    markets = _views(markets)
     mkt = markets[market]
     bid = mkt.on_demand if bid is None else float(bid)
     mttf = mttf_before(mkt, start_s, bid, lookback_s)
@@ -692,7 +732,7 @@ def checkpoint_spot(job: Job, markets: Sequence[SpotMarket], start_s: float, *, 
         spot_ok = float(mkt.price_at(t)) <= bid
         ready = t + job.startup_s + (job.restore_s if committed > 0 else 0.0)
         if spot_ok:
-            stop = min(float(mkt.notice(t, bid)) + mk.AWS_WARNING_S, end_clock)
+            stop = min(float(mkt.notice(t, bid)) + mkt.warning_s, end_clock)
             planned = False
         else:  # on-demand until the first hour end at which the spot price is back under the bid
             k = 1

@@ -162,8 +162,25 @@ def _stated_warning(warning_s: Any, provider: str | None, what: str) -> Any:
     return warning_s
 
 
-def _register(cls, data: tuple[str, ...], meta: tuple[str, ...]):
-    jax.tree_util.register_dataclass(cls, data_fields=list(data), meta_fields=list(meta))
+def _stated_rules(provider: str | None, warning_s: Any, billing: str | None, what: str) -> tuple[str, Any]:
+    """``(billing, warning_s)`` as stated, the missing ones from the named provider preset;
+    neither is ever defaulted (a ``ValueError`` names the one missing)."""
+    if provider is not None:
+        va.check_choice("provider", provider, tuple(PROVIDERS))
+        billing = PROVIDERS[provider].billing if billing is None else billing
+        warning_s = PROVIDERS[provider].warning_s if warning_s is None else warning_s
+    if billing is None:
+        raise ValueError(f"billing: state it ('hourly' or 'per_second') or name a provider preset "
+                         f"(provider= one of {sorted(PROVIDERS)})")
+    if warning_s is None:
+        raise ValueError(f"warning_s: state the revocation notice of {what} (seconds; 0 = none) or name a "
+                         f"provider preset (provider= one of {sorted(PROVIDERS)}); it is never defaulted")
+    va.check_choice("billing", billing, ("hourly", "per_second"))
+    return billing, warning_s
+
+
+def _register(cls, data: tuple[str, ...], meta: tuple[str, ...], drop: tuple[str, ...] = ()):
+    jax.tree_util.register_dataclass(cls, data_fields=list(data), meta_fields=list(meta), drop_fields=list(drop))
     return cls
 
 
@@ -401,6 +418,10 @@ class PriceSeries:
         in USD-seconds / 3600, as an unevaluated float32 sum ``hi + lo`` (per-second bills keep
         float32 precision relative to the bill, not to the whole series).
       name: a label.
+      host: ``(times_s, prices)`` float64 NumPy arrays exactly as given to :func:`price_series`,
+        for host-side event loops (BidBrain, the Fig 12 sweep) that compare prices and bids in
+        float64; not part of the pytree (``None`` on a series rebuilt by a JAX transformation:
+        :meth:`host_arrays` then reads the float32 fields).
     """
 
     times_s: Any
@@ -410,9 +431,17 @@ class PriceSeries:
     cum_hi: Any
     cum_lo: Any
     name: str = "prices"
+    host: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return int(self.times_s.shape[0])
+
+    def host_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(times_s, prices)`` as float64 NumPy arrays: :attr:`host` (the values given) when
+        present, else the float32 fields."""
+        if self.host is not None:
+            return self.host
+        return np.asarray(self.times_s, np.float64), np.asarray(self.prices, np.float64)
 
     def index(self, t: Any) -> jax.Array:
         """``int32``: the change in effect at ``t`` (0 before the first)."""
@@ -443,7 +472,7 @@ class PriceSeries:
         return self.cum_hi[i], self.cum_lo[i] + part
 
 
-_register(PriceSeries, ("times_s", "prices", "end_s", "maxtab", "cum_hi", "cum_lo"), ("name",))
+_register(PriceSeries, ("times_s", "prices", "end_s", "maxtab", "cum_hi", "cum_lo"), ("name",), ("host",))
 
 
 def price_series(
@@ -502,7 +531,15 @@ def price_series(
         jnp.asarray(hi),
         jnp.asarray(lo),
         name,
+        _frozen_host(t, p),
     )
+
+
+def _frozen_host(t: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    out = (np.array(t, np.float64), np.array(p, np.float64))
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1160,17 +1197,23 @@ class MachineType:
         :class:`~scarjax.cluster.market.PriceSeries` (AWS spot), or ``None`` (the market
         derives it: a price-driven process's series, else the GCE preemptible price).
       speed: relative speed (a step takes ``step_time(M) / speed`` seconds).
+      cores: cores (vCPUs) per instance, for work models that count cores (Proteus's
+        BidBrain: a fleet of ``C`` cores works at ``rate(C)``, :mod:`scarjax.cluster.bidbrain`;
+        e.g. c3.xlarge 4, :data:`scarjax.cluster.bidbrain.CORES`). Default 1: one machine is
+        one unit of the work model.
     """
 
     name: str
     on_demand_price: float
     spot: Any = None
     speed: float = 1.0
+    cores: int = 1
 
     def __post_init__(self):
         va.check_str("name", self.name)
         va.check_real("on_demand_price", self.on_demand_price, lo=0.0, scalar=True)
         va.check_real("speed", self.speed, lo=0.0, lo_open=True, scalar=True)
+        va.check_int("cores", self.cores, lo=1)
         if self.spot is not None and not isinstance(self.spot, PriceSeries):
             va.check_real("spot", self.spot, lo=0.0, scalar=True)
 
@@ -1331,6 +1374,76 @@ class Market:
         process = from_availability(times_s, counts, warning_s=warning_s, provider=provider, unwarned=unwarned,
                                        end_s=end_s)
         return cls(machine, process, billing=billing, startup=startup, start_time_s=start_time_s)
+
+    @classmethod
+    def from_prices(cls, times_s: Any, prices: Any, *, bid: Any, machine: MachineType, provider: str | None = None,
+                    warning_s: Any = None, billing: str | None = None, end_s: Any = None, startup: Any = None,
+                    start_time_s: float = 0.0, unwarned: Any = 0.0, name: str | None = None) -> "Market":
+        """A price-driven spot market in one call from plain arrays: ``prices[i]`` USD/h from
+        ``times_s[i]`` on (:func:`price_series`), machines bought with ``bid`` revoked
+        ``warning_s`` after the first price change above it (:func:`price_driven`; TierML Sec
+        2.3, Proteus). The notice and the billing are stated or come from a ``provider`` preset
+        (``"aws"``: the 2015 rules, two minutes and hourly), never defaulted; ``machine`` gives
+        the on-demand price, the cores per instance and no fixed ``spot`` price (the series is
+        the transient price)::
+
+            market = mk.Market.from_prices([0.0, 3600.0], [0.03, 0.5], bid=0.21, provider="aws",
+                                           machine=mk.MachineType("c3.xlarge", 0.21, cores=4))
+
+        Raises ``ValueError`` naming the argument for unsorted, NaN or negative inputs.
+        """
+        if not isinstance(machine, MachineType):
+            raise TypeError(f"machine must be a MachineType, got {type(machine).__name__}")
+        if machine.spot is not None:
+            raise ValueError("machine.spot must be None for a price-driven market: the price series is the spot price")
+        billing, warning_s = _stated_rules(provider, warning_s, billing, "the price series")
+        series = price_series(prices, times_s, end_s=end_s, name=name or machine.name)
+        return cls(machine, price_driven(series, bid, warning_s=warning_s, unwarned=unwarned), billing=billing,
+                   startup=startup, start_time_s=start_time_s)
+
+    @classmethod
+    def from_spot_prices(cls, prices: Any, *, bid: Any, provider: str | None = None, warning_s: Any = None,
+                         billing: str | None = None, cores: int = 1, origin: Any = None, end_s: Any = None,
+                         startup: Any = None, start_time_s: float = 0.0, unwarned: Any = 0.0) -> "Market":
+        """A price-driven spot market from the parser's record, a
+        :class:`~scarjax.data.transient.SpotPrices` (:func:`scarjax.data.load_spot_prices`), in
+        one call: the machine is ``"{zone}:{instance_type}"`` at the record's on-demand price
+        with ``cores`` per instance; times are seconds since ``origin`` (``datetime64``;
+        default the record's ``start``; give several markets one origin to put them on one
+        clock; changes before the one in effect at the origin are dropped); the series ends at
+        ``end_s`` (default: the record's ``end``). ``bid`` (USD/h), the notice and the
+        billing are stated (``provider="aws"`` for the 2015 history: two-minute notice, hourly
+        billing), never defaulted; :meth:`from_prices` otherwise::
+
+            spot = scarjax.data.load_spot_prices("c3.xlarge", "us-east-1a")
+            market = mk.Market.from_spot_prices(spot, bid=spot.on_demand, provider="aws", cores=4)
+        """
+        if not (hasattr(prices, "time") and hasattr(prices, "price") and hasattr(prices, "on_demand")):
+            raise TypeError(f"prices must be a scarjax.data.transient.SpotPrices, got {type(prices).__name__}")
+        if not np.isfinite(prices.on_demand):
+            raise ValueError(f"prices: {prices.instance_type} has no published on-demand price; use from_prices "
+                             "with a MachineType")
+        origin = prices.start if origin is None else np.datetime64(origin, "s")
+        t = (prices.time - origin).astype("timedelta64[s]").astype(np.float64)
+        end = float((prices.end - origin).astype("timedelta64[s]").astype(np.int64)) if end_s is None else end_s
+        keep = max(int(np.searchsorted(t, 0.0, side="right")) - 1, 0)  # the change in effect at the origin on
+        machine = MachineType(f"{prices.zone}:{prices.instance_type}", float(prices.on_demand), cores=cores)
+        return cls.from_prices(t[keep:], np.asarray(prices.price, np.float64)[keep:], bid=bid, machine=machine, provider=provider,
+                               warning_s=warning_s, billing=billing, end_s=end, startup=startup,
+                               start_time_s=start_time_s, unwarned=unwarned)
+
+    @property
+    def end_s(self) -> float:
+        """The end of what the market knows, on its clock: a price-driven market's series end
+        (:attr:`PriceSeries.end_s`), a replayed trace's observation end
+        (:meth:`Replay.horizon`); ``inf`` for parametric and empirical processes (and without a
+        process). Keep horizons within it."""
+        p = self.process
+        if isinstance(p, PriceDriven):
+            return float(p.series.end_s)
+        if isinstance(p, Replay):
+            return p.horizon()
+        return math.inf
 
     @property
     def bulk(self) -> bool:

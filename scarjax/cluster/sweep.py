@@ -62,7 +62,7 @@ first). With ``switching=False`` TierML stays on its home class (the Sec 4.6 abl
 **Checkpointing** (Sec 2.3 / 4.7): all ``N`` machines on spot (or on-demand when that is the
 cheapest option - then to the end), full checkpoints of ``checkpoint_min`` every Young/Daly
 interval ``tau = sqrt(2 * checkpoint_min * MTTF)`` of work, MTTF the class's mean spot lifetime
-under the bid (:func:`mttf_minutes`, measured on the trace); a revocation loses the work since
+under the bid (:func:`mttf_s`, measured on the trace); a revocation loses the work since
 the last completed checkpoint (the warning is not used: a full checkpoint does not fit in it),
 and the restart takes the cheapest option at that minute.
 """
@@ -76,6 +76,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from scarjax import validate as va
+from scarjax.cluster import market as mk
 from scarjax.data import transient as td
 
 __all__ = [
@@ -87,7 +88,7 @@ __all__ = [
     "build_markets",
     "default_model",
     "markets_from_grid",
-    "mttf_minutes",
+    "mttf_s",
     "run_reference",
     "run_vectorised",
     "summarise",
@@ -246,7 +247,11 @@ def aggressive_step(on_demand: float) -> float:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypeMarkets:
-    """One instance type's classes (its zones' spot markets) on a common minute grid.
+    """One instance type's classes (its zones' spot markets) on a common minute grid: the
+    sweep's acceleration structure, derived from the one market representation
+    (:meth:`from_markets`: price-driven :class:`~scarjax.cluster.market.Market` objects, one
+    per class; :func:`build_markets` builds those from the 2015 history), or from a grid of
+    per-minute prices (:func:`markets_from_grid`, for controlled markets in tests).
 
     Attributes:
       instance_type, zones: the type and the classes' zones (class ``c`` = ``zones[c]``).
@@ -275,6 +280,67 @@ class TypeMarkets:
     @property
     def padded(self) -> int:
         return int(self.prices.shape[1])
+
+    @classmethod
+    def from_markets(
+        cls,
+        markets: Any,
+        *,
+        start_s: float = 0.0,
+        pad_min: int = 60 * 64,
+        instance_type: str | None = None,
+        zones: tuple[str, ...] | None = None,
+        start: Any = None,
+        source: str = "markets",
+    ) -> "TypeMarkets":
+        """The sweep's tables from one :class:`~scarjax.cluster.market.Market` per class.
+
+        ``markets``: price-driven markets (:meth:`~scarjax.cluster.market.Market.from_prices`,
+        :meth:`~scarjax.cluster.market.Market.from_spot_prices`) of one machine type (equal
+        on-demand prices) on one clock, under the rules the sweep implements (AWS 2015: hourly
+        billing, the two-minute notice; the markets' own bids are not used: the sweep bids
+        BidOnDemand or BidAggressive). Minute ``m`` of the grid is the market time ``start_s +
+        60 m``; its price is the one in effect then (the float64 prices the markets were given);
+        the grid ends at the earliest series end, plus ``pad_min`` minutes holding each class's
+        last price. ``zones`` name the classes (default: the machines' names); ``start``: the
+        grid's minute 0 as a ``datetime64`` (a label).
+
+        Raises ``ValueError`` naming ``markets`` for a market that is not price-driven, is
+        billed per second or has another notice, for unequal on-demand prices, or for a grid
+        start before a series' first price.
+        """
+        if isinstance(markets, mk.Market) or not isinstance(markets, (list, tuple)) or not markets:
+            raise TypeError("markets must be a non-empty list or tuple of scarjax.cluster.market.Market (one per class)")
+        va.check_real("start_s", start_s, lo=0.0, scalar=True)
+        for i, m in enumerate(markets):
+            if not isinstance(m, mk.Market):
+                raise TypeError(f"markets[{i}] must be a scarjax.cluster.market.Market, got {type(m).__name__}")
+            if not isinstance(m.process, mk.PriceDriven):
+                raise ValueError(f"markets[{i}] must be price-driven (Market.from_prices / from_spot_prices), got "
+                                 f"process {type(m.process).__name__}")
+            if m.billing != "hourly" or float(m.process.warning_s) != td.AWS_WARNING_S:
+                raise ValueError(f"markets[{i}]: the sweep implements AWS's 2015 rules (hourly billing, "
+                                 f"{td.AWS_WARNING_S:g} s notice), got billing {m.billing!r}, notice "
+                                 f"{float(m.process.warning_s):g} s")
+        od = float(markets[0].machine.on_demand_price)
+        if any(float(m.machine.on_demand_price) != od for m in markets):
+            raise ValueError("markets must be classes of one machine type: their on-demand prices differ")
+        end = min(m.end_s for m in markets)
+        M = int(end - float(start_s)) // 60 if math.isfinite(end) else 0
+        if M < 2:
+            raise ValueError(f"markets share less than 2 minutes of prices after start_s={start_s}")
+        grid = float(start_s) + 60.0 * np.arange(M, dtype=np.float64)
+        rows = []
+        for i, m in enumerate(markets):
+            times, prices = m.process.series.host_arrays()
+            idx = np.searchsorted(times, grid, side="right") - 1
+            if idx[0] < 0:
+                raise ValueError(f"markets[{i}]: the grid starts at {start_s} s, before the series' first price "
+                                 f"({times[0]} s)")
+            rows.append(prices[idx])
+        zones = tuple(m.machine.name for m in markets) if zones is None else tuple(zones)
+        return markets_from_grid(np.stack(rows), od, instance_type=instance_type or "markets", zones=zones,
+                                 pad_min=pad_min, start=start, source=source)
 
     def thresholds(self, bid: str) -> float:
         """A price is usable under ``bid`` iff it is below this (the charge < on-demand)."""
@@ -307,9 +373,13 @@ def build_markets(
     """The classes of ``instance_type`` (its ``zones``' markets) on a common minute grid.
 
     ``spot``: ``{(zone, type): SpotPrices}`` (:func:`scarjax.data.transient.load_spot_market`;
-    default: the embedded April 2015 extract). The grid covers the window all the zones'
-    series describe (the latest start to the earliest end), plus ``pad_min`` minutes holding
-    each class's last price."""
+    default: the embedded April 2015 extract) or ``{(zone, type): Market}`` (price-driven
+    :class:`~scarjax.cluster.market.Market` objects on one clock). Parser records become
+    markets (:meth:`~scarjax.cluster.market.Market.from_spot_prices`, AWS's 2015 rules, times
+    since the latest series start) and the tables come from them
+    (:meth:`TypeMarkets.from_markets`): the grid covers the window all the zones' series
+    describe (the latest start to the earliest end), plus ``pad_min`` minutes holding each
+    class's last price."""
     if instance_type not in td.SPOT_INSTANCE_TYPES:
         raise ValueError(f"instance_type must be one of {td.SPOT_INSTANCE_TYPES}, got {instance_type!r}")
     if isinstance(pad_min, bool) or not isinstance(pad_min, (int, np.integer)) or pad_min < 0:
@@ -321,17 +391,16 @@ def build_markets(
         if (z, instance_type) not in spot:
             raise ValueError(f"spot has no market ({z!r}, {instance_type!r})")
         series.append(spot[(z, instance_type)])
+    if all(isinstance(x, mk.Market) for x in series):
+        return TypeMarkets.from_markets(list(series), pad_min=pad_min, instance_type=instance_type, zones=zones,
+                                        source=source)
     start = max(s.start for s in series)
     end = min(s.end for s in series)
-    M = int((end - start).astype("timedelta64[s]").astype(np.int64)) // 60
-    if M < 2:
+    if int((end - start).astype("timedelta64[s]").astype(np.int64)) // 60 < 2:
         raise ValueError(f"the {instance_type} markets share less than 2 minutes of history")
-    grid = start + (np.arange(M) * 60).astype("timedelta64[s]")
-    P = np.stack([np.asarray(s.price_at(grid), np.float64) for s in series])
-    return markets_from_grid(
-        P, float(series[0].on_demand), instance_type=instance_type, zones=zones, pad_min=pad_min,
-        start=start, source=source,
-    )
+    markets = [mk.Market.from_spot_prices(x, bid=x.on_demand, provider="aws", origin=start) for x in series]
+    return TypeMarkets.from_markets(markets, pad_min=pad_min, instance_type=instance_type, zones=zones, start=start,
+                                    source=source)
 
 
 def markets_from_grid(
@@ -426,11 +495,16 @@ def _bid_of(price, bid: str, on_demand: float):
     return _r32(np.maximum(np.ceil(p / step - 1e-6) * step, p))
 
 
-def mttf_minutes(tm: TypeMarkets, bid: str) -> np.ndarray:
-    """``float64[C]``: each class's mean spot lifetime (minutes, notice + warning) over the
+def mttf_s(tm: TypeMarkets, bid: str) -> np.ndarray:
+    """``float64[C]``: each class's mean spot lifetime in seconds (notice + warning) over the
     minutes of the real history at which the class is usable under ``bid``, censored at the
     history's end: the MTTF of the checkpointing scheme's Young/Daly interval (Flint's
     MTTF-based frequency). A class never usable gets the whole history."""
+    return 60.0 * _mttf_min(tm, bid)
+
+
+def _mttf_min(tm: TypeMarkets, bid: str) -> np.ndarray:
+    """:func:`mttf_s` in grid minutes (the sweep's internal unit)."""
     _check_bid(bid)
     M = tm.minutes
     thr = tm.thresholds(bid)
@@ -485,20 +559,45 @@ def run_reference(
     tm: TypeMarkets,
     start: int,
     home: int,
-    work_h: float,
+    work_s: float,
     bid: str,
     policy: str,
     model: ProgressModel,
     *,
     switching: bool = True,
-    mttf: np.ndarray | None = None,
+    mttf_s: np.ndarray | None = None,
     max_segments: int = 100_000,
 ) -> dict:
-    """One scenario as a plain Python event loop: the job of ``work_h`` compute-hours started
-    at minute ``start`` in class ``home`` (see the module docstring for the rules).
+    """One scenario as a plain Python event loop: the job of ``work_s`` seconds of the full
+    on-demand fleet's work started at grid minute ``start`` in class ``home`` (see the module
+    docstring for the rules); ``mttf_s``: the classes' MTTF in seconds for checkpointing
+    (default :func:`mttf_s`).
 
-    Returns ``{"cost": relative to N on-demand machines, "runtime": minutes / (startup + 60
-    work_h), "minutes", "dollars", "revocations", "switches", "overran"}``."""
+    Returns ``{"cost": relative to N on-demand machines, "runtime": end / (startup +
+    work_s), "minutes": the end in grid minutes, "dollars", "revocations", "switches",
+    "overran"}``."""
+    work_h = _work_hours(work_s, scalar=True)
+    return _run_reference(tm, start, home, work_h, bid, policy, model, switching=switching,
+                          mttf=None if mttf_s is None else _mttf_arg(mttf_s), max_segments=max_segments)
+
+
+def _work_hours(work_s, scalar=False):
+    if scalar:
+        va.check_real("work_s", work_s, lo=0.0, lo_open=True, scalar=True)
+        return float(work_s) / 3600.0
+    w = np.asarray(work_s, np.float64)
+    if w.size and not (np.all(np.isfinite(w)) and w.min() > 0):
+        raise ValueError("work_s must be finite and > 0 (seconds)")
+    return w / 3600.0
+
+
+def _mttf_arg(mttf_s):
+    va.check_real("mttf_s", mttf_s, lo=0.0, lo_open=True)
+    return np.asarray(mttf_s, np.float64) / 60.0
+
+
+def _run_reference(tm, start, home, work_h, bid, policy, model, *, switching=True, mttf=None, max_segments=100_000):
+    """:func:`run_reference` in the grid's units (work in hours, MTTF in minutes)."""
     _check_bid(bid)
     _check_policy(policy)
     P = tm.prices
@@ -536,7 +635,7 @@ def run_reference(
     end = None
     if policy == "checkpoint":
         if mttf is None:
-            mttf = mttf_minutes(tm, bid)
+            mttf = _mttf_min(tm, bid)
         delta = model.checkpoint_min
         for _ in range(max_segments):
             a = s + int(t)
@@ -712,19 +811,26 @@ def run_vectorised(
     tm: TypeMarkets,
     starts: Any,
     homes: Any,
-    work_h: Any,
+    work_s: Any,
     bid: str,
     policy: str,
     model: ProgressModel,
     *,
     switching: bool = True,
-    mttf: np.ndarray | None = None,
+    mttf_s: np.ndarray | None = None,
     max_segments: int = 100_000,
 ) -> dict:
     """Many scenarios of one instance type, bid and policy at once (arrays ``starts``,
-    ``homes``, ``work_h`` broadcast together): the same semantics as :func:`run_reference`,
-    each result an array (``cost``, ``runtime``, ``minutes``, ``dollars``, ``revocations``,
-    ``switches``, ``overran``)."""
+    ``homes``, ``work_s`` broadcast together; work in seconds, MTTF in seconds): the same
+    semantics as :func:`run_reference`, each result an array (``cost``, ``runtime``,
+    ``minutes``, ``dollars``, ``revocations``, ``switches``, ``overran``)."""
+    return _run_vectorised(tm, starts, homes, _work_hours(work_s), bid, policy, model, switching=switching,
+                           mttf=None if mttf_s is None else _mttf_arg(mttf_s), max_segments=max_segments)
+
+
+def _run_vectorised(tm, starts, homes, work_h, bid, policy, model, *, switching=True, mttf=None,
+                    max_segments=100_000):
+    """:func:`run_vectorised` in the grid's units (work in hours, MTTF in minutes)."""
     _check_bid(bid)
     _check_policy(policy)
     s, home, W = np.broadcast_arrays(
@@ -747,7 +853,7 @@ def run_vectorised(
     S, wn = model.startup_min, model.warning_min
     full, rel = model.tierml_rates
     if policy == "checkpoint" and mttf is None:
-        mttf = mttf_minutes(tm, bid)
+        mttf = _mttf_min(tm, bid)
     delta = model.checkpoint_min
 
     def bids_of(p):
@@ -970,7 +1076,7 @@ def sweep(
     spot: Mapping[tuple[str, str], Any] | None = None,
     *,
     stride: int = 1,
-    work_hours: tuple[float, ...] = (2.0, 8.0, 20.0),
+    work_s: tuple[float, ...] = (7200.0, 28800.0, 72000.0),
     instance_types: tuple[str, ...] = td.SPOT_INSTANCE_TYPES,
     zones: tuple[str, ...] = td.SPOT_ZONES,
     bids: tuple[str, ...] = BIDS,
@@ -983,30 +1089,35 @@ def sweep(
     (``"tierml"``, ``"checkpoint"`` and the ablation ``"tierml_noswitch"``), vectorised
     (:func:`run_vectorised`).
 
-    Returns ``{"cells": [{zone, instance_type, work_h, bid, policy, n, cost: {mean, std, p95},
+    ``work_s``: the job lengths in seconds of the full on-demand fleet's work (the paper's 2, 8
+    and 20 compute-hours by default). ``spot``: see :func:`build_markets` (parser records or
+    price-driven :class:`~scarjax.cluster.market.Market` objects).
+
+    Returns ``{"cells": [{zone, instance_type, work_s, bid, policy, n, cost: {mean, std, p95},
     runtime: {...}, revocations, switches, overran}], "scenarios", "minutes": {type: M},
-    "mttf_min": {type: {bid: [per zone]}}}`` (``keep``: also the per-scenario arrays under
+    "mttf_s": {type: {bid: [per zone]}}}`` (``keep``: also the per-scenario arrays under
     ``"raw"``, keyed like the cells)."""
     model = default_model() if model is None else model
     if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
         raise ValueError(f"stride must be an int >= 1, got {stride!r}")
-    if isinstance(work_hours, (str, bytes)) or not isinstance(work_hours, (tuple, list)) or not work_hours:
-        raise ValueError(f"work_hours must be a non-empty tuple of hours, got {work_hours!r}")
-    for w in work_hours:
-        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
-            raise ValueError(f"work_hours must be finite and > 0, got {w!r}")
+    if isinstance(work_s, (str, bytes)) or not isinstance(work_s, (tuple, list)) or not work_s:
+        raise ValueError(f"work_s must be a non-empty tuple of seconds, got {work_s!r}")
+    for w in work_s:
+        if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise ValueError(f"work_s must be finite and > 0 (seconds), got {w!r}")
+    work_hours = tuple(float(w) / 3600.0 for w in work_s)
     pad = int(60 * (3 * max(work_hours) + 4))
     cells, raw, minutes, mttfs = [], {}, {}, {}
     total = 0
     for it in instance_types:
         tm = build_markets(it, spot, zones=zones, pad_min=pad, source=source)
         minutes[it] = tm.minutes
-        mttfs[it] = {b: mttf_minutes(tm, b).tolist() for b in bids}
+        mttfs[it] = {b: _mttf_min(tm, b) for b in bids}
         starts, homes, works = [], [], []
         for w in work_hours:
             last = tm.minutes - int(math.ceil(60 * w))
             if last <= 0:
-                raise ValueError(f"the {it} history ({tm.minutes} min) is shorter than a {w} h job")
+                raise ValueError(f"the {it} history ({60 * tm.minutes} s) is shorter than a {3600 * w:g} s job")
             st = np.arange(0, last, stride, dtype=np.int64)
             S_, H_ = np.meshgrid(st, np.arange(len(zones)), indexing="ij")
             starts.append(S_.ravel())
@@ -1014,21 +1125,21 @@ def sweep(
             works.append(np.full(S_.size, float(w)))
         S_, H_, W_ = np.concatenate(starts), np.concatenate(homes), np.concatenate(works)
         for b in bids:
-            mt = np.asarray(mttfs[it][b])
+            mt = mttfs[it][b]
             for pol, polname, swi in (
                 ("tierml", "tierml", True),
                 ("tierml", "tierml_noswitch", False),
                 ("checkpoint", "checkpoint", True),
             ):
-                out = run_vectorised(tm, S_, H_, W_, b, pol, model, switching=swi, mttf=mt)
+                out = _run_vectorised(tm, S_, H_, W_, b, pol, model, switching=swi, mttf=mt)
                 total += S_.size
-                for w in work_hours:
+                for w, ws in zip(work_hours, work_s):
                     for zi, z in enumerate(zones):
                         sel = (H_ == zi) & (W_ == float(w))
                         cell = {
                             "zone": z,
                             "instance_type": it,
-                            "work_h": float(w),
+                            "work_s": float(ws),
                             "bid": b,
                             "policy": polname,
                             "n": int(sel.sum()),
@@ -1040,14 +1151,15 @@ def sweep(
                         }
                         cells.append(cell)
                         if keep:
-                            raw[(z, it, float(w), b, polname)] = {k: v[sel] for k, v in out.items()}
-    res = {"cells": cells, "scenarios": total, "minutes": minutes, "mttf_min": mttfs, "stride": stride}
+                            raw[(z, it, float(ws), b, polname)] = {k: v[sel] for k, v in out.items()}
+    mttf_s_ = {it: {b: (60.0 * m).tolist() for b, m in v.items()} for it, v in mttfs.items()}
+    res = {"cells": cells, "scenarios": total, "minutes": minutes, "mttf_s": mttf_s_, "stride": stride}
     if keep:
         res["raw"] = raw
     return res
 
 
-def summarise(cells: list[dict], *, by: tuple[str, ...] = ("zone", "work_h", "bid", "policy")) -> list[dict]:
+def summarise(cells: list[dict], *, by: tuple[str, ...] = ("zone", "work_s", "bid", "policy")) -> list[dict]:
     """Pool cells over the keys not in ``by`` (weighted by ``n``): mean cost and runtime, the
     pooled standard deviation (``sqrt`` of the pooled second moment minus the mean squared) and
     the pooled 95th percentile (from the cells' histograms, to 0.001)."""

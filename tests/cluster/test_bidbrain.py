@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from scarjax.cluster import bidbrain as bb
 from scarjax.cluster import market as mk
+from scarjax.data import transient as td
 
 DAY = 86400.0
 SC = bb.ScalingModel(0.05, 4.0)
@@ -48,7 +49,7 @@ def check_no_partial_hour_bill(run: bb.ProteusRun, markets) -> None:
         if a["revoked"]:
             m = markets[a["market"]]
             hours = math.floor((a["end"] - a["start"]) / 3600.0 + 1e-6)
-            want = a["n"] * sum(float(m.price_at(a["start"] + 3600.0 * k)) for k in range(hours))
+            want = a["n"] * sum(float(m.price_at("transient", a["start"] + 3600.0 * k)) for k in range(hours))
             assert a["usd"] == pytest.approx(want, rel=1e-5, abs=1e-6), (
                 f"revoked allocation billed {a['usd']:.4f} USD, the whole hours cost {want:.4f}: "
                 "the provider-revoked partial hour was charged"
@@ -121,8 +122,9 @@ def test_eviction_estimates_use_the_history_before_the_decision_only():
     # (the 300 s grid); in the dear half: never
     assert beta == pytest.approx(0.5, abs=0.01) and tau == pytest.approx(450.0 + mk.AWS_WARNING_S, abs=1.0)
     # the future changes completely: the estimate at t does not
-    keep = m.times < t
-    calm = bb.spot_market(np.r_[m.times[keep], t], np.r_[m.prices[keep], 0.05], on_demand=0.21, end_s=6 * DAY)
+    times, prices = m.spot.host_arrays()
+    keep = times < t
+    calm = bb.spot_market(np.r_[times[keep], t], np.r_[prices[keep], 0.05], on_demand=0.21, end_s=6 * DAY)
     assert bb.eviction_table(calm).estimate(t, 0.01) == (beta, tau)
     assert bb.eviction_table(calm).estimate(t + 2 * DAY, 0.01)[0] < beta  # later, the calm counts
     # before any history: the stated prior
@@ -135,10 +137,10 @@ def test_notice_matches_market_price_driven():
     p = np.round(rng.uniform(0.02, 0.3, 400), 4)
     m = bb.spot_market(t, p, on_demand=0.21)
     for t0, bid in zip(rng.uniform(t[0], t[-1], 20), rng.uniform(0.05, 0.3, 20)):
-        bid = max(bid, float(m.price_at(t0)))
-        rev = mk.price_driven(m.series, bid).sample(jax.random.PRNGKey(0), 1, t0)
+        bid = max(bid, float(m.price_at("transient", t0)))
+        rev = mk.price_driven(m.spot, bid).sample(jax.random.PRNGKey(0), 1, t0)
         want = float(rev.lifetime[0]) + t0 - mk.AWS_WARNING_S
-        got = float(m.notice(t0, bid))
+        got = float(bb._view(m).notice(t0, bid))
         assert (np.isinf(got) and np.isinf(want)) or got == pytest.approx(want, abs=2.0)
 
 
@@ -202,7 +204,7 @@ def test_determinism_and_billing_invariants_on_the_embedded_history():
         check_no_partial_hour_bill(run, markets)
         check_fraction(run.free_core_s, run.compute_core_s, run.free_fraction)
         assert run.cost == pytest.approx(sum(a["usd"] for a in run.allocations), rel=1e-6)
-        assert all(a["bid"] == pytest.approx(float(markets[a["market"]].price_at(a["start"])) + bb.PRICE_TICK)
+        assert all(a["bid"] == pytest.approx(float(markets[a["market"]].price_at("transient", a["start"])) + bb.PRICE_TICK)
                    for a in run.allocations if a["tier"] == "transient")
     with pytest.raises(AssertionError, match="differ"):
         check_same(r1, dict(r1, cost=r1["cost"] + 1))
@@ -233,3 +235,38 @@ def test_bad_arguments_are_named():
         bb.ScalingModel(-1.0)
     with pytest.raises(ValueError, match="on_demand"):
         bb.spot_market([0.0], [0.1], on_demand=0.0)
+
+
+# ---- the one Market ----------------------------------------------------------------------
+
+
+def test_bidbrain_runs_on_markets_from_arrays_and_from_the_parser_record():
+    """BidBrain consumes scarjax.cluster.market.Market objects: the shorthand spot_market, a
+    Market.from_prices with a stated AWS preset and Market.from_spot_prices on the parser's
+    record give the same run where they describe the same prices."""
+    mkts = bb.spot_markets("us-east-1a")
+    assert all(isinstance(m, mk.Market) and isinstance(m.process, mk.PriceDriven) for m in mkts)
+    assert [m.machine.cores for m in mkts] == [bb.CORES[t] for t in td.SPOT_INSTANCE_TYPES]
+    assert all(m.billing == "hourly" and float(m.process.warning_s) == mk.AWS_WARNING_S for m in mkts)
+    spot = td.load_spot_prices("c3.xlarge", "us-east-1a")
+    own = mk.Market.from_spot_prices(spot, bid=spot.on_demand, provider="aws", cores=4)
+    times, prices = own.spot.host_arrays()
+    same = mk.Market.from_prices(times, prices, bid=spot.on_demand, provider="aws", end_s=float(own.spot.end_s),
+                                 machine=mk.MachineType(own.machine.name, spot.on_demand, cores=4))
+    job = bb.Job(work=60.0, scaling=SC)
+    r1, r2 = (bb.bidbrain(job, [m], 4 * DAY, reliable=1).to_json() for m in (own, same))
+    check_same(r1, r2)
+    assert r1["finished"]
+
+
+def test_bidbrain_refuses_what_is_not_a_price_driven_market():
+    job = bb.Job(work=1.0)
+    with pytest.raises(TypeError, match="markets"):
+        bb.bidbrain(job, [object()], DAY)
+    fixed = mk.Market(mk.MachineType("m", 0.2, spot=0.05), mk.exponential(3600.0))
+    with pytest.raises(ValueError, match=r"markets\[0\] must be a price-driven market"):
+        bb.on_demand(job, [fixed], DAY)
+    with pytest.raises(ValueError, match="warning_s"):
+        mk.Market.from_prices([0.0], [0.1], bid=0.2, billing="hourly", machine=mk.MachineType("m", 0.2))
+    with pytest.raises(ValueError, match="cores"):
+        mk.MachineType("m", 0.2, cores=0)

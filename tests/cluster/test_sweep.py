@@ -1,6 +1,7 @@
 """scarjax.cluster.sweep: the vectorised Fig 12 sweep equals the plain Python event loop, and
 the bills follow AWS's 2015 hourly rules (TierML Sec 3.4 / 4.7)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,9 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scarjax.cluster import market as mk
 from scarjax.cluster import sweep as sw
+from scarjax.data import transient as td
 
 MODEL = sw.default_model()
+H = 3600.0
 KEYS = ("cost", "runtime", "minutes", "dollars", "revocations", "switches", "overran")
 
 
@@ -63,9 +67,10 @@ MODELS = (
 
 
 def _run_both(tm, starts, homes, works, bid, policy, switching, model=MODEL):
-    vec = sw.run_vectorised(tm, starts, homes, works, bid, policy, model, switching=switching)
+    """``works`` in compute-hours; the sweep takes seconds."""
+    vec = sw.run_vectorised(tm, starts, homes, H * np.asarray(works), bid, policy, model, switching=switching)
     refs = [
-        sw.run_reference(tm, int(s), int(h), float(w), bid, policy, model, switching=switching)
+        sw.run_reference(tm, int(s), int(h), H * float(w), bid, policy, model, switching=switching)
         for s, h, w in zip(starts, homes, works)
     ]
     return vec, refs
@@ -143,8 +148,8 @@ def check_dollars(got: float, expected: float, what: str):
 
 
 def _both_dollars(tm, start, home, w, bid, policy, switching=True):
-    vec = sw.run_vectorised(tm, [start], [home], [w], bid, policy, MODEL, switching=switching)
-    ref = sw.run_reference(tm, start, home, w, bid, policy, MODEL, switching=switching)
+    vec = sw.run_vectorised(tm, [start], [home], [H * w], bid, policy, MODEL, switching=switching)
+    ref = sw.run_reference(tm, start, home, H * w, bid, policy, MODEL, switching=switching)
     check_agree(vec, [ref])
     return ref
 
@@ -159,7 +164,7 @@ def test_calm_market_user_ended_partial_hour_is_billed_in_full():
     r = _both_dollars(tm, 10, 1, w, "on_demand", "tierml")
     check_dollars(r["dollars"], (N - R) * p * math.ceil(run_min / 60) + R * od * math.ceil(run_min / 60), "tierml calm")
     assert math.isclose(r["minutes"], S + run_min)
-    mttf = sw.mttf_minutes(tm, "on_demand")
+    mttf = sw.mttf_s(tm, "on_demand") / 60.0
     tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[1])
     ck_min = 60 * w + MODEL.checkpoint_min * (math.ceil(60 * w / tau) - 1)
     r = _both_dollars(tm, 10, 1, w, "on_demand", "checkpoint")
@@ -176,7 +181,7 @@ def test_provider_revocation_never_bills_the_partial_hour():
     P = np.full((3, 4000), p)
     P[:, 100:400] = 0.5
     tm = sw.markets_from_grid(P, od)
-    mttf = sw.mttf_minutes(tm, "on_demand")
+    mttf = sw.mttf_s(tm, "on_demand") / 60.0
     tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[0])
     ran = 102 - S
     saved = math.floor(ran / (tau + MODEL.checkpoint_min)) * tau
@@ -217,18 +222,24 @@ def test_bill_check_catches_a_planted_partial_hour():
 
 
 def test_sweep_cells_and_bad_arguments():
-    res = sw.sweep(stride=2000, instance_types=("r3.large",), work_hours=(2.0,))
+    res = sw.sweep(stride=2000, instance_types=("r3.large",), work_s=(2 * H,))
     assert {c["policy"] for c in res["cells"]} == {"tierml", "tierml_noswitch", "checkpoint"}
     assert len(res["cells"]) == 3 * 2 * 3  # zones x bids x policies
     assert all(c["n"] > 0 and c["cost"]["p95"] >= c["cost"]["mean"] * 0 for c in res["cells"])
     rows = sw.summarise(res["cells"], by=("bid", "policy"))
     assert len(rows) == 6 and all(r["n"] == res["cells"][0]["n"] * 3 for r in rows)
     with pytest.raises(ValueError, match="bid must be one of"):
-        sw.run_vectorised(VOL, [0], [0], [2.0], "low", "tierml", MODEL)
+        sw.run_vectorised(VOL, [0], [0], [2 * H], "low", "tierml", MODEL)
     with pytest.raises(ValueError, match="policy must be one of"):
-        sw.run_reference(VOL, 0, 0, 2.0, "on_demand", "flint", MODEL)
+        sw.run_reference(VOL, 0, 0, 2 * H, "on_demand", "flint", MODEL)
     with pytest.raises(ValueError, match="starts must be minutes"):
-        sw.run_vectorised(VOL, [VOL.minutes], [0], [2.0], "on_demand", "tierml", MODEL)
+        sw.run_vectorised(VOL, [VOL.minutes], [0], [2 * H], "on_demand", "tierml", MODEL)
+    with pytest.raises(ValueError, match="work_s"):
+        sw.run_vectorised(VOL, [0], [0], [-1.0], "on_demand", "tierml", MODEL)
+    with pytest.raises(ValueError, match="work_s"):
+        sw.run_reference(VOL, 0, 0, math.nan, "on_demand", "tierml", MODEL)
+    with pytest.raises(ValueError, match="mttf_s"):
+        sw.run_reference(VOL, 0, 0, H, "on_demand", "checkpoint", MODEL, mttf_s=[0.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="reliable in"):
         sw.ProgressModel(machines=4, reliable=4)
     with pytest.raises(ValueError, match="stride must be"):
@@ -275,3 +286,84 @@ def test_progress_model_from_an_iteration_time_model():
         sw.ProgressModel.from_step_time(3.0)
     with pytest.raises(ValueError, match="calibrates stage 3"):
         sw.ProgressModel.from_step_time(lambda m: 1.0 / m, machines=8, reliable=1)
+
+
+# --------------------------------------------------------------------------------------
+# The tables come from the one Market
+
+
+def _former_grid(instance_type, pad_min):
+    """The grid as build_markets made it before the sweep took Markets (an oracle): the parser
+    records' prices at every minute of their common window."""
+    spot = [td.load_spot_prices(instance_type, z) for z in td.SPOT_ZONES]
+    start, end = max(s.start for s in spot), min(s.end for s in spot)
+    M = int((end - start).astype("timedelta64[s]").astype(np.int64)) // 60
+    grid = start + (np.arange(M) * 60).astype("timedelta64[s]")
+    P = np.stack([np.asarray(s.price_at(grid), np.float64) for s in spot])
+    return sw.markets_from_grid(P, float(spot[0].on_demand), instance_type=instance_type, zones=td.SPOT_ZONES,
+                                pad_min=pad_min, start=start, source="embedded")
+
+
+def check_same_tables(a, b):
+    for f in ("prices", "maxtab", "mintab", "hour_sums"):
+        if not np.array_equal(getattr(a, f), getattr(b, f)):
+            raise AssertionError(f"the tables differ: {f}")
+    if (a.minutes, a.on_demand, a.zones) != (b.minutes, b.on_demand, b.zones):
+        raise AssertionError("the tables differ: minutes, on_demand or zones")
+
+
+@pytest.mark.parametrize("instance_type", td.SPOT_INSTANCE_TYPES)
+def test_tables_from_markets_equal_the_former_grid_exactly(instance_type):
+    check_same_tables(sw.build_markets(instance_type, pad_min=600), _former_grid(instance_type, 600))
+
+
+def test_same_tables_check_catches_a_planted_price():
+    tm = _former_grid("r3.large", 60)
+    P = tm.prices[:, : tm.minutes].copy()
+    P[1, 500] += 0.001
+    with pytest.raises(AssertionError, match="prices"):
+        check_same_tables(sw.markets_from_grid(P, tm.on_demand, zones=tm.zones, pad_min=60), tm)
+
+
+def test_sweep_numbers_equal_the_former_sweep():
+    """Pinned from the sweep before it took Markets and seconds (stride 2000, c3.xlarge,
+    us-east-1a, 8 compute-hours): the same numbers to the last bit."""
+    res = sw.sweep(stride=2000, instance_types=("c3.xlarge",), work_s=(2 * H, 8 * H))
+    assert res["scenarios"] == 792
+    got = {(c["bid"], c["policy"]): (c["cost"]["mean"], c["runtime"]["mean"]) for c in res["cells"]
+           if c["zone"] == "us-east-1a" and c["work_s"] == 8 * H}
+    assert got == {
+        ("aggressive", "checkpoint"): (0.26650433297555304, 1.0503608429023128),
+        ("aggressive", "tierml"): (0.2785866516166028, 1.0197267223040418),
+        ("aggressive", "tierml_noswitch"): (0.9865056845962747, 1.0557303521221044),
+        ("on_demand", "checkpoint"): (0.1769507567910276, 1.0493332963200335),
+        ("on_demand", "tierml"): (0.1874893458867022, 1.0187106707725264),
+        ("on_demand", "tierml_noswitch"): (0.901423117614203, 1.0404985049314945),
+    }
+
+
+def test_sweep_takes_markets_a_user_built():
+    """A mapping of price-driven Markets (one clock) gives the sweep of the parser records."""
+    spot = {(z, "r3.large"): td.load_spot_prices("r3.large", z) for z in td.SPOT_ZONES}
+    origin = max(s.start for s in spot.values())
+    markets = {k: mk.Market.from_spot_prices(s, bid=s.on_demand, provider="aws", origin=origin)
+               for k, s in spot.items()}
+    a = sw.sweep(markets, stride=3000, instance_types=("r3.large",), work_s=(2 * H,))
+    b = sw.sweep(spot, stride=3000, instance_types=("r3.large",), work_s=(2 * H,))
+    assert [c["cost"]["mean"] for c in a["cells"]] == [c["cost"]["mean"] for c in b["cells"]]
+    assert a["mttf_s"] == b["mttf_s"]
+
+
+def test_from_markets_refuses_markets_the_sweep_cannot_price():
+    m = mk.Market.from_prices([0.0], [0.1], bid=0.2, provider="aws", end_s=6000.0, machine=mk.MachineType("m", 0.2))
+    tm = sw.TypeMarkets.from_markets([m, m], pad_min=0)
+    assert tm.prices.shape == (2, 100) and tm.zones == ("m", "m")
+    with pytest.raises(ValueError, match=r"markets\[1\]: the sweep implements AWS's 2015 rules"):
+        sw.TypeMarkets.from_markets([m, dataclasses.replace(m, billing="per_second")])
+    with pytest.raises(ValueError, match=r"markets\[0\] must be price-driven"):
+        sw.TypeMarkets.from_markets([mk.Market(mk.MachineType("m", 0.2), mk.exponential(600.0))])
+    other = mk.Market.from_prices([0.0], [0.1], bid=0.2, provider="aws", end_s=6000.0, machine=mk.MachineType("m", 0.3))
+    with pytest.raises(ValueError, match="on-demand prices differ"):
+        sw.TypeMarkets.from_markets([m, other])
+    with pytest.raises(TypeError, match="markets"):
+        sw.TypeMarkets.from_markets(m)
