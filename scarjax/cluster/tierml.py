@@ -45,6 +45,27 @@ step-time model (``job.step_time`` of the number of machines running workers, ti
 the same update whatever the worker count, so the count enters the run through the step time
 only (the Trainer runs the plain loop, one compiled program per chunk length).
 
+**The parameter server's state transitions are :mod:`scarjax.ps`'s.** The controller keeps
+the ActivePS as ``ps_blocks`` parameter blocks placed on the machines electing ActivePSs
+(machine index = server index) and moves them with the parameter server's own plans: blocks
+of machines that stop hosting are dealt to the hosts (:func:`scarjax.ps.failures.deal`, as
+:func:`scarjax.ps.elastic.remove_servers`), new hosts take blocks from the most loaded
+(:func:`scarjax.ps.elastic.rebalance`, as ``add_servers``), and a revocation is
+:func:`scarjax.ps.tiers.plan_revoke` — the rule :func:`scarjax.ps.tiers.revoke` applies to
+the sharded store: warned ActivePSs flush and migrate their blocks, the blocks of the others
+are lost (tested to agree on a real parameter server). When blocks are lost the controller
+rolls the training back to the BackupPS copy: the whole state and the iterations since the
+last push, a consistent cut, where :func:`~scarjax.ps.tiers.revoke` reloads the lost blocks
+only; the two are the same state when every ActivePS is lost at once (a spot class's bulk
+revocation; tested).
+
+**The policy contract.** :func:`tierml` is ``policy(job, market, *, key, horizon_s, ...) ->
+ClusterRun`` (:mod:`scarjax.cluster.clock`): ``job.max_steps`` executed iterations (redone
+ones included; ``meta['executed_steps']``), seconds, ``key`` the market's draws,
+``train_key`` the training, one ledger entry per machine. Its extensions: the tier sizes
+(``reliable``, ``transient``), the other spot classes (``alternatives``) and the controller's
+settings. :func:`scripted` (Fig 11) is a scenario, not a policy: its iterations are given.
+
 The policy is a host-side event loop (one Python loop per market scenario): its decisions
 (which class to buy, when to switch, when to fall back) depend on the realised prices and
 revocations, so it is not vectorised; :mod:`scarjax.cluster.sweep` holds the calibrated
@@ -66,6 +87,9 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
+from scarjax.ps import elastic as ps_elastic
+from scarjax.ps import tiers as ps_tiers
+from scarjax.ps.failures import deal
 
 __all__ = [
     "Thresholds",
@@ -258,6 +282,7 @@ class _Group:
     release_t: float = math.inf  # planned user release (end of a billing hour)
     joined: bool = False
     switch: bool = False  # replaces the current transient machines (class switch, end of fallback)
+    first: int = 0  # machine index of ids[0] (the server index of the ActivePS block placement)
 
 
 def _next_hour_end(start: float, t: float) -> float:
@@ -271,7 +296,7 @@ class _Controller:
     the real training state and the :class:`~scarjax.cluster.trainer.Trainer`."""
 
     def __init__(self, job, markets, *, key, thresholds, push_every, param_bytes, bandwidth_bps,
-                 flush_on_warning, recorder, ledger, trainer):
+                 flush_on_warning, recorder, ledger, trainer, ps_blocks=256):
         self.job, self.markets = job, markets
         self.t0 = float(markets[0].start_time_s)
         self.key = key
@@ -292,6 +317,12 @@ class _Controller:
         self.trained = 0
         self.stages: set[int] = set()
         self._prices: dict = {}
+        # The ActivePS: ps_blocks parameter blocks placed on the machines electing ActivePSs
+        # (machine index = server index), moved and lost by scarjax.ps's own plans.
+        self.ps_blocks = int(ps_blocks)
+        self.server_of: np.ndarray | None = None
+        self._hosts: tuple = ()
+        self._seed = 0
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
@@ -318,7 +349,7 @@ class _Controller:
         # one ledger entry per machine (the ledger bills machines that start and end together once)
         blocks = [(f"{kind}{gid}.{j}", np.arange(n) == j) for j in range(n)]
         g = _Group(kind, cls, ids, blocks, ready, np.asarray(warn, np.float64), life, np.zeros(n, bool),
-                   np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch)
+                   np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch, first=gid)
         self.groups.append(g)
         self.rec.event(t, "request", f"{n} {kind} {m.machine.name} (ready at {ready:.0f} s)")
         return g
@@ -441,6 +472,40 @@ class _Controller:
             take = free[:max(0, need - have)]
             g.ps[take] = True
             have += take.size
+        self._place()
+
+    def _masks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(alive, reliable, host)`` over machine indices: in the computation, on-demand
+        (never revoked), electing an ActivePS."""
+        alive, reliable, host = (np.zeros(self.next_id, bool) for _ in range(3))
+        for g in self.groups:
+            sl = slice(g.first, g.first + len(g.ids))
+            alive[sl], host[sl], reliable[sl] = g.alive, g.ps, g.kind != "spot"
+        return alive, reliable, host
+
+    def _next_seed(self) -> int:
+        self._seed += 1
+        return self._seed
+
+    def _place(self):
+        """Keep the ActivePS blocks on the ActivePS machines, as the parameter server moves
+        them: blocks off the hosts are dealt to them (:func:`scarjax.ps.failures.deal`, as
+        :func:`scarjax.ps.elastic.remove_servers`), then new hosts take blocks from the most
+        loaded ones (:func:`scarjax.ps.elastic.rebalance`, as ``add_servers``). None in stage 1
+        (the ParamServs on the reliable machines hold the state)."""
+        _, _, host = self._masks()
+        hosts = tuple(np.flatnonzero(host).tolist())
+        if not hosts:
+            self.server_of, self._hosts = None, ()
+            return
+        if hosts == self._hosts and self.server_of is not None:
+            return
+        so = np.zeros(self.ps_blocks, np.int64) if self.server_of is None else self.server_of
+        moving = np.ones(so.size, bool) if self.server_of is None else ~host[so]
+        if moving.any():
+            so = deal(so, moving, host, None, self._next_seed())
+        self.server_of = np.asarray(ps_elastic.rebalance(None, so, host, self._next_seed()), np.int64)
+        self._hosts = hosts
 
     def current_class(self) -> int:
         """The spot class holding the ActivePSs (-1 if none)."""
@@ -461,19 +526,36 @@ class _Controller:
         state_hit = False
         state_lost = False
         warned_n = failed_n = 0
+        saved, failed, dues = [], [], []
         for g in self.groups:
             due = g.alive & (g.warn_t <= t + 1e-9)
             if not due.any():
                 continue
+            dues.append((g, due))
             lead = g.life_t[due] - t
             warned = lead > 1e-9
             hosts = g.ps[due]
             if stage_before > 1 and hosts.any():
-                state_hit = True
                 ok = warned & (lead >= flush_s) if self.flush_on_warning else np.zeros_like(warned)
-                state_lost |= not bool(ok[hosts].all())
+                idx = g.first + np.flatnonzero(due)
+                saved += idx[hosts & ok].tolist()
+                failed += idx[hosts & ~ok].tolist()
             warned_n += int(warned.sum())
             failed_n += int((~warned).sum())
+        if (saved or failed) and self.server_of is not None:
+            # the parameter server's rule (scarjax.ps.tiers.plan_revoke): warned ActivePSs flush
+            # and migrate their blocks; the blocks of the others are lost
+            state_hit = True
+            alive, reliable, _ = self._masks()
+            so = self.server_of
+            if saved:
+                so, alive, _ = ps_tiers.plan_revoke(so, alive, reliable, saved, warning=True, key=self._next_seed())
+            if failed:
+                so, alive, lost = ps_tiers.plan_revoke(so, alive, reliable, failed, warning=False,
+                                                       key=self._next_seed())
+                state_lost = bool(lost.any())
+            self.server_of = np.asarray(so, np.int64)
+        for g, due in dues:
             g.alive[due] = False
             g.ps[due] = False
         self.rec.event(t, "revocation" if failed_n else "warning", f"{warned_n} warned, {failed_n} without warning")
@@ -599,7 +681,8 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
            alternatives: Sequence[Any] = (), thresholds: Thresholds = Thresholds(), push_every: int = 4,
            param_bytes: float | None = None, bandwidth_bps: float = 1e9, switch_factor: float = 2.0,
            mttf_window_s: float = 24 * _H, check_every_s: float = 300.0, proactive: bool = True,
-           flush_on_warning: bool = True, chunk: int = 8, train_key: Any = 0, init_state=None):
+           flush_on_warning: bool = True, chunk: int = 8, train_key: Any = 0, init_state=None,
+           trainer: Any = None, ps_blocks: int = 256):
     """TierML (Secs 3.2–3.4) on ``market`` and the other spot classes ``alternatives``: returns a
     :class:`~scarjax.cluster.clock.ClusterRun` (``meta``: rollbacks, lost and trained
     iterations, flushes, the stages used).
@@ -629,11 +712,18 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
       flush_on_warning: ``False`` ablates the end-of-life flush (a warned revocation of the
         ActivePSs then rolls back like a failure).
       chunk: iterations per training call at most.
+      ps_blocks: parameter blocks of the ActivePS placed over the ActivePS machines (the
+        placement and the loss rule are :mod:`scarjax.ps`'s; the module docstring); with at
+        least as many blocks as ActivePSs every ActivePS holds state.
+      trainer: a stand-in for the :class:`~scarjax.cluster.trainer.Trainer` (``step``, ``train``,
+        ``snapshot``, ``restore``, ``loss``; ``None``: a real one from ``train_key`` and
+        ``init_state``), e.g. :mod:`scarjax.cluster.draws`' shared trajectory of many draws.
     """
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
     push_every = va.check_int("push_every", push_every, lo=1)
     chunk = va.check_int("chunk", chunk, lo=1)
+    ps_blocks = va.check_int("ps_blocks", ps_blocks, lo=1)
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
     va.check_real("switch_factor", switch_factor, lo=1.0, scalar=True)
     va.check_real("check_every_s", check_every_s, lo=0.0, lo_open=True, scalar=True)
@@ -649,14 +739,15 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
             raise ValueError(f"alternatives[{i - 1}].start_time_s={m.start_time_s} differs from the market's "
                              f"{market.start_time_s}: the classes share one clock")
     k_ctl = core.as_key(key)
-    trainer = Trainer(job.algorithm, train_key, init_state=init_state)
+    if trainer is None:
+        trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     ledger = Ledger()
     rec = ck.Recorder("tierml", ledger, market.start_time_s)
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
-                      recorder=rec, ledger=ledger, trainer=trainer)
+                      recorder=rec, ledger=ledger, trainer=trainer, ps_blocks=ps_blocks)
     series = {}  # the market prices the controller watches (the process's series when price-driven)
     for i, m in enumerate(markets):
         sp = m.process.series if isinstance(m.process, mk.PriceDriven) else m.spot
@@ -733,7 +824,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
     ctl.stop_all(t)
     return rec.finish(t, rollbacks=ctl.rollbacks, lost_iterations=ctl.lost_iterations, flushes=ctl.flushes,
                       trained_iterations=ctl.trained, param_bytes=float(param_bytes), stages=sorted(ctl.stages),
-                      reliable=reliable, transient=transient)
+                      reliable=reliable, transient=transient, executed_steps=ctl.trained)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,417 @@
+"""Many market draws as one call: Monte-Carlo over start offsets and revocation draws of
+checkpoint-restart, SCAR (thesis Ch. 5, Sec 5.4) and TierML (Harlap et al. 2016) on one
+market, with the same runs as the per-draw policies.
+
+:func:`run` takes one key (and, optionally, one start offset on the market's clock) per
+draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw call
+(:func:`per_draw`: ``policy(job, replace(market, start_time_s=start), key=key, ...)``) returns;
+:func:`summary` reduces runs to the per-draw arrays compared by :func:`mismatches`.
+
+**What is shared, what is vectorised, what is not.**
+
+1. *The market's draws* (every policy of :mod:`~scarjax.cluster.policies` buys through
+   :meth:`~scarjax.cluster.market.Market.acquire`: purchase ``c`` of a draw uses
+   ``fold_in(key, c)``). Their random parts do not depend on the path: the start-up delays, a
+   replayed trace's node priorities (the uniforms :meth:`~scarjax.cluster.market.Replay.pick`
+   ranks the free nodes by) and a parametric or empirical process's lifetimes. One jitted,
+   ``vmap``-ped JAX program draws them for all draws x the first :data:`PURCHASES` purchases;
+   the host then finishes each purchase from the tables in NumPy (``float32``, the same
+   operations as :meth:`Replay.pick`: which nodes are present and not held at the request
+   time, their order, ``remove - t``), bit for bit the per-call result. A price-driven
+   process (lifetimes depend on the request time through the series) and purchases past the
+   tables fall back to :meth:`Market.acquire` itself.
+2. *The clocks* (revocations, waits, start-ups, checkpoints, rework, the ledger) stay one host
+   event loop per draw: the planners of :mod:`~scarjax.cluster.policies` and TierML's
+   controller, unchanged. Not in JAX: the control flow is per draw and data dependent (which
+   trace nodes are held, the cheapest-option choice, ``unavailable="wait"`` retries, the
+   give-up counter, TierML's stage elections and class switches), the number of events varies
+   per draw, and the bills are ``float64`` host arithmetic (:class:`~scarjax.cluster.ledger.
+   Ledger`) that JAX without x64 would not reproduce bit for bit. With the draws served from
+   the tables these loops cost well under a millisecond per event.
+3. *The training.* Checkpoint-restart and TierML restore only states of the one reliable
+   trajectory (a checkpoint, a BackupPS push or flush, all taken from it) and a redone step
+   draws the same minibatch (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global
+   step's), so every draw's loss after global step ``k`` is the reliable run's: one real run
+   serves all draws (for TierML also the loss of the state at each step, its recorded
+   points). SCAR's partial recovery makes each draw's trajectory its own: all draws train in
+   one jitted program, ``vmap`` over draws of a ``lax.scan`` over global steps, each step
+   ``scarjax.core.run_one`` with the Trainer's key ``fold_in(train_key, step)``, the priority
+   checkpoint write (:func:`scarjax.scar.checkpoint.step`) where the draw's plan writes one and
+   the partial recovery (:func:`scarjax.scar.faults.recover`) of the servers the plan revokes
+   at that step (masks ``bool[draws, steps]`` and ``bool[draws, steps, servers]``).
+
+**Identical.** For checkpoint-restart and TierML every field of every run equals the per-draw
+policy's bit for bit (``==`` on float64: time and dollars to the target, the step, the counts,
+the whole curves and events). For SCAR the schedule (event times, the ledger) is bit for bit
+and the losses equal the per-draw Trainer's to float32 rounding only: XLA compiles the
+batched (``vmap``) matrix products differently from the unbatched ones (measured: a few
+``1e-7`` after 120 steps of MLR), so :func:`summary`'s fields - whether and at which step
+the target is reached, its time and dollars, ``recoveries`` - are equal unless a draw's loss
+crosses the target within that rounding (:func:`mismatches` reports any such draw).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scarjax import validate as va
+from scarjax import core
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
+from scarjax.cluster import policies as po
+from scarjax.cluster import tierml as tml
+from scarjax.cluster.trainer import Trainer
+from scarjax.scar import checkpoint as sck
+from scarjax.scar import faults as sfl
+from scarjax.scar import partition as spt
+
+__all__ = ["POLICIES", "PURCHASES", "COUNTS", "run", "per_draw", "summary", "mismatches"]
+
+#: The policies :func:`run` vectorises, by name.
+POLICIES = {"checkpoint_restart": po.checkpoint_restart, "scar": po.scar, "tierml": tml.tierml}
+#: Purchases per draw drawn ahead in one program (later ones: :meth:`Market.acquire` itself).
+PURCHASES = 32
+#: The ``meta`` counts :func:`summary` reports per policy.
+COUNTS = {"checkpoint_restart": ("rework_steps",), "scar": ("recoveries",),
+          "tierml": ("rollbacks", "lost_iterations", "flushes")}
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+
+
+def _policy_name(policy: Any) -> str:
+    for name, fn in POLICIES.items():
+        if policy is fn or policy == name:
+            return name
+    raise ValueError(f"policy must be one of {sorted(POLICIES)} (or the function), got {policy!r}")
+
+
+def _draw_inputs(market, keys, start_s):
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market, got {type(market).__name__}")
+    keys = jnp.asarray(keys) if not isinstance(keys, jax.Array) else keys
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        pass
+    elif keys.dtype == jnp.uint32 and keys.ndim == 2:
+        keys = jax.random.wrap_key_data(keys)
+    else:
+        raise TypeError(f"keys must be a batch of PRNG keys (jax.random.split(key, n)), got dtype {keys.dtype}")
+    if keys.ndim != 1 or keys.shape[0] < 1:
+        raise ValueError(f"keys must be one key per draw (a 1-D batch of >= 1), got shape {keys.shape}")
+    n = int(keys.shape[0])
+    if start_s is None:
+        starts = np.full(n, float(market.start_time_s))
+    else:
+        starts = np.asarray(va.check_real("start_s", start_s, lo=0.0), np.float64).reshape(-1)
+        if starts.shape != (n,):
+            raise ValueError(f"start_s must have one start per key ({n}), got shape {np.shape(start_s)}")
+    return keys, starts
+
+
+def _market_at(market, start):
+    return market if float(start) == float(market.start_time_s) else dataclasses.replace(market, start_time_s=float(start))
+
+
+def per_draw(policy: Any, job: ck.Job, market: mk.Market, keys: Any, *, horizon_s: float, start_s: Any = None,
+             **options: Any) -> list[ck.ClusterRun]:
+    """The reference: one call of the per-draw ``policy`` per key (``start_s[i]``: draw ``i``'s
+    start on the market's clock, default the market's), a Python loop."""
+    name = _policy_name(policy)
+    keys, starts = _draw_inputs(market, keys, start_s)
+    fn = POLICIES[name]
+    return [fn(job, _market_at(market, s), key=k, horizon_s=horizon_s, **options) for k, s in zip(keys, starts)]
+
+
+# --------------------------------------------------------------------------------------
+# 1. The market's draws, drawn ahead
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _tables(process, startup, keys, purchases, machines, nodes):
+    """``(startup float32[n, C, M], u float32[n, C, K] | lifetime float32[n, C, M])`` for
+    purchases ``c < C`` of every draw: the draws of ``Market.acquire`` that do not depend on
+    the request (``nodes``: a replayed trace's node count, 0 otherwise)."""
+
+    def one(key, c):
+        k_up, k_life = jax.random.split(jax.random.fold_in(key, c))
+        up = jnp.zeros((machines,), jnp.float32) if startup is None else startup.sample(k_up, machines)
+        if nodes:
+            k_pick, _ = jax.random.split(k_life)
+            return up, jax.random.uniform(k_pick, (nodes,))
+        if process is None:
+            return up, jnp.full((machines,), jnp.inf, jnp.float32)
+        return up, mk.sample_lifetimes(process, k_life, machines, 0.0).lifetime
+
+    return jax.vmap(lambda k: jax.vmap(lambda c: one(k, c))(jnp.arange(purchases, dtype=jnp.int32)))(keys)
+
+
+class _Drawn(mk.Market):
+    """A market whose first purchases are served from the tables of one draw (row ``row``);
+    everything else is the market's. Only :func:`run` builds it, with the draw's own key."""
+
+    def acquire(self, key, counter, n, t, *, held=None):
+        tab = self.__dict__.get("_tab")
+        if tab is None or n != tab["machines"] or counter >= tab["purchases"]:
+            return super().acquire(key, counter, n, t, held=held)
+        row = self.__dict__["_row"]
+        up = tab["up"][row, counter].astype(np.float64)
+        if not tab["nodes"]:
+            return up, tab["life"][row, counter].astype(np.float64), np.full(n, -1, np.int64)
+        add, rem, K = tab["add"], tab["rem"], tab["nodes"]
+        t0 = np.float32(t)
+        free = (add <= t0) & (t0 < rem)
+        if held is not None:
+            free &= ~np.asarray(held, bool)
+        prio = np.where(free, tab["u"][row, counter], np.float32(-1.0))
+        order = np.argsort(-prio, kind="stable")
+        idx = np.arange(n)
+        pick = order[idx % K]
+        ok = free[pick] & (idx < K)
+        life = np.where(ok, rem[pick] - t0, np.float32(0.0)).astype(np.float32)
+        node = np.where(ok, pick, -1).astype(np.int64)
+        return up, life.astype(np.float64), node
+
+
+def _drawn_markets(market, keys, starts, machines):
+    """One :class:`_Drawn` market per draw (its start, its tables)."""
+    p = market.process
+    n = int(keys.shape[0])
+    out = [_Drawn(market.machine, p, market.billing, market.startup, float(s)) for s in starts]
+    if isinstance(p, mk.PriceDriven):  # lifetimes depend on the request time: drawn per call
+        return out
+    replay = isinstance(p, mk.Replay)
+    nodes = int(p.add_s.shape[0]) if replay else 0
+    up, second = _tables(p, market.startup, keys, PURCHASES, int(machines), nodes)
+    tab = {"machines": int(machines), "purchases": PURCHASES, "nodes": nodes, "up": np.asarray(up)}
+    if replay:
+        tab.update(u=np.asarray(second), add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32))
+    else:
+        tab["life"] = np.asarray(second)
+    for i in range(n):
+        object.__setattr__(out[i], "_tab", tab)
+        object.__setattr__(out[i], "_row", i)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# 2-3. The policies
+
+
+def run(policy: Any, job: ck.Job, market: mk.Market, keys: Any, *, horizon_s: float, start_s: Any = None,
+        **options: Any) -> list[ck.ClusterRun]:
+    """Draw ``i`` of ``policy`` (``'checkpoint_restart'``, ``'scar'``, ``'tierml'`` or the
+    function) on ``market`` started at ``start_s[i]`` (default: the market's start) with the
+    market key ``keys[i]``, for all draws at once (module docstring): the runs
+    :func:`per_draw` returns. ``options``: the policy's keyword options (``train_key``,
+    ``interval_steps``, ``fraction``, ``reliable``, ...)."""
+    name = _policy_name(policy)
+    if not isinstance(job, ck.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    keys, starts = _draw_inputs(market, keys, start_s)
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    if name == "checkpoint_restart":
+        return _checkpoint_restart(job, market, keys, starts, float(horizon_s), **options)
+    if name == "scar":
+        return _scar(job, market, keys, starts, float(horizon_s), **options)
+    return _tierml(job, market, keys, starts, float(horizon_s), **options)
+
+
+def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, interval_steps=None, granularity=25,
+                        unavailable="on_demand", stop_at_target=True):
+    po._check(job, market, horizon_s, granularity, unavailable)
+    markets = _drawn_markets(market, keys, starts, job.workers)
+    plans = [po._plan_checkpoint_restart(job, m, k, horizon_s, po._interval(job, m, interval_steps), granularity,
+                                         unavailable) for m, k in zip(markets, keys)]
+    need = max([po._furthest(p) for p in plans] + [1])
+    curve = Trainer(job.algorithm, train_key).train(need)
+    return [po._execute(p, po._Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target)
+            for p in plans]
+
+
+# ---- SCAR: one vmapped program over draws
+
+
+_SCAR_PROGRAMS: dict = {}
+
+
+def _scar_program(algorithm, partition, spec):
+    """The jitted all-draws SCAR training (cached per algorithm, partition and spec objects)."""
+    k = (id(algorithm), id(partition), id(spec))
+    hit = _SCAR_PROGRAMS.get(k)
+    if hit is not None and hit[0] is algorithm and hit[1] is partition and hit[2] is spec:
+        return hit[3]
+
+    def program(key, ck_key, state, ckpt, write, lost):
+        def per_draw_step(s, st, c, w, fl):
+            new_c = sck.step(spec, c, st, partition, s, jax.random.fold_in(ck_key, s), algorithm.norm)[0]
+            c = jax.tree.map(lambda a, b: jnp.where(w, a, b), new_c, c)
+            rec = sfl.recover("partial", st, c.saved, partition, spt.server_blocks(partition, fl))
+            st = core.State(*jax.tree.map(lambda a, b: jnp.where(jnp.any(fl), a, b), rec, st))
+            new, tr = core.run_one(algorithm, jax.random.fold_in(key, s), None, st, (), (1, False, None))
+            return core.State(*new), c, tr.loss[1]
+
+        def body(carry, xs):
+            st, c = carry
+            s, w, fl = xs
+            st, c, loss = jax.vmap(per_draw_step, (None, 0, 0, 0, 0))(s, st, c, w, fl)
+            return (st, c), loss
+
+        steps = write.shape[1]
+        xs = (jnp.arange(steps, dtype=jnp.int32), jnp.swapaxes(write, 0, 1), jnp.swapaxes(lost, 0, 1))
+        _, losses = jax.lax.scan(body, (state, ckpt), xs)
+        return losses.T
+
+    fn = jax.jit(program)
+    _SCAR_PROGRAMS[k] = (algorithm, partition, spec, fn)
+    return fn
+
+
+def _scar_marks(plan, steps, servers):
+    """``(write bool[steps], lost bool[steps, servers])``: at which step boundaries (steps done)
+    the plan writes the running checkpoint and which servers' blocks it loses."""
+    write = np.zeros(steps, bool)
+    lost = np.zeros((steps, servers), bool)
+    step = 0
+    for op in plan.ops:
+        if op[0] == "train":
+            step += op[3]
+        elif step < steps and op[0] == "ckpt":
+            write[step] = True
+        elif step < steps and op[0] == "lose":
+            lost[step, list(op[1])] = True
+    return write, lost
+
+
+def _scar(job, market, keys, starts, horizon_s, *, train_key=0, fraction=0.25, strategy="priority", granularity=25,
+          partition_key=0, interval_steps=None, unavailable="on_demand", stop_at_target=True):
+    po._check(job, market, horizon_s, granularity, unavailable)
+    markets = _drawn_markets(market, keys, starts, job.workers)
+    setups = [po._scar_setup(job, m, fraction, strategy, partition_key, interval_steps) for m in markets]
+    plans = [po._plan_scar(job, m, k, horizon_s, K, float(fraction), granularity, spec, unavailable)
+             for m, k, (K, _, spec) in zip(markets, keys, setups)]
+    tk = core.as_key(train_key)
+    init = Trainer(job.algorithm, tk).state
+    steps = int(job.max_steps)
+    curves = [None] * len(plans)
+    groups: dict = {}  # one program per (partition, spec): draws whose K differs (price-driven starts)
+    for i, (_, partition, spec) in enumerate(setups):
+        groups.setdefault((id(partition), id(spec)), []).append(i)
+    for idx in groups.values():
+        _, partition, spec = setups[idx[0]]
+        marks = [_scar_marks(plans[i], steps, job.workers) for i in idx]
+        write = jnp.asarray(np.stack([w for w, _ in marks]))
+        lost = jnp.asarray(np.stack([lo for _, lo in marks]))
+        b = len(idx)
+        state = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), init)
+        ckpt0 = sck.init(init, partition, spec)
+        ckpt = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), ckpt0)
+        losses = _scar_program(job.algorithm, partition, spec)(tk, jax.random.fold_in(tk, 7), state, ckpt, write, lost)
+        losses = np.asarray(losses, np.float64)
+        for j, i in enumerate(idx):
+            curves[i] = losses[j]
+    return [po._execute(dataclasses.replace(p, ops=[op for op in p.ops if op[0] == "train"]), po._Replay(c), job,
+                        "scar", stop_at_target=stop_at_target) for p, c in zip(plans, curves)]
+
+
+# ---- TierML: the controller per draw on the shared trajectory
+
+
+class _Trajectory:
+    """The reliable run's losses after each global step and the loss of the state at each
+    step, computed once as far as any draw asks (a real :class:`Trainer`)."""
+
+    def __init__(self, algorithm, train_key, init_state):
+        self.trainer = Trainer(algorithm, train_key, init_state=init_state)
+        self.after = np.zeros(0)
+        self.at = [self.trainer.loss()]  # loss of the state after k steps
+
+    def losses(self, start, n):
+        if start + n > self.after.size:
+            self._advance(start + n)
+        return self.after[start:start + n]
+
+    def state_loss(self, step):
+        if step >= len(self.at):
+            self._advance(step)
+        return self.at[step]
+
+    def _advance(self, upto):
+        # step by step (cut-independent: the Trainer's keys are the global step's), the state's loss at each
+        while self.trainer.step < upto:
+            self.after = np.concatenate([self.after, self.trainer.train(1)])
+            self.at.append(self.trainer.loss())
+
+
+class _Shared:
+    """A Trainer stand-in for one draw serving :class:`_Trajectory` (snapshots are steps)."""
+
+    def __init__(self, trajectory):
+        self.traj, self.step = trajectory, 0
+
+    def train(self, n):
+        out = self.traj.losses(self.step, n)
+        self.step += n
+        return out
+
+    def snapshot(self):
+        return self.step
+
+    def restore(self, state, step=None):
+        self.step = int(state if step is None else step)
+
+    def loss(self):
+        return self.traj.state_loss(self.step)
+
+
+def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None, **options):
+    trainer = Trainer(job.algorithm, train_key, init_state=init_state)
+    if param_bytes is None:  # as tierml's default: the real state's bytes
+        param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
+    traj = _Trajectory(job.algorithm, train_key, init_state)
+    return [tml.tierml(job, _market_at(market, s), key=k, horizon_s=horizon_s, train_key=train_key,
+                       param_bytes=param_bytes, trainer=_Shared(traj), **options) for k, s in zip(keys, starts)]
+
+
+# --------------------------------------------------------------------------------------
+# Comparing
+
+
+def summary(runs: Sequence[ck.ClusterRun], target_loss: float) -> dict[str, np.ndarray]:
+    """Per-draw arrays: ``reached``, ``time_s``, ``dollars``, ``steps`` to ``target_loss``
+    (:meth:`ClusterRun.to_target`), ``end_s``, ``bill`` (the run's total), ``revocations`` (events)
+    and every ``meta`` count of :data:`COUNTS` the runs carry."""
+    out = ck.outcomes(runs, target_loss)
+    out["end_s"] = np.array([r.end_s for r in runs], np.float64)
+    out["bill"] = np.array([sum(r.cost_by_tier.values()) for r in runs], np.float64)
+    out["revocations"] = np.array([r.count("revocation") for r in runs], np.int64)
+    for names in COUNTS.values():
+        for nm in names:
+            if runs and all(nm in r.meta for r in runs):
+                out[nm] = np.array([r.meta[nm] for r in runs], np.int64)
+    return out
+
+
+def mismatches(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
+    """Where two :func:`summary` results differ: ``'field[draw]: x != y'`` for every draw and
+    field whose values are not equal (``==``: float64 bit for bit but ``0.0 == -0.0``); a
+    field in one only is a mismatch too. Empty: identical."""
+    out = []
+    for f in sorted(set(a) | set(b)):
+        if f not in a or f not in b:
+            out.append(f"{f}: only in {'the first' if f in a else 'the second'}")
+            continue
+        x, y = np.asarray(a[f]), np.asarray(b[f])
+        if x.shape != y.shape:
+            out.append(f"{f}: shapes {x.shape} != {y.shape}")
+            continue
+        for i in np.flatnonzero(x != y):
+            out.append(f"{f}[{int(i)}]: {x[i]!r} != {y[i]!r}")
+    return out

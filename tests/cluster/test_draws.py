@@ -1,0 +1,206 @@
+"""scarjax.cluster.draws: many draws of checkpoint-restart, SCAR and TierML in one call equal
+the per-draw policies (summary fields ``==``, float64 bit for bit) on the p3 node trace, an
+exponential market and a trace with a gap without machines; hypothesis over random traces,
+with planted violations the comparison catches; same keys, same runs; bad input raises."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scarjax.cluster import clock as ck
+from scarjax.cluster import draws as dr
+from scarjax.cluster import market as mk
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
+from scarjax.models import mlr
+
+HORIZON = 3 * 3600.0
+
+
+@functools.lru_cache(maxsize=None)
+def _alg():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 6)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32) + (x[:, 2] > 1)
+    return mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=16)  # minibatches: the keys matter
+
+
+@functools.lru_cache(maxsize=None)
+def _job(max_steps=60, workers=4):
+    curve = Trainer(_alg(), 0).train(max_steps)
+    # a target away from any loss by far more than float32 rounding (SCAR's vmapped losses)
+    target = float(np.min(curve[: max_steps * 2 // 3])) + 1e-3
+    return ck.Job(_alg(), target, step_time_linear(40.0, 0.5), workers=workers, checkpoint_s=60.0, restore_s=30.0,
+                  max_steps=max_steps)
+
+
+def _machine():
+    return mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
+
+
+@functools.lru_cache(maxsize=None)
+def _p3():
+    from scarjax.data import transient as td
+
+    return mk.Market(_machine(), mk.replay(td.load_aws_p3_trace()), startup=mk.fixed_startup(120.0))
+
+
+def _exp():
+    return mk.Market(_machine(), mk.exponential(1800.0), startup=mk.fixed_startup(60.0), billing="per_second")
+
+
+def _gap():
+    trace = mk.replay((np.array([0.0, 0.0, 7200.0]), np.array([3600.0, 1800.0, np.inf])), warning_s=0.0)
+    return mk.Market(_machine(), trace)
+
+
+OPTS = {"checkpoint_restart": {}, "scar": {}, "tierml": {"reliable": 1, "transient": 3}}
+
+
+def _both(policy, job, market, n, seed, starts=None, **kw):
+    keys = jax.random.split(jax.random.key(seed), n)
+    opts = {**OPTS[policy], **kw}
+    a = dr.run(policy, job, market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    b = dr.per_draw(policy, job, market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    return a, b
+
+
+def check_identical(a, b, target):
+    """The vectorised runs' summaries equal the per-draw runs' (every field, every draw)."""
+    bad = dr.mismatches(dr.summary(a, target), dr.summary(b, target))
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+
+
+# ----------------------------------------------------------------------------- equality
+
+
+@pytest.mark.parametrize("policy", sorted(dr.POLICIES))
+def test_p3_trace_draws_equal_the_per_draw_loop(policy):
+    job = _job()
+    starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 24)
+    a, b = _both(policy, job, _p3(), 24, 3, starts)
+    check_identical(a, b, job.target_loss)
+    assert any(e[1] in ("revocation", "warning") for r in b for e in r.events), "no draw was revoked: a vacuous test"
+    if policy != "scar":  # the whole runs, bit for bit (SCAR: losses to float32 rounding, module notes)
+        for r, q in zip(a, b):
+            assert np.array_equal(r.loss, q.loss) and np.array_equal(r.dollars, q.dollars) and r.events == q.events
+
+
+@pytest.mark.parametrize("policy", sorted(dr.POLICIES))
+def test_exponential_market_draws_equal_the_per_draw_loop(policy):
+    job = _job()
+    a, b = _both(policy, job, _exp(), 16, 4)
+    check_identical(a, b, job.target_loss)
+
+
+@pytest.mark.parametrize("policy", ["checkpoint_restart", "scar"])
+@pytest.mark.parametrize("unavailable", ["on_demand", "wait"])
+def test_gap_without_machines_equals_the_per_draw_loop(policy, unavailable):
+    job = _job(workers=2)
+    starts = np.array([0.0, 1000.0, 3000.0, 3500.0, 5000.0, 7000.0, 7300.0, 100.0])
+    a, b = _both(policy, job, _gap(), 8, 5, starts, unavailable=unavailable)
+    check_identical(a, b, job.target_loss)
+
+
+def test_drawn_purchases_beyond_the_tables_fall_back(monkeypatch):
+    """Purchases past :data:`PURCHASES` go to ``Market.acquire`` itself: the same runs."""
+    monkeypatch.setattr(dr, "PURCHASES", 1)
+    job = _job()
+    a, b = _both("checkpoint_restart", job, _exp(), 6, 6)
+    check_identical(a, b, job.target_loss)
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+def _random_trace(data):
+    k = data.draw(st.integers(1, 5), label="nodes")
+    add = np.array(sorted(data.draw(st.lists(st.integers(0, 6000), min_size=k, max_size=k), label="add")), float)
+    stay = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=k, max_size=k), label="stay"), float)
+    rem = np.where(np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k), label="forever")),
+                   np.inf, add + stay)
+    return mk.Market(_machine(), mk.replay((add, rem), warning_s=0.0), startup=mk.fixed_startup(30.0))
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_property_random_traces_equal_the_per_draw_loop(data):
+    market = _random_trace(data)
+    policy = data.draw(st.sampled_from(["checkpoint_restart", "scar"]), label="policy")
+    unavailable = data.draw(st.sampled_from(["on_demand", "wait"]), label="unavailable")
+    starts = np.array(data.draw(st.lists(st.integers(0, 8000), min_size=4, max_size=4), label="starts"), float)
+    job = _job(workers=2)
+    a, b = _both(policy, job, market, 4, data.draw(st.integers(0, 99), label="seed"), starts, unavailable=unavailable)
+    check_identical(a, b, job.target_loss)
+
+
+def test_planted_violation_tables_of_another_draw_are_caught(monkeypatch):
+    """Planted: each draw served the next draw's purchases. The equality check fails."""
+    job = _job()
+    starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 24)
+    original = dr._Drawn.acquire
+
+    def shifted(self, key, counter, n, t, *, held=None):
+        if "_row" in self.__dict__:
+            object.__setattr__(self, "_row", (self.__dict__["_row"] + 1) % self.__dict__["_tab"]["up"].shape[0])
+            try:
+                return original(self, key, counter, n, t, held=held)
+            finally:
+                object.__setattr__(self, "_row", (self.__dict__["_row"] - 1) % self.__dict__["_tab"]["up"].shape[0])
+        return original(self, key, counter, n, t, held=held)
+
+    monkeypatch.setattr(dr._Drawn, "acquire", shifted)
+    a, b = _both("checkpoint_restart", job, _p3(), 24, 3, starts)
+    with pytest.raises(AssertionError, match="mismatches"):
+        check_identical(a, b, job.target_loss)
+
+
+def test_planted_violation_one_ulp_and_one_count_are_caught():
+    job = _job()
+    a, b = _both("checkpoint_restart", job, _exp(), 4, 7)
+    s = dr.summary(b, job.target_loss)
+    assert dr.mismatches(dr.summary(a, job.target_loss), s) == []
+    t = {k: v.copy() for k, v in s.items()}
+    t["dollars"][1] = np.nextafter(t["dollars"][1], np.inf)
+    assert dr.mismatches(s, t) == [f"dollars[1]: {s['dollars'][1]!r} != {t['dollars'][1]!r}"]
+    t = {k: v.copy() for k, v in s.items()}
+    t["rework_steps"][0] += 1
+    assert len(dr.mismatches(s, t)) == 1
+    del t["rework_steps"]
+    assert dr.mismatches(s, t) == ["rework_steps: only in the first"]
+
+
+# ----------------------------------------------------------------------------- determinism, input
+
+
+@pytest.mark.parametrize("policy", sorted(dr.POLICIES))
+def test_same_keys_same_runs(policy):
+    job = _job()
+    keys = jax.random.split(jax.random.key(9), 6)
+    starts = np.linspace(0.0, 30000.0, 6)
+    one = dr.summary(dr.run(policy, job, _p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
+    two = dr.summary(dr.run(policy, job, _p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
+    assert dr.mismatches(one, two) == []
+
+
+def test_bad_input_names_the_argument():
+    job, keys = _job(), jax.random.split(jax.random.key(0), 3)
+    with pytest.raises(ValueError, match="policy"):
+        dr.run("on_demand", job, _exp(), keys, horizon_s=HORIZON)
+    with pytest.raises(ValueError, match="start_s"):
+        dr.run("scar", job, _exp(), keys, horizon_s=HORIZON, start_s=[0.0, 1.0])
+    with pytest.raises(ValueError, match="start_s"):
+        dr.run("scar", job, _exp(), keys, horizon_s=HORIZON, start_s=[0.0, -1.0, 2.0])
+    with pytest.raises(TypeError, match="keys"):
+        dr.run("scar", job, _exp(), np.zeros(3), horizon_s=HORIZON)
+    with pytest.raises(TypeError, match="market"):
+        dr.run("scar", job, "p3", keys, horizon_s=HORIZON)
+    with pytest.raises(TypeError, match="job"):
+        dr.run("scar", None, _exp(), keys, horizon_s=HORIZON)
+    with pytest.raises(ValueError, match="horizon_s"):
+        dr.run("scar", job, _exp(), keys, horizon_s=0.0)
