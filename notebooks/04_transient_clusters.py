@@ -130,3 +130,48 @@ for name, pol, opts in (("checkpoint-restart", po.checkpoint_restart, {}), ("SCA
     stats[name] = out
     print(f"{name:>18}: {out['reached'].sum()}/8 reached; mean {out['time_s'].mean() / 3600:.2f} h, "
           f"${out['dollars'].mean():.2f}")
+
+# %% [markdown]
+# ## Your own trace, from NumPy arrays
+#
+# A trace you logged yourself - here 8 hours of 5-minute ticks with the number of spot
+# machines you could obtain at each tick (0 to 4), including two hours in which none could be
+# had - gets in with **one call**, `mk.Market.from_availability`. The notice and the billing
+# are never defaulted: state them (`warning_s=`, `billing=`) or name a provider preset
+# (`mk.PROVIDERS`: `"aws"` 2-minute notice and 2015 hourly billing, `"aws_per_second"`,
+# `"gce"` 30 s and per-second). A fall in the count takes machines away (with the notice);
+# while nothing is offered, the policies fall back to on-demand machines
+# (`unavailable="on_demand"`, the default; `"wait"` waits).
+
+# %%
+tick_s = 300.0
+times_s = np.arange(0.0, 8 * 3600.0, tick_s)  # 96 ticks
+counts = np.full(times_s.size, 4)
+counts[(times_s >= 1800.0) & (times_s < 3600.0)] = 2  # two machines gone after 30 min
+counts[(times_s >= 3600.0) & (times_s < 4500.0)] = 1
+counts[(times_s >= 4500.0) & (times_s < 4500.0 + 2 * 3600.0)] = 0  # a gap: no spot machine at all
+counts[times_s >= 4500.0 + 2 * 3600.0] = 3
+
+own = mk.Market.from_availability(times_s, counts, provider="aws_per_second",
+                                  machine=mk.MachineType("p3.2xlarge", 3.06, spot=0.92))
+print(f"{own.billing} billing, {float(own.process.warning_s):g} s notice; MTTF {own.mttf_s() / 3600:.2f} h; "
+      f"offered at 1 h: {own.available(3600.0):g}, at 2 h: {own.available(7200.0):g}, "
+      f"next offered after 2 h: {own.next_available(7200.0) / 3600:.2f} h")
+
+# %% [markdown]
+# A small job on it (4 workers, 60 s per iteration, the failure-free run's loss after 120
+# iterations as the target):
+
+# %%
+small = ck.Job(alg, float(Trainer(alg, 0).train(120)[-1]), step_time_linear(200.0, 5.0), workers=4,
+               checkpoint_s=30.0, restore_s=30.0, max_steps=400)
+key = jax.random.key(0)
+own_runs = {
+    "on-demand": po.on_demand(small, own, key=key, horizon_s=8 * 3600.0),
+    "checkpoint-restart": po.checkpoint_restart(small, own, key=key, horizon_s=8 * 3600.0),
+    "SCAR": po.scar(small, own, key=key, horizon_s=8 * 3600.0, fraction=0.25),
+}
+for name, run in own_runs.items():
+    o = run.to_target(small.target_loss)
+    print(f"{name:>18}: {'reached' if o.reached else 'censored at'} the target in {o.time_s / 3600:.2f} h "
+          f"for ${o.dollars:.2f} ({run.count('revocation')} revocations)")
