@@ -294,7 +294,7 @@ def simulate_row(workload: str, max_hours):
     from scarjax.sched.simulator import simulate
 
     t0 = time.perf_counter()
-    res = simulate(workload, PolluxPolicy(), seed=0, max_time_s=None if max_hours is None else max_hours * 3600.0,
+    res = simulate(workload, PolluxPolicy(), key=0, max_time_s=None if max_hours is None else max_hours * 3600.0,
                    record_timeline=False)
     wall = time.perf_counter() - t0
     done = [j.completion_s for j in res.jobs if j.completion_s is not None]

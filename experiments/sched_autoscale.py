@@ -86,12 +86,14 @@ def _runs(app: str, config: Config, apps) -> dict:
     out = {}
     for label, sc in scalers.items():
         r = simulate_autoscaling(apps, app, sc, interval_s=config.interval_s, restart_s=config.restart_s)
-        d = r.to_json()
+        # node-hours: the report's unit (the library's result is in node-seconds)
+        d = {("node_hours" if k == "node_s" else k): (v / 3600.0 if k == "node_s" else v)
+             for k, v in r.to_json().items()}
         if label.startswith("fixed-"):  # a constant size: its per-interval series say nothing the totals don't
             for k in ("time_s", "nodes", "batch_size", "efficiency", "progress"):
                 d.pop(k)
-        d["cost"] = float(r.node_hours * config.price_per_node_h)
-        d["mean_nodes"] = float(r.node_hours / (r.jct_s / 3600.0)) if np.isfinite(r.jct_s) else float("nan")
+        d["cost"] = float(d["node_hours"] * config.price_per_node_h)
+        d["mean_nodes"] = float(r.node_s / r.jct_s) if np.isfinite(r.jct_s) else float("nan")
         out[label] = d
     return out
 
@@ -129,8 +131,8 @@ def _sensitivity(app: str, config: Config, apps) -> dict:
             sim["stats_batch_size"] = float(apps[a].max_batch_size)
         g = simulate_autoscaling(apps, app, GoodputAutoscaler(**f), **sim)
         t = simulate_autoscaling(apps, app, GoodputAutoscaler(use_efficiency=False, **f), **sim)
-        out[label] = {"goodput_jct_s": g.jct_s, "goodput_node_hours": g.node_hours, "throughput_jct_s": t.jct_s,
-                      "throughput_node_hours": t.node_hours, "cost_change": g.node_hours / t.node_hours - 1.0,
+        out[label] = {"goodput_jct_s": g.jct_s, "goodput_node_hours": g.node_s / 3600.0, "throughput_jct_s": t.jct_s,
+                      "throughput_node_hours": t.node_s / 3600.0, "cost_change": g.node_s / t.node_s - 1.0,
                       "jct_change": g.jct_s / t.jct_s - 1.0,
                       "goodput_nodes": list(dict.fromkeys(g.nodes.tolist())),
                       "throughput_nodes": list(dict.fromkeys(t.nodes.tolist()))}

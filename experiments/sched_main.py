@@ -129,7 +129,7 @@ def run(config: Config, out_dir) -> dict:
         w = load(wname, config)
         runs[wname] = {}
         for pname in config.policies:
-            res = simulate(w, make_policy(pname, config), cluster=cluster, apps=apps, seed=config.seed)
+            res = simulate(w, make_policy(pname, config), cluster=cluster, apps=apps, key=config.seed)
             runs[wname][pname] = summarize(res)
     return {"config": dataclasses.asdict(config), "cluster": cluster.to_json(), "runs": runs,
             "reference_avg_jct_s": REFERENCE_AVG_JCT, "reference_mean_8": REFERENCE_MEAN_8,

@@ -134,7 +134,7 @@ def _policy(name: str, config, **ga):
 
 
 def _workload(load: float, seed: int, config):
-    w = sample_workload(load, seed=seed, duration_hours=config.duration_hours)
+    w = sample_workload(load, key=seed, duration_s=config.duration_hours * 3600)
     if config.exclude_apps:
         keep = ~np.isin(w.application, list(config.exclude_apps))
         w = type(w)(name=w.name[keep], time=w.time[keep], application=w.application[keep],
@@ -161,7 +161,7 @@ class FixedShare:
     def __init__(self, gpus: int, adaptive: bool):
         self.gpus, self.adaptive = int(gpus), bool(adaptive)
 
-    def allocate(self, jobs, cluster, now, rng) -> np.ndarray:
+    def allocate(self, jobs, cluster, now, key) -> np.ndarray:
         n = jobs.num_jobs
         out = np.zeros((n, cluster.nodes), np.int64)
         if n:
@@ -244,7 +244,7 @@ def run(config: Config, out_dir) -> dict:
         if key not in memo:
             w = _workload(load_, seed_, config)
             t_sim = time.perf_counter()
-            memo[key] = (w, simulate(w, _policy(pol, config, **ga), cluster=cluster, apps=apps, seed=config.seed))
+            memo[key] = (w, simulate(w, _policy(pol, config, **ga), cluster=cluster, apps=apps, key=config.seed))
             wall[key] = time.perf_counter() - t_sim
             # progress on stderr (a long full run can be followed, and its finished runs read, in its log)
             print(f"[{NAME}] run {len(memo)}: load {load_:g} seed {seed_} {pol} {ga or ''} interval "

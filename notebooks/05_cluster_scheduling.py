@@ -20,8 +20,9 @@
 # trace. Here we
 #
 # 1. sample a workload from the Philly trace the way the artifact does
-#    (`scarjax.sched.workload.sample_workload`; seed 1 at load 1.0 *is* the artifact's
-#    `workload-1`);
+#    (`scarjax.sched.workload.sample_workload`; `key=1`, the int seed of the artifact's
+#    `--seed 1`, at load 1.0 *is* the artifact's `workload-1`; every `scarjax.sched` entry
+#    point takes a JAX PRNG key or such an int seed, and all times are in seconds);
 # 2. simulate its first jobs under PolluxSched (genetic search over allocations, adaptive
 #    batch sizes), Tiresias (two-queue least-attained-service, the users' tuned configurations)
 #    and Optimus+Oracle (greedy marginal gain, oracle remaining iterations);
@@ -44,7 +45,7 @@ from scarjax.sched.optimus import OptimusPolicy
 from scarjax.sched.tiresias import TiresiasPolicy
 from scarjax.sched.workload import app_configurations, job_load, sample_workload, subset
 
-w = sample_workload(1.0, seed=1)
+w = sample_workload(1.0, key=1)
 ref = load_workload("workload-1")
 print("sampled == the artifact's workload-1:", bool((w.name == ref.name).all() and (w.batch_size == ref.batch_size).all()))
 print(f"{len(w)} jobs in 8 h: job load {job_load(w):.2f}x")
@@ -62,7 +63,7 @@ policies = {
     "tiresias": TiresiasPolicy(),
     "optimus": OptimusPolicy(),
 }
-results = {name: simulate(w_small, pol, cluster=cluster, apps=apps, seed=0) for name, pol in policies.items()}
+results = {name: simulate(w_small, pol, cluster=cluster, apps=apps, key=0) for name, pol in policies.items()}
 for name, r in results.items():
     print(f"{name:9s} average JCT {r.avg_jct_s:7.0f} s   p99 {r.p99_jct_s:7.0f} s   makespan {r.makespan_s:7.0f} s")
 order = sorted(results, key=lambda n: results[n].avg_jct_s)

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, JobProfile, Objective, market_from_spec, plan, preset_job
+from scarjax.cluster.jobprofile import JobProfile
+from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, Objective, market_from_spec, plan, preset_job
 from scarjax.data.pollux_sim import WORKLOADS, load_workload
 from scarjax.sched.apps import load_apps
 from scarjax.sched.command import POLICIES, cluster_sim
@@ -215,7 +216,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             pkg.run_parallel({n: available[n].__name__ for n in names}, args.quick, out, jobs, cost=pkg.COST,
-                             alone=pkg.ALONE, done_line=lambda n, s: f"[scarjax] {n}: done"
+                             alone=pkg.ALONE, together=pkg.TOGETHER,
+                             done_line=lambda n, s: f"[scarjax] {n}: done"
                              + (f" in {_fmt_s(s)}" if s is not None else ""))
         except pkg.ExperimentError as e:
             print(f"{args.parser.prog}: error: {e}", file=sys.stderr)
@@ -249,7 +251,7 @@ def _cmd_cluster_sim(args: argparse.Namespace) -> int:  # the scheduling simulat
               f"(job {str(workload.name[j])!r}) exceeds the cluster's {total} GPUs (--nodes {args.nodes} x "
               f"--gpus-per-node {args.gpus_per_node}); Tiresias runs a job on exactly its user's GPUs")
     res = cluster_sim(workload, args.policy, args.out, traces=args.traces, interval_s=args.interval,
-                      seed=args.seed, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                      key=args.seed, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                       interference=args.interference, timeline=args.timeline)
     print(f"[scarjax] cluster-sim {args.policy} on {args.workload}: average JCT {res.avg_jct_s:.0f} s "
           f"(p99 {res.p99_jct_s:.0f} s, makespan {res.makespan_s:.0f} s, {len(res.jobs) - res.n_unfinished} jobs); "
@@ -394,10 +396,10 @@ def _market_arg(text: str) -> str:
     """The syntax of ``--market`` (what each market names is checked when it is read)."""
     parts = text.split(":")
     shapes = {"aws": ("aws:ZONE:TYPE", (3,)), "gce": ("gce:GPU[:REGION]", (2, 3)),
-              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,))}
+              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,)), "trace": ("trace:NAME", (2,))}
     if parts[0] not in shapes:
-        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION] or parametric:MTTF_H:SPOT:OD, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION], parametric:MTTF_H:SPOT:OD or "
+                                         f"trace:NAME, got {text!r}")
     form, sizes = shapes[parts[0]]
     if len(parts) not in sizes or not all(parts[1:]):
         raise argparse.ArgumentTypeError(f"must be {form}, got {text!r}")
@@ -451,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="application traces folder in the artifact's layout (default: the embedded traces)")
     p_sim.add_argument("--interval", metavar="SECONDS", type=_number(0.0, lo_open=True, unit=" seconds"), default=60.0,
                        help="scheduling interval (default: 60 seconds)")
-    p_sim.add_argument("--seed", metavar="N", type=_integer(0), default=0, help="seed of the policy's random draws (default: 0)")
+    p_sim.add_argument("--seed", metavar="N", type=_integer(0), default=0, help="int seed of the simulation's key (default: 0)")
     p_sim.add_argument("--nodes", metavar="N", type=_integer(1), default=16, help="nodes in the cluster (default: 16)")
     p_sim.add_argument("--gpus-per-node", metavar="N", type=_integer(1, 4), default=4,
                        help="GPUs per node, 1 to 4 as measured (default: 4)")
@@ -470,9 +472,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job: mlr (multinomial logistic regression on the embedded digits) or qp (a 64-D "
                              "quadratic, linear rate 0.99) (default: mlr)")
     p_plan.add_argument("--market", type=_market_arg, metavar="SPEC", default="aws:us-east-1a:c3.xlarge",
-                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes) "
-                             "or parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
-                             "prices in USD per hour) (default: aws:us-east-1a:c3.xlarge)")
+                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes), "
+                             "parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
+                             "prices in USD per hour) or trace:p3 / trace:gcp-v100 (a replayed node trace, its gaps "
+                             "waited out or bridged by on-demand machines) (default: aws:us-east-1a:c3.xlarge)")
     p_plan.add_argument("--objective", default="cost", choices=OBJECTIVES,
                         help="minimise the expected cost, the expected time, or the cost within --deadline-h "
                              "(default: cost)")

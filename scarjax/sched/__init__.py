@@ -9,6 +9,12 @@ artifact's simulator, its applications and policies.
 * :mod:`~scarjax.sched.autoscaler` - the goodput-driven cluster autoscaler (Fig 3.14).
 * :mod:`~scarjax.sched.workload` - workloads sampled from the Philly trace as the artifact does.
 
+Randomness and units as in the rest of the library: every entry point that draws takes
+``key``, a JAX PRNG key or an int seed, and is deterministic per key (host-side NumPy draws
+come from :func:`~scarjax.sched.simulator.key_rng`, the one rule; an int seed gives the
+generator the former ``seed=`` argument gave); every time is in seconds, in parameters and
+results.
+
 Not imported by ``import scarjax``. The simulator's per-interval math is NumPy; JAX
 programs are compiled only when a batch size is optimised or PolluxSched runs.
 The command line: ``scarjax cluster-sim --workload PATH --policy {pollux,tiresias,optimus}``.
@@ -19,7 +25,7 @@ from scarjax.sched.apps import *  # noqa: F403 (the applications' public names, 
 from scarjax.sched.autoscaler import GoodputAutoscaler, UtilityAutoscaler, simulate_autoscaling
 from scarjax.sched.optimus import OptimusPolicy
 from scarjax.sched.ga import GAConfig, PolluxPolicy, PolluxSched, power_mean
-from scarjax.sched.simulator import Cluster, JobRecord, JobsView, Policy, SimResult, simulate
+from scarjax.sched.simulator import Cluster, JobRecord, JobsView, Policy, SimResult, key_rng, simulate
 from scarjax.sched.tiresias import TiresiasPolicy
 from scarjax.sched.workload import sample_workload
 
@@ -45,6 +51,7 @@ __all__ = [
     "JobsView",
     "Policy",
     "SimResult",
+    "key_rng",
     "simulate",
     "TiresiasPolicy",
     "sample_workload",

@@ -23,7 +23,7 @@ Two rules, both from the Pollux sources:
 
 :func:`simulate_autoscaling` runs one job of an application under a :class:`GoodputAutoscaler`
 (the setting of Fig 3.14): nodes, batch size, statistical efficiency over time, completion
-time and cost in node-hours.
+time and cost in node-seconds (every time here is in seconds).
 
 Settings the thesis leaves open, kept as options so their effect can be measured (the
 experiment ``sched_autoscale`` reports it): the cluster's largest size (``max_nodes``), the
@@ -209,7 +209,8 @@ class UtilityAutoscaler:
 class AutoscaleRun:
     """One job under an autoscaler: per-interval ``time_s``, ``nodes``, ``batch_size``,
     ``efficiency`` (statistical, Eq 3.3), ``progress``; ``jct_s`` (``nan`` if unfinished) and
-    ``node_hours`` (the cost in node-hours); ``rescales`` count."""
+    ``node_s`` (the cost in node-seconds: nodes held x seconds; divide by 3600 for
+    node-hours); ``rescales`` count."""
 
     policy: str
     app: str
@@ -219,11 +220,11 @@ class AutoscaleRun:
     efficiency: np.ndarray
     progress: np.ndarray
     jct_s: float
-    node_hours: float
+    node_s: float
     rescales: int
 
     def to_json(self) -> dict:
-        return {"policy": self.policy, "app": self.app, "jct_s": self.jct_s, "node_hours": self.node_hours,
+        return {"policy": self.policy, "app": self.app, "jct_s": self.jct_s, "node_s": self.node_s,
                 "rescales": self.rescales, "time_s": self.time_s.tolist(), "nodes": self.nodes.tolist(),
                 "batch_size": self.batch_size.tolist(), "efficiency": self.efficiency.tolist(),
                 "progress": self.progress.tolist()}
@@ -240,7 +241,7 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
     scaler picks the number of nodes (each change costs ``restart_s`` without progress), and
     the job runs the batch size that is optimal for its allocation *under the scaler's model*
     (:meth:`AppModel.optimize`) while progressing at its true goodput (Eq 3.1 with the true
-    PGNS). Deterministic. Cost: node-hours held.
+    PGNS). Deterministic (no random draws, so no ``key``). Cost: node-seconds held.
 
     ``stats_batch_size``: the batch size at which the scaler's PGNS is measured; ``None`` (the
     artifact's jobs) its current batch size. The artifact's curves give a larger PGNS at larger
@@ -260,7 +261,7 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
         "start_nodes", start_nodes, lo=scaler.min_nodes, hi=scaler.max_nodes)
     m0 = float(model.init_batch_size)
     target = model.target_progress
-    t, prog, bsz, hours, rescales, pause = 0.0, 0.0, m0, 0.0, 0, 0.0
+    t, prog, bsz, node_s, rescales, pause = 0.0, 0.0, m0, 0.0, 0, 0.0
     rec = {k: [] for k in ("time_s", "nodes", "batch_size", "efficiency", "progress")}
     jct = float("nan")
     first = True
@@ -289,13 +290,13 @@ def simulate_autoscaling(apps, app: str, scaler: GoodputAutoscaler, *, interval_
         pause = max(pause - dt, 0.0)
         if prog + rate * run >= target:
             used = dt - run + (target - prog) / rate
-            jct, hours = t + used, hours + nodes * used / 3600.0
+            jct, node_s = t + used, node_s + nodes * used
             prog = target
             break
         prog += rate * run
-        hours += nodes * dt / 3600.0
+        node_s += nodes * dt
         t += dt
     r = {k: np.asarray(v) for k, v in rec.items()}
     return AutoscaleRun(policy=scaler.name, app=model.name, time_s=r["time_s"], nodes=r["nodes"].astype(np.int64),
                         batch_size=r["batch_size"], efficiency=r["efficiency"], progress=r["progress"], jct_s=jct,
-                        node_hours=hours, rescales=rescales)
+                        node_s=node_s, rescales=rescales)

@@ -35,7 +35,7 @@ def make_policy(name: str, **options) -> Policy:
     return PolluxPolicy(**options)
 
 
-def cluster_sim(workload, policy: str, out, *, traces=None, interval_s: float = 60.0, seed: int = 0,
+def cluster_sim(workload, policy: str, out, *, traces=None, interval_s: float = 60.0, key=0,
                 nodes: int = 16, gpus_per_node: int = 4, interference: float = 0.0,
                 timeline: bool = False) -> SimResult:
     """``scarjax cluster-sim``: simulate a workload file (the artifact's CSV format) under the
@@ -44,12 +44,14 @@ def cluster_sim(workload, policy: str, out, *, traces=None, interval_s: float = 
     decision).
 
     ``traces``: a folder of application traces in the artifact's layout (``<app>/placements.csv``
-    ...; default: the embedded ones).
+    ...; default: the embedded ones). ``key``: the simulation's JAX PRNG key or int seed
+    (:func:`~scarjax.sched.simulator.simulate`); the command line's ``--seed N`` is the int
+    seed ``N``. Times in seconds (``interval_s``).
     """
     out = va.check_path("out", out)
     apps = load_apps(traces) if traces is not None else load_apps()
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s, interference=interference)
-    res = simulate(workload, make_policy(policy), cluster=cluster, apps=apps, seed=seed, record_timeline=timeline)
+    res = simulate(workload, make_policy(policy), cluster=cluster, apps=apps, key=key, record_timeline=timeline)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(res.to_json(timeline=timeline), indent=1))
     return res

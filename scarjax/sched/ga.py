@@ -588,7 +588,7 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
         raise TypeError(f"prob must be an AllocationProblem (build_problem), got {type(prob).__name__}")
     if not isinstance(config, GAConfig):
         raise TypeError(f"config must be a GAConfig, got {type(config).__name__}")
-    key = jax.random.PRNGKey(key) if isinstance(key, (int, np.integer)) else va.check_key("key", key)
+    key = va.check_key("key", key)
     P = config.pop_size
     J, N = prob.base.shape
     cfg_key = (P, config.generations, float(config.p), config.interference_avoidance, config.reset_prob,
@@ -898,7 +898,6 @@ class PolluxSched:
         Jp = prob.base.shape[0]
         ids_sorted = np.asarray(jobs.ids)[order]
         init = self._warm_start(ids_sorted, Jp, N)
-        key = jax.random.PRNGKey(int(key)) if isinstance(key, (int, np.integer)) else key
         res = solve(prob, key, config=cfg, init=init)
         self._prev_pop, self._prev_ids = res.population, ids_sorted
         out = np.zeros((J, N), np.int64)
@@ -930,12 +929,11 @@ class PolluxPolicy:
         self.sched.reset()
         self.last = None
 
-    def allocate(self, jobs, cluster, now: float, rng: np.random.Generator) -> np.ndarray:
-        """``int[len(jobs), cluster.nodes]``: the fittest allocation found (Eq 3.11)."""
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        seed = int(rng.integers(0, 2**31 - 1))
-        self.last = self.sched.decide(jobs, cluster, seed)
+    def allocate(self, jobs, cluster, now: float, key) -> np.ndarray:
+        """``int[len(jobs), cluster.nodes]``: the fittest allocation found (Eq 3.11) by the
+        search under ``key`` (the decision's JAX PRNG key, or an int seed; ``now``: seconds,
+        unused)."""
+        self.last = self.sched.decide(jobs, cluster, key)
         return self.last.alloc
 
 

@@ -77,7 +77,7 @@ class OptimusPolicy:
             v = self._cache[key] = predict_step_time(apps, a, b, k, gpn)
         return v
 
-    def allocate(self, jobs, cluster, now=None, rng=None) -> np.ndarray:
+    def allocate(self, jobs, cluster, now=None, key=None) -> np.ndarray:
         apps = jobs.apps
         n = len(jobs.ids)
         gpn = cluster.gpus_per_node

@@ -46,7 +46,13 @@ Differences from the artifact, each deliberate:
   list of node ids in the artifact, whose order can name a different rotation of the same
   counts); only the step-time lookup sees it.
 
-The simulation is deterministic given ``seed`` (the NumPy generator handed to the policy).
+The simulation is deterministic per ``key`` (same key, same result): ``key`` is a JAX PRNG key
+or, for convenience, an int seed, and :func:`key_rng` turns it into the simulation's one
+``numpy.random.Generator`` (:func:`scarjax.validate.as_rng`: an int seed ``s`` gives
+``numpy.random.default_rng(s)``, the generator the former ``seed=s`` gave, so the committed
+results are unchanged; a JAX key gives the generator seeded by its key data). The policy gets a
+JAX key per decision: the ``k``-th decision's is ``jax.random.key(n_k)`` with ``n_k`` the
+generator's ``k``-th ``integers(0, 2**31 - 1)`` draw (the draw PolluxPolicy made itself before).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from dataclasses import dataclass, field
 import time as _time
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
+import jax
 import numpy as np
 
 from scarjax import validate as va
@@ -73,6 +80,8 @@ __all__ = [
     "SimResult",
     "oracle_remaining_iterations",
     "check_workload",
+    "key_label",
+    "key_rng",
     "placement_of",
     "simulate",
 ]
@@ -182,8 +191,10 @@ class Policy(Protocol):
     """A scheduling policy.
 
     ``name``: its name; ``adaptive``: whether jobs choose their batch size (Pollux) or keep
-    the user's. ``allocate(jobs, cluster, now, rng)`` returns ``int[jobs.num_jobs, cluster.nodes]``,
-    the GPUs of each job on each node (column sums at most ``cluster.gpus_per_node``). A
+    the user's. ``allocate(jobs, cluster, now, key)`` returns ``int[jobs.num_jobs, cluster.nodes]``,
+    the GPUs of each job on each node (column sums at most ``cluster.gpus_per_node``); ``now``
+    is the simulated time in seconds and ``key`` the decision's JAX PRNG key (module docstring).
+    A
     policy with state (Tiresias' queues) also defines ``reset()``, called by :func:`simulate`
     before the first decision.
     """
@@ -191,7 +202,7 @@ class Policy(Protocol):
     name: str
     adaptive: bool
 
-    def allocate(self, jobs: JobsView, cluster: Cluster, now: float, rng: np.random.Generator) -> np.ndarray:
+    def allocate(self, jobs: JobsView, cluster: Cluster, now: float, key: jax.Array) -> np.ndarray:
         ...
 
 
@@ -229,7 +240,8 @@ class SimResult:
         statistics cover the completed jobs only).
       timeline: ``{"times": float[T], "gpus": int[T, J], "used_gpus": int[T]}`` after each
         decision (empty arrays without ``record_timeline``).
-      policy, cluster, seed, workload: what was simulated.
+      policy, cluster, key, workload: what was simulated (``key``: :func:`key_label` of the
+        simulation's key).
     """
 
     jobs: list[JobRecord]
@@ -240,7 +252,7 @@ class SimResult:
     timeline: dict[str, np.ndarray]
     policy: str
     cluster: Cluster
-    seed: int
+    key: int | tuple[int, ...]
     workload: str = ""
     wall_s: float = float("nan")
 
@@ -250,7 +262,7 @@ class SimResult:
         return np.array([np.nan if j.jct_s is None else j.jct_s for j in self.jobs])
 
     def to_json(self, *, timeline: bool = False) -> dict:
-        out = {"policy": self.policy, "workload": self.workload, "seed": self.seed, "cluster": self.cluster.to_json(),
+        out = {"policy": self.policy, "workload": self.workload, "key": self.key, "cluster": self.cluster.to_json(),
                "avg_jct_s": self.avg_jct_s, "p99_jct_s": self.p99_jct_s, "makespan_s": self.makespan_s,
                "n_jobs": len(self.jobs), "n_unfinished": self.n_unfinished, "wall_s": self.wall_s,
                "completion_s": {j.name: j.completion_s for j in self.jobs},
@@ -609,8 +621,35 @@ def check_workload(workload: Workload, apps: AppSet) -> None:
                          f"batch size {int(hi[j])}")
 
 
+def key_rng(key: Any, name: str = "key") -> np.random.Generator:
+    """The ``numpy.random.Generator`` of a scheduling key: the one rule by which every
+    :mod:`scarjax.sched` entry point that draws on the host turns its ``key`` into NumPy draws.
+
+    ``key``: a single JAX PRNG key (typed ``jax.random.key`` or raw ``uint32[2]``) or, for
+    convenience, an int seed ``>= 0``. :func:`scarjax.validate.as_rng`: an int seed ``s`` gives
+    ``numpy.random.default_rng(s)`` (what these functions' former ``seed=s`` gave, so results
+    are kept per int seed); a key gives the generator seeded by its key data, so
+    ``jax.random.key(s)`` and the int ``s`` are different streams. ``TypeError``/``ValueError``
+    naming ``name`` otherwise (a batch of keys included).
+
+    >>> int(key_rng(3).integers(100)) == int(np.random.default_rng(3).integers(100))
+    True
+    """
+    if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+        key = va.check_key(name, key)
+    return va.as_rng(key, name)
+
+
+def key_label(key: Any) -> int | tuple[int, ...]:
+    """How a result records its ``key`` (JSON-ready): an int seed as itself, a JAX key as
+    its key data words."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return int(key)
+    return tuple(int(v) for v in np.asarray(jax.random.key_data(va.check_key("key", key))).ravel())
+
+
 def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | None = None, apps: AppSet | None = None,
-             seed: int = 0, max_time_s: float | None = None, record_timeline: bool = True,
+             key: Any = 0, max_time_s: float | None = None, record_timeline: bool = True,
              progress: bool | None = None) -> SimResult:
     """Simulate ``workload`` on ``cluster`` under ``policy`` (the artifact's ``simulator.py``
     loop; module docstring).
@@ -621,7 +660,8 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
       policy: a :class:`Policy`.
       cluster: the :class:`Cluster` (default 16 x 4 GPUs, 60 s interval, 30 s penalty).
       apps: the applications (default: :func:`~scarjax.sched.apps.load_apps`, embedded traces).
-      seed: seeds the ``numpy.random.Generator`` handed to the policy.
+      key: a JAX PRNG key or an int seed (:func:`key_rng`; deterministic per key): the
+        policy's per-decision keys are drawn from it (module docstring).
       max_time_s: stop at this simulated time even if jobs remain (they are reported
         unfinished); ``None`` runs until every job completes.
       record_timeline: keep every decision's per-job GPU counts (intervals in which no
@@ -650,7 +690,7 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
     apps = load_apps() if apps is None else apps
     if not isinstance(apps, AppSet):
         raise TypeError(f"apps must be an AppSet, got {type(apps).__name__}")
-    seed = va.check_int("seed", seed, lo=0)
+    rng = key_rng(key)
     if progress is not None and not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
     if max_time_s is not None:
@@ -658,7 +698,6 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
     check_workload(workload, apps)
     if hasattr(policy, "reset"):
         policy.reset()
-    rng = np.random.default_rng(seed)
     sim = _Sim(workload, apps, policy, cluster)
     s = sim.s
     dt = float(cluster.interval_s)
@@ -676,7 +715,7 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
             s.alloc[s.done] = 0  # finished jobs release their GPUs
             act, view = sim.view(now)
             if act.size:
-                out = policy.allocate(view, cluster, now, rng)
+                out = policy.allocate(view, cluster, now, jax.random.key(int(rng.integers(0, 2**31 - 1))))
                 new = sim.check_allocation(out, act.size)
                 sim.reallocate(act, new, now)
             elif not s.done.all():  # nothing submitted is left to run: skip to the next submission
@@ -711,4 +750,4 @@ def simulate(workload: Workload | str, policy: Policy, *, cluster: Cluster | Non
         p99_jct_s=float(np.percentile(jd, 99)) if jd.size else float("nan"),
         makespan_s=float(s.completion[done].max() - s.submit.min()) if jd.size else float("nan"),
         n_unfinished=int((~done).sum()), timeline=timeline, policy=getattr(policy, "name", type(policy).__name__),
-        cluster=cluster, seed=seed, workload=str(workload.source), wall_s=_time.perf_counter() - wall0)
+        cluster=cluster, key=key_label(key), workload=str(workload.source), wall_s=_time.perf_counter() - wall0)

@@ -78,7 +78,7 @@ class TiresiasPolicy:
         self.last_pending = collections.Counter()
         self.pending = collections.Counter()
 
-    def allocate(self, jobs, cluster, now, rng=None) -> np.ndarray:
+    def allocate(self, jobs, cluster, now, key=None) -> np.ndarray:
         ids = [int(i) for i in jobs.ids]
         pos = {j: n for n, j in enumerate(ids)}
         want = {j: int(g) for j, g in zip(ids, jobs.user_gpus)}

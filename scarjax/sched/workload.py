@@ -6,12 +6,12 @@ builds each of its workloads from the Philly trace (Jeon et al., ATC'19) as foll
 :func:`sample_workload` does the same, draw for draw:
 
 1. Keep the trace's jobs that ran at least 60 s and used less than 1000 GPU-hours; shift
-   every submission time back by ``start_hour`` hours and keep the jobs submitted in the
-   first ``duration_hours`` hours of *any* day (the hour of day of the shifted time).
+   every submission time back by ``start_s`` seconds (the artifact's ``start_hour`` 2, so
+   7200 s) and keep the jobs submitted in the first ``duration_s`` seconds of *any* day (the
+   time of day of the shifted time; the artifact's 8 hours, 28800 s).
 2. Draw ``num_jobs`` of them without replacement (``pandas.DataFrame.sample`` with a
    ``numpy.random.RandomState`` seeded by ``random.Random(seed).randint(0, 2**32)``); a job's
-   submission time in the workload is its shifted time of day (seconds, ``< duration_hours``
-   hours).
+   submission time in the workload is its shifted time of day (seconds, ``< duration_s``).
 3. Its **application by size category** (GPU time in the trace): ``< 1`` GPU-hour:
    CIFAR-10 or NCF (a fair coin of ``random.Random(seed)``), ``1-10`` GPU-hours: DeepSpeech2
    (half of them, by a second generator ``random.Random(seed + 3)``, turned into BERT),
@@ -27,7 +27,10 @@ The artifact's job load 1.0 is 160 jobs in 8 hours (20 jobs/h, its ``workloads/`
 ``L`` is ``round(160 L)`` jobs in the same 8 hours (``workloads-0.5`` ... ``workloads-2.0``
 hold 80, 240, 320 jobs; Fig 3.13 left). With the same trace the sample is the artifact's
 exactly (``tests/sched/test_workload.py`` regenerates the embedded workloads); everything is
-deterministic per ``seed``.
+deterministic per ``key``. ``seed`` above is the artifact's ``--seed``: an int ``key`` is that
+seed itself (``key=1`` at load 1 is the artifact's ``workload-1``); a JAX PRNG key maps to the
+seed ``key_rng(key).integers(0, 2**31)`` (:func:`scarjax.sched.simulator.key_rng`, the one rule
+from a key to NumPy draws).
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ import numpy as np
 from scarjax import validate as va
 from scarjax.data.pollux_sim import APPLICATIONS, PhillyTrace, Workload, load_philly
 from scarjax.sched.apps import AppModel, AppSet, _embedded_model, app_model
+from scarjax.sched.simulator import key_label, key_rng
 
 __all__ = [
     "BASE_JOBS",
-    "BASE_HOURS",
+    "BASE_DURATION_S",
     "SIZE_CATEGORIES",
     "app_configurations",
     "job_load",
@@ -56,9 +60,9 @@ __all__ = [
     "write_workload",
 ]
 
-#: Jobs of the artifact's load-1.0 workloads and the hours they span (20 jobs per hour).
+#: Jobs of the artifact's load-1.0 workloads and the seconds they span (8 hours: 20 jobs per hour).
 BASE_JOBS = 160
-BASE_HOURS = 8
+BASE_DURATION_S = 8 * 3600
 
 #: Size categories of ``workload.py`` by the trace job's GPU time (GPU-hours, upper bound
 #: exclusive) and the applications they map to.
@@ -144,28 +148,33 @@ def app_configurations(app, lo_util: float = 0.5, hi_util: float = 0.8, *, max_j
     return list(out)
 
 
-def _eligible(trace: PhillyTrace, start_hour: int, duration_hours: int):
-    """Rows of ``trace`` the artifact samples from (step 1) and their shifted time of day."""
+def _eligible(trace: PhillyTrace, start_s: int, duration_s: int):
+    """Rows of ``trace`` the artifact samples from (step 1) and their shifted time of day
+    (whole seconds, so ``tod < duration_s`` is the artifact's ``tod // 3600 < duration_hours``
+    for a whole number of hours)."""
     keep = (trace.duration >= 60) & (trace.gpu_time < 1000 * 3600)
-    shifted = trace.timestamp - np.timedelta64(int(start_hour) * 3600, "s")
+    shifted = trace.timestamp - np.timedelta64(int(start_s), "s")
     tod = (shifted - shifted.astype("datetime64[D]")).astype("timedelta64[s]").astype(np.int64)
-    keep &= tod // 3600 < duration_hours
+    keep &= tod < duration_s
     idx = np.flatnonzero(keep)
     return idx, tod[idx]
 
 
-def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = None, start_hour: int = 2,
-                    duration_hours: int = BASE_HOURS, trace: PhillyTrace | str | os.PathLike | None = None,
+def sample_workload(load: float = 1.0, *, key=0, num_jobs: int | None = None, start_s: int = 2 * 3600,
+                    duration_s: int = BASE_DURATION_S, trace: PhillyTrace | str | os.PathLike | None = None,
                     apps=None) -> Workload:
     """A workload sampled from the Philly trace the way the artifact does (module docstring).
 
     Args:
-      load: relative job load: ``round(160 * load * duration_hours / 8)`` jobs
+      load: relative job load: ``round(160 * load * duration_s / 28800)`` jobs
         (``20 * load`` jobs per hour; Fig 3.13 uses 0.5, 1, 1.5, 2). Ignored when
         ``num_jobs`` is given.
-      seed: the artifact's ``--seed`` (deterministic per seed).
+      key: an int seed ``>= 0``, the artifact's ``--seed``, or a JAX PRNG key (module
+        docstring; deterministic per key).
       num_jobs: the number of jobs instead of ``load``.
-      start_hour, duration_hours: the window of the day (the artifact's defaults 2 and 8).
+      start_s, duration_s: the window of the day in whole seconds (``start_s`` in
+        ``[0, 86399]``, ``duration_s`` in ``[1, 86400]``; the artifact's 2 h and 8 h: 7200 and
+        28800).
       trace: a :class:`~scarjax.data.pollux_sim.PhillyTrace`, or a path to one (``None``:
         the embedded trace).
       apps: ``{name: AppModel}`` or an :class:`~scarjax.sched.apps.AppSet` for the
@@ -174,16 +183,17 @@ def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = 
     Returns:
       A :class:`~scarjax.data.pollux_sim.Workload` sorted by submission time.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    seed = int(seed)
-    dur = va.check_int("duration_hours", duration_hours, lo=1, hi=24)
-    start = va.check_int("start_hour", start_hour, lo=0, hi=23)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        seed = va.check_int("key", key, lo=0)
+    else:
+        seed = int(key_rng(key).integers(0, 2**31))
+    dur = va.check_int("duration_s", duration_s, lo=1, hi=86400)
+    start = va.check_int("start_s", start_s, lo=0, hi=86399)
     if num_jobs is None:
         load = float(va.check_real("load", load, lo=0.0, lo_open=True, scalar=True))
-        n = int(round(BASE_JOBS * load * dur / BASE_HOURS))
+        n = int(round(BASE_JOBS * load * dur / BASE_DURATION_S))
         if n < 1:
-            raise ValueError(f"load {load} gives no jobs in {dur} h")
+            raise ValueError(f"load {load} gives no jobs in {dur} s")
     else:
         n = va.check_int("num_jobs", num_jobs, lo=1)
     if trace is None or isinstance(trace, (str, os.PathLike)):
@@ -197,7 +207,7 @@ def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = 
     rng, rng2 = random.Random(seed), random.Random(seed + 3)
     state = rng.randint(0, 1 << 32)
     if state >= 1 << 32:  # numpy (and pandas) reject it; the artifact fails on this seed too
-        raise ValueError(f"seed {seed} draws the out-of-range sampling state 2**32 (as the artifact)")
+        raise ValueError(f"key: seed {seed} draws the out-of-range sampling state 2**32 (as the artifact)")
     pick = np.random.RandomState(state).permutation(idx.size)[:n]  # RandomState.choice(replace=False)
     records = []
     for p in pick.tolist():
@@ -212,8 +222,8 @@ def sample_workload(load: float = 1.0, *, seed: int = 0, num_jobs: int | None = 
         records.append((int(tod[p]), app, int(replicas), int(bsz)))
     records.sort(key=lambda r: r[0])  # stable, as Python's sort in the artifact
     names = [f"{r[1]}-{i}" for i, r in enumerate(records)]
-    src = f"sample_workload(load={load if num_jobs is None else None}, seed={seed}, num_jobs={n}, " \
-          f"start_hour={start}, duration_hours={dur}) of {trace.source}"
+    src = f"sample_workload(load={load if num_jobs is None else None}, key={key_label(key)}, num_jobs={n}, " \
+          f"start_s={start}, duration_s={dur}) of {trace.source}"
     return Workload(name=np.array(names, dtype=str), time=np.array([r[0] for r in records], np.float64),
                     application=np.array([r[1] for r in records], dtype=str),
                     num_replicas=np.array([r[2] for r in records], np.int64),
@@ -235,11 +245,11 @@ def _models(apps) -> dict:
     return models
 
 
-def job_load(workload: Workload, duration_hours: float = BASE_HOURS) -> float:
-    """Relative job load of ``workload``: jobs per hour over ``duration_hours`` divided by the
-    artifact's load-1.0 rate of 20 jobs per hour."""
-    d = float(va.check_real("duration_hours", duration_hours, lo=0.0, lo_open=True, scalar=True))
-    return len(workload) / d / (BASE_JOBS / BASE_HOURS)
+def job_load(workload: Workload, duration_s: float = BASE_DURATION_S) -> float:
+    """Relative job load of ``workload``: its jobs per second over ``duration_s`` divided by
+    the artifact's load-1.0 rate (160 jobs in 28800 s, 20 jobs per hour)."""
+    d = float(va.check_real("duration_s", duration_s, lo=0.0, lo_open=True, scalar=True))
+    return len(workload) / d / (BASE_JOBS / BASE_DURATION_S)
 
 
 def subset(workload: Workload, first: int) -> Workload:

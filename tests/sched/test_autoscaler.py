@@ -61,7 +61,10 @@ def test_goodput_autoscaler_grows_gradually_and_costs_less(apps):
     assert np.isfinite(good.jct_s) and np.isfinite(thr.jct_s)
     assert thr.nodes[0] >= good.nodes[0]
     assert np.all(np.diff(good.nodes) >= 0) and good.nodes[-1] > good.nodes[0]  # grows over time
-    assert good.node_hours < thr.node_hours
+    assert good.node_s < thr.node_s
+    # node-seconds: the nodes held over each interval up to the completion
+    held = np.append(np.diff(good.time_s), good.jct_s - good.time_s[-1])
+    assert good.node_s == pytest.approx(float(np.sum(good.nodes * held)), rel=1e-12)
     assert np.all(good.efficiency >= thr.efficiency[: good.efficiency.size].min() - 1e-9)
     # deterministic
     again = simulate_autoscaling(apps, "imagenet", GoodputAutoscaler(max_nodes=16), **kw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -175,8 +176,8 @@ ROWS = [("ncf", 0.0, 1, 32768), ("bert", 20.0, 3, 96), ("ncf", 40.0, 1, 32768), 
 @pytest.mark.parametrize("policy", [TiresiasPolicy, OptimusPolicy])
 def test_baselines_simulate_deterministically_within_the_cluster(policy):
     cl = Cluster(nodes=1)
-    a = simulate(_workload(ROWS), policy(), cluster=cl, seed=0, max_time_s=2400)
-    b = simulate(_workload(ROWS), policy(), cluster=cl, seed=1, max_time_s=2400)
+    a = simulate(_workload(ROWS), policy(), cluster=cl, key=0, max_time_s=2400)
+    b = simulate(_workload(ROWS), policy(), cluster=cl, key=jax.random.key(1), max_time_s=2400)
     assert [j.to_json() for j in a.jobs] == [j.to_json() for j in b.jobs]  # no randomness used
     assert np.all(a.timeline["used_gpus"] <= cl.total_gpus)
     assert a.jobs[0].completion_s is not None  # the first NCF job finishes

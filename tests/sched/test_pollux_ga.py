@@ -138,9 +138,8 @@ def test_policy_allocations_within_cluster_and_caps(apps):
     cluster = Cluster(nodes=4, gpus_per_node=4)
     jobs = _jobs(apps, 10, 4, seed=1)
     pol = P.PolluxPolicy(SMALL)
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        a = pol.allocate(jobs, cluster, 0.0, rng)
+    for k in jax.random.split(jax.random.key(0), 3):
+        a = pol.allocate(jobs, cluster, 0.0, k)
         caps = P.job_caps(apps, jobs.app_ids, jobs.max_gpus_seen, total_gpus=16)
         assert a.shape == (10, 4)
         P.assert_feasible(a, capacity=4, cap=caps, max_job_nodes=16, interference_avoidance=True)
@@ -154,11 +153,17 @@ def test_policy_allocations_within_cluster_and_caps(apps):
         P.assert_feasible(a, capacity=4, cap=a.sum(1) // 2)
 
 
-def test_determinism_per_seed(apps):
+def test_determinism_per_key(apps):
     cluster = Cluster(nodes=4, gpus_per_node=4)
     jobs = _jobs(apps, 10, 4, seed=2)
-    outs = [P.PolluxPolicy(SMALL).allocate(jobs, cluster, 0.0, np.random.default_rng(5)) for _ in range(2)]
-    np.testing.assert_array_equal(outs[0], outs[1])
+    for key in (5, jax.random.key(5), jax.random.PRNGKey(5)):  # an int seed is the key jax.random.key(seed)
+        outs = [P.PolluxPolicy(SMALL).allocate(jobs, cluster, 0.0, key) for _ in range(2)]
+        np.testing.assert_array_equal(outs[0], outs[1])
+        if isinstance(key, int):
+            first = outs[0]
+        np.testing.assert_array_equal(outs[0], first)
+    with pytest.raises(TypeError, match="key"):
+        P.PolluxPolicy(SMALL).allocate(jobs, cluster, 0.0, np.random.default_rng(5))
     s1, s2 = P.PolluxSched(SMALL), P.PolluxSched(SMALL)
     d1, d2 = s1.decide(jobs, cluster, 7), s2.decide(jobs, cluster, 7)
     np.testing.assert_array_equal(s1._prev_pop, s2._prev_pop)  # the whole final population

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -13,6 +14,7 @@ from scarjax.sched.simulator import (
     JobsView,
     Policy,
     SimResult,
+    key_rng,
     oracle_remaining_iterations,
     placement_of,
     simulate,
@@ -38,7 +40,7 @@ class Fixed:
     def __init__(self, gpus=None, adaptive=False):
         self.gpus, self.adaptive, self.views = gpus, adaptive, []
 
-    def allocate(self, jobs, cluster, now, rng):
+    def allocate(self, jobs, cluster, now, key):
         self.views.append((now, jobs))
         out = np.array(jobs.alloc, np.int64)
         free = cluster.gpus_per_node - out.sum(0)
@@ -50,11 +52,12 @@ class Fixed:
 
 
 class RandomPolicy:
-    """Random feasible allocations drawn from the simulator's generator (for determinism)."""
+    """Random feasible allocations drawn from the decision's key (for determinism)."""
 
     name, adaptive = "random", False
 
-    def allocate(self, jobs, cluster, now, rng):
+    def allocate(self, jobs, cluster, now, key):
+        rng = key_rng(key)
         free = np.full(cluster.nodes, cluster.gpus_per_node)
         out = np.zeros((len(jobs.ids), cluster.nodes), np.int64)
         for j in rng.permutation(len(jobs.ids)):
@@ -103,7 +106,7 @@ def test_restart_penalty_every_interval_means_no_progress():
     class Flip:
         name, adaptive = "flip", False
 
-        def allocate(self, jobs, cluster, now, rng):
+        def allocate(self, jobs, cluster, now, key):
             out = np.zeros((len(jobs.ids), cluster.nodes), np.int64)
             out[:, int(now // cluster.interval_s) % 2] = 1  # move to the other node each time
             return out
@@ -130,7 +133,7 @@ def test_interference_slows_only_distributed_jobs_sharing_a_node():
         def __init__(self, rows):
             self.rows = np.array(rows)
 
-        def allocate(self, jobs, cluster, now, rng):
+        def allocate(self, jobs, cluster, now, key):
             return self.rows[jobs.ids]
 
     rows = [("bert", 0.0, 4, 96), ("bert", 0.0, 4, 96)]
@@ -144,9 +147,9 @@ def test_interference_slows_only_distributed_jobs_sharing_a_node():
     assert s0.n_unfinished == 2  # still running at 1200 s: compare progress via a second run below
 
     class Progress(Split):
-        def allocate(self, jobs, cluster, now, rng):
+        def allocate(self, jobs, cluster, now, key):
             self.last = jobs.progress.copy()
-            return super().allocate(jobs, cluster, now, rng)
+            return super().allocate(jobs, cluster, now, key)
 
     def progress(rows_alloc, cl):
         p = Progress(rows_alloc)
@@ -202,23 +205,76 @@ ROWS = [("ncf", 0.0, 1, 32768), ("bert", 30.0, 2, 96), ("ncf", 100.0, 1, 32768),
         ("ncf", 200.0, 1, 32768), ("yolov3", 250.0, 2, 64)]
 
 
-def test_deterministic_per_seed_and_seed_matters():
+def same_run(a: SimResult, b: SimResult) -> bool:
+    """Two simulations made the same decisions and reached the same records."""
+    return ([j.to_json() for j in a.jobs] == [j.to_json() for j in b.jobs]
+            and np.array_equal(a.timeline["gpus"], b.timeline["gpus"]))
+
+
+@pytest.mark.parametrize("key_a,key_b", [(3, 4), (jax.random.key(3), jax.random.key(4)),
+                                         (jax.random.PRNGKey(7), jax.random.fold_in(jax.random.key(7), 1))])
+def test_deterministic_per_key_and_key_matters(key_a, key_b):
     cl = Cluster(nodes=2)
     kw = dict(cluster=cl, max_time_s=1800)
-    a = simulate(workload(ROWS), RandomPolicy(), seed=3, **kw)
-    b = simulate(workload(ROWS), RandomPolicy(), seed=3, **kw)
-    c = simulate(workload(ROWS), RandomPolicy(), seed=4, **kw)
-    assert [j.to_json() for j in a.jobs] == [j.to_json() for j in b.jobs]
-    np.testing.assert_array_equal(a.timeline["gpus"], b.timeline["gpus"])
-    assert not np.array_equal(a.timeline["gpus"], c.timeline["gpus"])
+    a = simulate(workload(ROWS), RandomPolicy(), key=key_a, **kw)
+    b = simulate(workload(ROWS), RandomPolicy(), key=key_a, **kw)
+    c = simulate(workload(ROWS), RandomPolicy(), key=key_b, **kw)
+    assert same_run(a, b), "same key, different run"
+    assert not same_run(a, c), "the key does not reach the policy"
     assert_within_cluster(a.timeline, cl)
+    assert a.key == b.key != c.key and a.to_json()["key"] == a.key
+
+
+def test_same_run_catches_a_planted_difference():
+    cl = Cluster(nodes=2)
+    a = simulate(workload(ROWS), RandomPolicy(), key=3, cluster=cl, max_time_s=1800)
+    b = simulate(workload(ROWS), RandomPolicy(), key=3, cluster=cl, max_time_s=1800)
+    b.timeline["gpus"][-1, 0] += 1
+    assert not same_run(a, b)
+
+
+def test_the_policy_gets_one_key_per_decision_from_the_int_seeds_generator():
+    """The ``k``-th decision's key is ``jax.random.key(n_k)``, ``n_k`` the ``k``-th
+    ``integers(0, 2**31 - 1)`` draw of ``numpy.random.default_rng(seed)`` (an int key) or of
+    the generator of the key's data (a JAX key): the draw PolluxPolicy made itself when the
+    simulator handed policies that generator, so results per int seed are unchanged."""
+    class Keys(RandomPolicy):
+        def __init__(self):
+            self.keys = []
+
+        def allocate(self, jobs, cluster, now, key):
+            self.keys.append(np.asarray(jax.random.key_data(key)).tolist())
+            return super().allocate(jobs, cluster, now, key)
+
+    for key, rng in [(5, np.random.default_rng(5)),
+                     (jax.random.key(5), np.random.default_rng([0, 5])),
+                     (jax.random.PRNGKey(5), np.random.default_rng([0, 5]))]:
+        pol = Keys()
+        simulate(workload(ROWS), pol, key=key, cluster=Cluster(nodes=2), max_time_s=900)
+        want = [np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(0, 2**31 - 1))))).tolist()
+                for _ in pol.keys]
+        assert len(pol.keys) > 5 and pol.keys == want
+
+
+def test_key_rng_is_validate_as_rng():
+    draws = key_rng(9).integers(0, 1 << 30, 4).tolist()
+    assert draws == np.random.default_rng(9).integers(0, 1 << 30, 4).tolist()
+    k = jax.random.key(9)
+    want = np.random.default_rng([0, 9]).random()
+    assert key_rng(k).random() == key_rng(jax.random.key_data(k)).random() == want
+    with pytest.raises(ValueError, match="key"):
+        key_rng(-1)
+    with pytest.raises((TypeError, ValueError), match="key"):
+        key_rng(jax.random.split(k, 2))
+    with pytest.raises(TypeError, match="key"):
+        key_rng(1.5)
 
 
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), nodes=st.integers(1, 3), gpn=st.integers(1, 4))
 def test_allocations_never_exceed_the_cluster(seed, nodes, gpn):
     cl = Cluster(nodes=nodes, gpus_per_node=gpn)
-    res = simulate(workload(ROWS[:4]), RandomPolicy(), seed=seed, cluster=cl, max_time_s=600)
+    res = simulate(workload(ROWS[:4]), RandomPolicy(), key=seed, cluster=cl, max_time_s=600)
     assert_within_cluster(res.timeline, cl)
     assert res.timeline["gpus"].shape == (len(res.timeline["times"]), 4)
 
@@ -233,7 +289,7 @@ def test_simulator_rejects_an_over_allocating_policy():
     class Greedy:
         name, adaptive = "greedy", False
 
-        def allocate(self, jobs, cluster, now, rng):
+        def allocate(self, jobs, cluster, now, key):
             return np.full((len(jobs.ids), cluster.nodes), cluster.gpus_per_node + 1)
 
     with pytest.raises(ValueError, match="policy 'greedy' allocated 5 GPUs on node 0, which has 4"):
@@ -242,7 +298,7 @@ def test_simulator_rejects_an_over_allocating_policy():
     class Shape:
         name, adaptive = "shape", False
 
-        def allocate(self, jobs, cluster, now, rng):
+        def allocate(self, jobs, cluster, now, key):
             return np.zeros((len(jobs.ids), cluster.nodes + 1), np.int64)
 
     with pytest.raises(ValueError, match=r"expected \(1, 1\)"):
@@ -258,8 +314,10 @@ def test_bad_arguments_name_themselves():
         Cluster(interference=1.0)
     with pytest.raises(ValueError, match="interval_s"):
         Cluster(interval_s=0.0)
-    with pytest.raises(ValueError, match="seed"):
-        simulate(workload(ROWS[:1]), TiresiasPolicy(), seed=-1)
+    with pytest.raises(ValueError, match="key"):
+        simulate(workload(ROWS[:1]), TiresiasPolicy(), key=-1)
+    with pytest.raises(TypeError, match="key"):
+        simulate(workload(ROWS[:1]), TiresiasPolicy(), key="0")
 
 
 def test_result_records_and_json():

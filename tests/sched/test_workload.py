@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -43,7 +44,7 @@ def check_load(w, load, hours=8) -> None:
     """Jobs per hour = 20 * load, submissions inside the window, sorted, names indexed."""
     rate = len(w) / hours
     assert abs(rate - 20 * load) <= 0.5 / hours, f"{rate} jobs/h, expected {20 * load}"
-    assert abs(job_load(w, hours) - load) <= 1 / 160, f"job_load {job_load(w, hours)} != {load}"
+    assert abs(job_load(w, hours * 3600) - load) <= 1 / 160, f"job_load {job_load(w, hours * 3600)} != {load}"
     assert np.all((w.time >= 0) & (w.time < hours * 3600)), "a submission outside the window"
     assert np.all(np.diff(w.time) >= 0), "submissions not sorted"
     want = [f"{a}-{i}" for i, a in enumerate(w.application.tolist())]
@@ -59,12 +60,12 @@ def check_configs(w) -> None:
 
 @pytest.mark.parametrize("k", range(1, 7))
 def test_regenerates_the_artifact_workloads(k):
-    check_same_workload(sample_workload(1.0, seed=k), load_workload(f"workload-{k}"))
+    check_same_workload(sample_workload(1.0, key=k), load_workload(f"workload-{k}"))
 
 
 @pytest.mark.parametrize("load,seed", sorted(ARTIFACT_ROWS))
 def test_regenerates_the_artifact_other_loads(load, seed):
-    w = sample_workload(load, seed=seed)
+    w = sample_workload(load, key=seed)
     check_load(w, load)
     for i, row in ARTIFACT_ROWS[(load, seed)]:
         got = (w.name[i], int(w.time[i]), w.application[i], int(w.num_replicas[i]), int(w.batch_size[i]))
@@ -74,14 +75,37 @@ def test_regenerates_the_artifact_other_loads(load, seed):
 @settings(max_examples=6, deadline=None)
 @given(load=st.sampled_from([0.5, 1.0, 1.5, 2.0]), seed=st.integers(0, 10_000))
 def test_load_and_configurations(load, seed):
-    w = sample_workload(load, seed=seed)
+    w = sample_workload(load, key=seed)
     check_load(w, load)
     check_configs(w)
-    check_same_workload(sample_workload(load, seed=seed), w)  # deterministic per seed
+    check_same_workload(sample_workload(load, key=seed), w)  # deterministic per seed
+
+
+def test_a_jax_key_is_deterministic_and_maps_to_an_artifact_seed():
+    """A JAX key samples the artifact's workload of the seed its generator draws first
+    (key_rng(key).integers(0, 2**31)); the same key, the same workload; int keys are the
+    artifact's seeds themselves."""
+    k = jax.random.key(1)
+    a, b = sample_workload(0.5, key=k), sample_workload(0.5, key=jax.random.PRNGKey(1))
+    check_same_workload(a, b)
+    seed = int(np.random.default_rng([0, 1]).integers(0, 2**31))
+    check_same_workload(a, sample_workload(0.5, key=seed))
+    assert "key=(0, 1)" in a.source and "key=1," in sample_workload(0.5, key=1).source
+    with pytest.raises(AssertionError, match="differs at job"):
+        check_same_workload(a, sample_workload(0.5, key=jax.random.key(2)))
+
+
+def test_the_window_in_seconds_is_the_artifacts_in_hours():
+    """start_s/duration_s in whole hours select the artifact's hour window exactly; a window of
+    any length in seconds keeps only submissions before it ends."""
+    one_h = sample_workload(1.0, key=1, duration_s=3600)
+    check_load(one_h, 1.0, hours=1)
+    half_h = sample_workload(num_jobs=30, key=1, duration_s=1800, start_s=7200 + 1800)
+    assert np.all(half_h.time < 1800)
 
 
 def test_different_seeds_differ():
-    a, b = sample_workload(1.0, seed=11), sample_workload(1.0, seed=12)
+    a, b = sample_workload(1.0, key=11), sample_workload(1.0, key=12)
     with pytest.raises(AssertionError, match="differs at job"):
         check_same_workload(a, b)
 
@@ -99,7 +123,7 @@ def _synthetic(gpu_hours, n=400):
 @pytest.mark.parametrize("cat", range(4))
 def test_size_category_sets_the_application(cat):
     hours = (0.5, 5.0, 50.0, 500.0)[cat]
-    w = sample_workload(num_jobs=100, seed=3, trace=_synthetic(hours))
+    w = sample_workload(num_jobs=100, key=3, trace=_synthetic(hours))
     apps = set(w.application.tolist())
     assert apps <= set(SIZE_CATEGORIES[cat][2])
     if cat <= 1:  # a fair coin between the two applications
@@ -110,7 +134,7 @@ def test_size_category_sets_the_application(cat):
 def test_category_mix_of_the_trace():
     """Shares of the categories in a big sample follow the eligible trace's GPU-time mix."""
     tr = load_philly()
-    w = sample_workload(num_jobs=2000, seed=0)
+    w = sample_workload(num_jobs=2000, key=0)
     keep = (tr.duration >= 60) & (tr.gpu_time < 1000 * 3600)
     hour = ((tr.timestamp - np.timedelta64(7200, "s")).astype("datetime64[h]").astype(np.int64)) % 24
     p = np.bincount(size_category(tr.gpu_time[keep & (hour < 8)]), minlength=4) / np.sum(keep & (hour < 8))
@@ -140,26 +164,26 @@ def test_configurations_of_the_artifact():
 
 
 def test_planted_violations_are_caught():
-    w = sample_workload(1.0, seed=1)
+    w = sample_workload(1.0, key=1)
     bad = subset(w, 159)
     with pytest.raises(AssertionError, match="159 jobs, expected 160"):
         check_same_workload(bad, w)
     with pytest.raises(AssertionError, match="jobs/h, expected 20"):
         check_load(bad, 1.0)
-    odd = sample_workload(1.0, seed=1)
+    odd = sample_workload(1.0, key=1)
     object.__setattr__(odd, "batch_size", np.where(np.arange(160) == 7, 999, odd.batch_size))
     with pytest.raises(AssertionError, match="batch_size differs at job 7"):
         check_same_workload(odd, w)
     with pytest.raises(AssertionError, match="job 7 .* not in"):
         check_configs(odd)
-    late = sample_workload(1.0, seed=1)
+    late = sample_workload(1.0, key=1)
     object.__setattr__(late, "time", late.time + 8 * 3600)
     with pytest.raises(AssertionError, match="outside the window"):
         check_load(late, 1.0)
 
 
 def test_write_read_round_trip(tmp_path):
-    w = sample_workload(0.5, seed=4)
+    w = sample_workload(0.5, key=4)
     check_same_workload(load_workload(write_workload(w, tmp_path / "w.csv")), w)
     s = subset(w, 10)
     assert len(s) == 10 and s.time[-1] <= w.time[10]
@@ -172,7 +196,15 @@ def test_errors():
         sample_workload(num_jobs=10, trace=_synthetic(1.0, n=5))
     with pytest.raises(TypeError, match="trace"):
         sample_workload(trace=42)
-    with pytest.raises(ValueError, match="seed"):
-        sample_workload(seed=-1)
+    with pytest.raises(ValueError, match="key"):
+        sample_workload(key=-1)
+    with pytest.raises(TypeError, match="key"):
+        sample_workload(key=1.0)
+    with pytest.raises(ValueError, match="start_s"):
+        sample_workload(start_s=86400)
+    with pytest.raises(ValueError, match="duration_s"):
+        sample_workload(duration_s=3600.5)
+    with pytest.raises(ValueError, match="duration_s"):
+        job_load(sample_workload(0.5, key=4), 0.0)
     with pytest.raises(ValueError, match="lacks the applications"):
         sample_workload(apps={})
