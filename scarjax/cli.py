@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from scarjax.cluster.jobprofile import JobProfile
-from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, Objective, market_from_spec, plan, preset_job
+from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, JobProfile, Objective, market_from_spec, plan, preset_job
 from scarjax.data.pollux_sim import WORKLOADS, load_workload
 from scarjax.sched.apps import load_apps
 from scarjax.sched.command import POLICIES, cluster_sim
@@ -216,8 +215,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             pkg.run_parallel({n: available[n].__name__ for n in names}, args.quick, out, jobs, cost=pkg.COST,
-                             alone=pkg.ALONE, together=pkg.TOGETHER,
-                             done_line=lambda n, s: f"[scarjax] {n}: done"
+                             alone=pkg.ALONE, done_line=lambda n, s: f"[scarjax] {n}: done"
                              + (f" in {_fmt_s(s)}" if s is not None else ""))
         except pkg.ExperimentError as e:
             print(f"{args.parser.prog}: error: {e}", file=sys.stderr)
@@ -396,10 +394,10 @@ def _market_arg(text: str) -> str:
     """The syntax of ``--market`` (what each market names is checked when it is read)."""
     parts = text.split(":")
     shapes = {"aws": ("aws:ZONE:TYPE", (3,)), "gce": ("gce:GPU[:REGION]", (2, 3)),
-              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,)), "trace": ("trace:NAME", (2,))}
+              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,))}
     if parts[0] not in shapes:
-        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION], parametric:MTTF_H:SPOT:OD or "
-                                         f"trace:NAME, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION] or parametric:MTTF_H:SPOT:OD, "
+                                         f"got {text!r}")
     form, sizes = shapes[parts[0]]
     if len(parts) not in sizes or not all(parts[1:]):
         raise argparse.ArgumentTypeError(f"must be {form}, got {text!r}")
@@ -472,10 +470,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job: mlr (multinomial logistic regression on the embedded digits) or qp (a 64-D "
                              "quadratic, linear rate 0.99) (default: mlr)")
     p_plan.add_argument("--market", type=_market_arg, metavar="SPEC", default="aws:us-east-1a:c3.xlarge",
-                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes), "
-                             "parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
-                             "prices in USD per hour) or trace:p3 / trace:gcp-v100 (a replayed node trace, its gaps "
-                             "waited out or bridged by on-demand machines) (default: aws:us-east-1a:c3.xlarge)")
+                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes) "
+                             "or parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
+                             "prices in USD per hour) (default: aws:us-east-1a:c3.xlarge)")
     p_plan.add_argument("--objective", default="cost", choices=OBJECTIVES,
                         help="minimise the expected cost, the expected time, or the cost within --deadline-h "
                              "(default: cost)")
