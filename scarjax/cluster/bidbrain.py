@@ -2,6 +2,14 @@
 (Harlap et al., "Proteus: agile ML elasticity through tiered
 reliability in dynamic resource markets", EuroSys'17, Sec 4 "BidBrain"; TierML Sec 3.4).
 
+**Markets.** Every function takes the one market representation: price-driven
+:class:`~scarjax.cluster.market.Market` objects on one clock, one per instance type (and zone),
+each with its machine's on-demand price and cores per instance
+(:attr:`~scarjax.cluster.market.MachineType.cores`), its notice and its billing rule:
+:func:`spot_markets` for the 2015 history, :func:`spot_market` or
+:meth:`~scarjax.cluster.market.Market.from_prices` for a user's arrays (``provider="aws"``
+states the 2015 rules). BidBrain reads them through a host view (the float64 prices as given).
+
 **Allocations.** An allocation is ``n`` instances of one type bought at one time with one bid
 (Proteus Sec 4: "a set of instances of the same type acquired at the same time and price").
 It is billed by AWS's 2015 hourly rule (:func:`scarjax.cluster.market.bill`): each
@@ -437,15 +445,18 @@ class Allocation:
     tier: str = "transient"
 
     def last_hour_start(self) -> float:
-        """The beginning of the billing hour in which the allocation ended."""
+        """The beginning of the free part of a provider-revoked allocation's last billing hour:
+        its end less :func:`~scarjax.cluster.market.free_seconds` (the one hourly rule; the end
+        itself when nothing of that hour is free)."""
         d = self.end - self.start
-        return self.start + HOUR_S * math.floor(d / HOUR_S + 1e-9) if d > 0 else self.start
+        return self.end - float(mk.free_seconds(d, True)) if d > 0 else self.start
 
 
 def free_fraction(allocs: Sequence[Allocation], cores: Sequence[int]) -> tuple[float, float, float]:
     """``(free core-seconds, computing core-seconds, free fraction)`` of ended allocations:
     computing is ``n * cores * (end - ready)`` (while working), free the part of it within a
-    provider-revoked partial hour (not billed by AWS's hourly rule)."""
+    provider-revoked partial hour (not billed by AWS's hourly rule,
+    :func:`~scarjax.cluster.market.free_seconds`)."""
     free = comp = 0.0
     for a in allocs:
         if not np.isfinite(a.end):
@@ -567,6 +578,8 @@ def bidbrain(
     """Run ``job`` under BidBrain from ``start_s`` (seconds on the markets' clock).
 
     Args:
+      markets: price-driven :class:`~scarjax.cluster.market.Market` objects on one clock (the
+        types BidBrain buys from; see the module docstring).
       reliable: on-demand machines of ``markets[reliable_market]``'s type (the BackupPS tier),
         always on and working; their cores are the scaling model's ``base_cores`` in spirit
         (the model is the job's).

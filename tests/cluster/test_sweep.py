@@ -367,3 +367,52 @@ def test_from_markets_refuses_markets_the_sweep_cannot_price():
         sw.TypeMarkets.from_markets([m, other])
     with pytest.raises(TypeError, match="markets"):
         sw.TypeMarkets.from_markets(m)
+
+
+def _brute_grid(times, prices, start_s, minutes):
+    """The price in effect at each grid minute by a plain scan (an oracle)."""
+    out = []
+    for m in range(minutes):
+        t = start_s + 60.0 * m
+        out.append([p for ti, p in zip(times, prices) if ti <= t][-1])
+    return np.array(out)
+
+
+def check_grid_equals_brute(tm, series, start_s):
+    for c, (times, prices) in enumerate(series):
+        want = np.float32(_brute_grid(times, prices, start_s, tm.minutes)).astype(np.float64)
+        if not np.array_equal(tm.prices[c, : tm.minutes], want):
+            bad = int(np.flatnonzero(tm.prices[c, : tm.minutes] != want)[0])
+            raise AssertionError(f"class {c}: minute {bad} priced {tm.prices[c, bad]}, in effect {want[bad]}")
+
+
+_steps = st.lists(st.tuples(st.integers(1, 900), st.integers(1, 5000)), min_size=1, max_size=30)
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=_steps, b=_steps, start_min=st.integers(0, 5))
+def test_from_markets_prices_every_minute_at_the_price_in_effect(a, b, start_min):
+    """Random step functions (changes at any second): each grid minute holds the price in
+    effect then, for markets built from plain arrays."""
+    series = []
+    for steps in (a, b):
+        times = np.concatenate([[0.0], np.cumsum([d for d, _ in steps], dtype=np.float64)])
+        prices = np.concatenate([[0.05], [p / 1e4 for _, p in steps]])
+        series.append((times, prices))
+    end = min(t[-1] for t, _ in series) + 600.0
+    markets = [mk.Market.from_prices(t, p, bid=0.5, provider="aws", end_s=end, machine=mk.MachineType("m", 0.5))
+               for t, p in series]
+    tm = sw.TypeMarkets.from_markets(markets, start_s=60.0 * start_min, pad_min=5)
+    check_grid_equals_brute(tm, series, 60.0 * start_min)
+
+
+def test_grid_check_catches_a_planted_lookup_off_by_a_change():
+    times, prices = np.array([0.0, 60.0, 150.0]), np.array([0.1, 0.2, 0.3])
+    m = mk.Market.from_prices(times, prices, bid=0.5, provider="aws", end_s=600.0, machine=mk.MachineType("m", 0.5))
+    tm = sw.TypeMarkets.from_markets([m], pad_min=0)
+    check_grid_equals_brute(tm, [(times, prices)], 0.0)
+    # planted: the change at exactly minute 1 (60 s) not yet in effect (a 'left' lookup)
+    P = tm.prices[:, : tm.minutes].copy()
+    P[0, 1] = 0.1
+    with pytest.raises(AssertionError, match="minute 1"):
+        check_grid_equals_brute(sw.markets_from_grid(P, 0.5, pad_min=0), [(times, prices)], 0.0)
