@@ -616,3 +616,49 @@ def test_bill_np_hand_checked_and_checks_its_arguments():
         mk.bill_np(0.0, 1.0, 1.0, scheme="monthly")
     with pytest.raises(ValueError, match="end must be >= start"):
         mk.bill_np(10.0, 1.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- the one Market's constructors
+
+
+def test_market_from_prices_and_from_spot_prices():
+    machine = mk.MachineType("c3.xlarge", 0.21, cores=4)
+    m = mk.Market.from_prices([0.0, 3600.0], [0.03, 0.5], bid=0.21, provider="aws", machine=machine, end_s=7200.0)
+    assert isinstance(m.process, mk.PriceDriven) and m.billing == "hourly" and float(m.process.warning_s) == 120.0
+    assert m.end_s == 7200.0 and m.machine.cores == 4
+    assert m.available(100.0) == math.inf and m.available(4000.0) == 0.0  # above the bid: nothing offered
+    # the float64 prices as given stay on the host; a JAX transformation rebuilds the series without them
+    t, p = m.spot.host_arrays()
+    assert p.dtype == np.float64 and p[0] == 0.03 and not p.flags.writeable
+    rebuilt = jax.tree_util.tree_map(lambda x: x, m.spot)
+    assert rebuilt.host is None and np.array_equal(rebuilt.host_arrays()[1], np.float32([0.03, 0.5]))
+    # stated, never defaulted: the billing and the notice, each named when missing
+    with pytest.raises(ValueError, match="billing"):
+        mk.Market.from_prices([0.0], [0.1], bid=0.2, warning_s=120.0, machine=machine)
+    with pytest.raises(ValueError, match="warning_s"):
+        mk.Market.from_prices([0.0], [0.1], bid=0.2, billing="hourly", machine=machine)
+    own = mk.Market.from_prices([0.0], [0.1], bid=0.2, provider="aws", billing="per_second", warning_s=30.0,
+                                machine=machine)
+    assert own.billing == "per_second" and float(own.process.warning_s) == 30.0  # stated values win
+    for bad, name in (([0.0, math.nan], "times_s"), ([10.0, 5.0], "times_s")):
+        with pytest.raises(ValueError, match=name):
+            mk.Market.from_prices(bad, [0.1, 0.2], bid=0.2, provider="aws", machine=machine)
+    with pytest.raises(ValueError, match="prices"):
+        mk.Market.from_prices([0.0, 1.0], [0.1, -0.2], bid=0.2, provider="aws", machine=machine)
+    with pytest.raises(ValueError, match="machine.spot"):
+        mk.Market.from_prices([0.0], [0.1], bid=0.2, provider="aws", machine=mk.MachineType("m", 0.2, spot=0.1))
+    # the parser's record in one call; an origin puts several records on one clock
+    spot = td.load_spot_prices("c3.xlarge", "us-east-1a")
+    r = mk.Market.from_spot_prices(spot, bid=spot.on_demand, provider="aws", cores=4)
+    assert r.machine.name == "us-east-1a:c3.xlarge" and r.end_s == spot.duration_s
+    later = spot.start + np.timedelta64(86400, "s")
+    s2 = mk.Market.from_spot_prices(spot, bid=spot.on_demand, provider="aws", origin=later)
+    t2, p2 = s2.spot.host_arrays()
+    assert t2[0] <= 0.0 < t2[1] and p2[0] == spot.price_at(later)  # from the change in effect at the origin
+    assert s2.end_s == spot.duration_s - 86400.0
+    with pytest.raises(TypeError, match="SpotPrices"):
+        mk.Market.from_spot_prices((np.zeros(2), np.ones(2)), bid=1.0, provider="aws")
+    # end_s of the other processes
+    assert mk.Market(machine, mk.exponential(600.0)).end_s == math.inf
+    rep = mk.Market.from_availability([0.0, 300.0], [2, 1], provider="gce", machine=machine, end_s=900.0)
+    assert rep.end_s == 900.0 and rep.billing == "per_second"
