@@ -18,6 +18,22 @@ exponential lifetimes (:func:`scarjax.cluster.market.exponential`), a replacemen
 * E4 (Sec IV-B.3): revoked workers never replaced; time relative to the revocation-free run
   (the baseline cannot recompute the lost partitions: censored).
 * E5 (Fig 5): cost on spot (m4.large $0.0189-0.0244/h) vs on-demand ($0.10/h).
+
+**Stated and calibrated clock.** The barrier costs ``sync_s`` (stated: 2 s). The calibrated
+clock (:func:`calibrated_sync_s`, results key ``calibrated``) sets it from the cluster
+engine's real runs: the share of an iteration the engine spends outside the divided compute
+(``experiments/_calibration.py``) applied to a BSP iteration; E1/E2 are run with both.
+
+**The largest deviation** (NMF: our 92% / 99% time reductions against the paper's 23% / 39%)
+is the data and the model, not a bug (:func:`deviation_note` computes the evidence from the
+results): without any revocation SotF already reaches the NMF target in as many barriers as BSP
+needs full-batch iterations, each barrier covering a small share of the points (on the
+synthetic NMF a partial gradient is nearly the full one), so most of the reduction exists
+without revocations; the part revocations make (:func:`revocation_reduction`) is of the
+paper's size at the low rate and larger at the high rate, where the straggler-bound BSP
+iteration is about as long as the cluster's mean time between revocations and the baseline
+waits for every replacement and reloads its last checkpoint (Spark recomputes only the lost
+partitions).
 """
 
 from __future__ import annotations
@@ -28,7 +44,7 @@ import math
 import jax
 import numpy as np
 
-from experiments import _common, _plot
+from experiments import _calibration, _common, _plot
 from experiments._common import revive
 from scarjax.cluster import market as mk
 from scarjax.cluster import syncfly as sf
@@ -96,8 +112,20 @@ def _make_problem(kind: str, workers: int, cfg: Config) -> sf.Problem:
     return sf.nmf(r, c, v, shape, rank=5, lr=cfg.nmf_lr, init_scale=0.3)
 
 
-def _fleet(workers: int, cfg: Config) -> sf.Fleet:
-    return sf.mixed_fleet(workers, cfg.fast, report_points=cfg.report_points, sync_s=cfg.sync_s)
+def _fleet(workers: int, cfg: Config, sync_s: float | None = None) -> sf.Fleet:
+    return sf.mixed_fleet(workers, cfg.fast, report_points=cfg.report_points,
+                          sync_s=cfg.sync_s if sync_s is None else sync_s)
+
+
+def calibrated_sync_s(cfg: Config) -> tuple[float, float]:
+    """``(sync_s, share)``: the barrier cost calibrated on the cluster engine. ``share`` is the
+    part of an iteration on ``cfg.workers`` machines that the engine's real runs spend outside
+    the divided compute (:func:`experiments._calibration.barrier_share`); the barrier then costs
+    that share of a BSP iteration, whose compute is a straggler's whole shard
+    (``points_per_worker`` at half of ``fast`` points/s)."""
+    share = _calibration.barrier_share(cfg.workers)
+    compute = cfg.points_per_worker / (0.5 * cfg.fast)
+    return share / (1.0 - share) * compute, share
 
 
 def _target(pb, fleet, iters: int, key) -> float:
@@ -119,17 +147,14 @@ def _mean_time(rows) -> float:
     return float(np.mean(t))  # inf if any trial is censored
 
 
-@_common.recorded(NAME)
-def run(config: Config, out_dir) -> dict:
-    cfg = config
-    key = jax.random.key(cfg.seed)
+def _e12(cfg: Config, key, sync_s: float) -> dict:
+    """E1/E2: cluster-level revocation every ``mean_s`` (per worker ``M * mean_s``), LR and NMF,
+    with a barrier of ``sync_s`` seconds."""
     M = cfg.workers
-    out: dict = {"config": dataclasses.asdict(cfg), "paper": PAPER, "e12": {}, "e3": {}, "e4": {}, "e5": {}}
-    spot_mean = float(np.mean(sf.M4_LARGE_SPOT))
     rates = {"low": cfg.low_mean_s, "high": cfg.high_mean_s}
-    # E1/E2: cluster-level revocation every mean_s -> per worker M * mean_s
+    out = {}
     for kind, iters in (("LR", cfg.target_iters_lr), ("NMF", cfg.target_iters_nmf)):
-        pb, fleet = _problem(kind, M, cfg), _fleet(M, cfg)
+        pb, fleet = _problem(kind, M, cfg), _fleet(M, cfg, sync_s)
         target = _target(pb, fleet, iters, key)
         e = {"target_loss": target, "none": {}, "rates": {}}
         for pol, fn in (("sof", sf.sync_on_the_fly), ("bsp", sf.checkpoint_recompute)):
@@ -147,7 +172,22 @@ def run(config: Config, out_dir) -> dict:
             e["rates"][rate] = {"mean_s": mean, "runs": rows, "time_sof": ts, "time_bsp": tb,
                                 "reduction": (1.0 - ts / tb) if math.isfinite(tb) else None,
                                 "bsp_censored": int(sum(not r["reached"] for r in rows["bsp"]))}
-        out["e12"][kind] = e
+        out[kind] = e
+    return out
+
+
+@_common.recorded(NAME)
+def run(config: Config, out_dir) -> dict:
+    cfg = config
+    key = jax.random.key(cfg.seed)
+    M = cfg.workers
+    out: dict = {"config": dataclasses.asdict(cfg), "paper": PAPER, "e12": {}, "e3": {}, "e4": {}, "e5": {}}
+    spot_mean = float(np.mean(sf.M4_LARGE_SPOT))
+    rates = {"low": cfg.low_mean_s, "high": cfg.high_mean_s}
+    out["e12"] = _e12(cfg, key, cfg.sync_s)
+    cal_sync, share = calibrated_sync_s(cfg)
+    out["calibrated"] = {"sync_s": cal_sync, "barrier_share": share, "engine": _calibration.summary(),
+                         "e12": _e12(cfg, key, cal_sync)}
     # E3: weak scaling (per-worker mean lifetimes), LR
     for rate, mean in rates.items():
         rows = {}
@@ -252,6 +292,45 @@ def plot(res: dict, out_dir) -> list:
     return [_plot.save(fig, out_dir, NAME)]
 
 
+def deviation_note(res: dict) -> str:
+    """Why NMF's E1/E2 reductions exceed the paper's, from the results: how much of the
+    reduction exists without revocations, and what each barrier / iteration costs."""
+    c = res["config"]
+    parts = []
+    for kind in ("LR", "NMF"):
+        e = res["e12"][kind]
+        s0, b0 = e["none"]["sof"], e["none"]["bsp"]
+        per = [e["rates"][r]["runs"]["bsp"] for r in ("low", "high")]
+        rev = [float(np.mean([x["revocations"] for x in rows])) / max(b0["barriers"], 1) for rows in per]
+        parts.append(
+            f"{kind}: without revocations SotF is already {_pct(1 - s0['time_s'] / b0['time_s'])} faster "
+            f"({s0['barriers']} barriers of {s0['time_s'] / max(s0['barriers'], 1):.1f} s against {b0['barriers']} "
+            f"BSP iterations of {b0['time_s'] / max(b0['barriers'], 1):.0f} s); the baseline's iterations are "
+            f"interrupted {rev[0]:.2f} (low) and {rev[1]:.2f} (high) times per needed iteration")
+    return ("**Why NMF deviates from the paper (23% / 39%).** " + "; ".join(parts) + ". "
+            "The NMF gap is mostly not about revocations: on the synthetic NMF a barrier's gradient over the "
+            "few points processed since the last barrier is nearly the full gradient, so the flexible barrier "
+            "reaches the target in as many updates as full-batch BSP, each far shorter; the paper's total "
+            "reductions (23% / 39%) bound its own revocation-free gap. What revocations add is the \"from revocations only\" column: "
+            "at the low rate it is of the paper's size; at the high rate the baseline's straggler-bound "
+            f"iteration ({c['points_per_worker']} points at {c['fast'] / 2:g} points/s) is about as long as the "
+            "mean time between revocations in the cluster, and the baseline waits for every replacement "
+            f"({c['restart_s']:.0f} s) and reloads its checkpoint, where Spark recomputes only the lost "
+            "partitions. Verdict: the data (synthetic NMF) and the model (the worker-speed clock and the "
+            "baseline's whole-job rollback), not a bug.")
+
+
+def revocation_reduction(e: dict, rate: str) -> float | None:
+    """The part of E1/E2's time reduction that revocations make: ``1 - (T_sof / T0_sof) /
+    (T_bsp / T0_bsp)``, each policy's mean time to target relative to its own revocation-free
+    time (``None`` where the baseline is censored)."""
+    r = e["rates"][rate]
+    t0s, t0b = e["none"]["sof"]["time_s"], e["none"]["bsp"]["time_s"]
+    if not (np.isfinite(r["time_bsp"]) and np.isfinite(r["time_sof"]) and np.isfinite(t0s) and np.isfinite(t0b)):
+        return None
+    return 1.0 - (r["time_sof"] / t0s) / (r["time_bsp"] / t0b)
+
+
 def _pct(x) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{100 * x:.0f}%"
 
@@ -273,19 +352,31 @@ def report(res: dict) -> str:
         f"{c['trials']} trial(s) per cell; real training (LR and projected-gradient NMF, synthetic data); "
         "time from the worker speeds.",
         "",
-        "| E1/E2 | rate | time to target SotF | checkpoint-recompute | time reduction (ours) | paper |",
-        "|---|---|---|---|---|---|",
+        "| E1/E2 | rate | time to target SotF | checkpoint-recompute | time reduction (ours, stated clock) | "
+        "calibrated barrier | from revocations only (stated / calibrated) | paper |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    cal = res.get("calibrated")
     for kind in ("LR", "NMF"):
         e = res["e12"][kind]
+        ec = cal["e12"][kind] if cal else None
         for rate in ("low", "high"):
             r = e["rates"][rate]
+            rc = ec["rates"][rate] if ec else None
             tb = f"{r['time_bsp'] / 60:.1f} min" if np.isfinite(r["time_bsp"]) else f"censored ({r['bsp_censored']})"
             L.append(f"| {kind} | {rate} | {r['time_sof'] / 60:.1f} min | {tb} | {_pct(r['reduction'])} | "
-                     f"{100 * P[kind][rate]:.0f}% |")
+                     f"{_pct(rc['reduction']) if rc else 'not run'} | {_pct(revocation_reduction(e, rate))} / "
+                     f"{_pct(revocation_reduction(ec, rate)) if ec else 'not run'} | {100 * P[kind][rate]:.0f}% |")
+    if cal:
+        L += ["", f"Calibrated barrier: {cal['sync_s']:.2f} s (stated {c['sync_s']:g} s): the engine's real runs spend "
+              f"{100 * cal['barrier_share']:.2f}% of an iteration on {c['workers']} machines outside the divided compute "
+              "(experiments/_calibration.py), here applied to a BSP iteration. \"From revocations only\" divides "
+              "out each policy's revocation-free time: 1 − (SotF / SotF without revocations) / (BSP / BSP without "
+              "revocations), the part of the reduction that revocations make."]
     L += ["", "Without revocations (same target): "
           + "; ".join(f"{k}: SotF {res['e12'][k]['none']['sof']['time_s'] / 60:.1f} min, BSP "
                       f"{res['e12'][k]['none']['bsp']['time_s'] / 60:.1f} min" for k in ("LR", "NMF")) + ".", ""]
+    L += [deviation_note(res), ""]
     for rate in ("low", "high"):
         rows = res["e3"][rate]
         ws = sorted(int(w) for w in rows)

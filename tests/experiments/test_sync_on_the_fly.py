@@ -34,3 +34,19 @@ def test_sync_on_the_fly_tiny_end_to_end(tmp_path):
     with pytest.raises(AssertionError, match="lacks the paper's '54%'"):
         check_report(text.replace("54%", "?"))
     assert math.isfinite(saved["e12"]["LR"]["target_loss"])
+    # the stated and the engine-calibrated barrier, both reported
+    cal = saved["calibrated"]
+    assert 0 < cal["barrier_share"] < 1 and cal["sync_s"] > 0
+    assert cal["sync_s"] == pytest.approx(m.calibrated_sync_s(cfg)[0])
+    assert set(cal["e12"]) == {"LR", "NMF"}
+    assert "calibrated barrier" in text and "from revocations only" in text and "not a bug" in text
+
+
+def test_revocation_reduction_divides_out_the_revocation_free_times():
+    e = {"none": {"sof": {"time_s": 100.0}, "bsp": {"time_s": 400.0}},
+         "rates": {"low": {"time_sof": 110.0, "time_bsp": 600.0}, "high": {"time_sof": 100.0, "time_bsp": math.inf}}}
+    # SotF x1.1 of its own time, BSP x1.5: revocations make 1 - 1.1 / 1.5 of the reduction
+    assert m.revocation_reduction(e, "low") == pytest.approx(1 - 1.1 / 1.5)
+    assert m.revocation_reduction(e, "high") is None  # censored baseline: no statement
+    # planted violation: the plain reduction (1 - 110 / 600) is not what this column reports
+    assert m.revocation_reduction(e, "low") != pytest.approx(1 - 110 / 600)
