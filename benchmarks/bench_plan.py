@@ -51,10 +51,11 @@ def main(argv=None) -> dict:
     load0 = _timing.loadavg()
     t_import = time.perf_counter()
     from scarjax.cluster import planner as pl
+    from scarjax.cluster.jobprofile import JobProfile
 
     t0 = time.perf_counter()
     job = pl.preset_job(args.job)
-    prof = pl.JobProfile.from_job(job, 0)
+    prof = JobProfile.from_job(job, 0)
     from_job_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     market = pl.market_from_spec(args.market)
@@ -69,7 +70,7 @@ def main(argv=None) -> dict:
     if args.quick:
         idx = np.random.default_rng(0).choice(N, size=min(N, 1000), replace=False)
     repeats = 2 if args.quick else max(1, args.repeats)
-    tables = pl._tables_of(prof, market)
+    tables = pl.prediction_tables(prof, market)
     pl.predict_one(prof, market, cands, 0, tables=tables)  # compile the scalar program
 
     def vectorised():

@@ -49,7 +49,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
         "scarjax.cluster.policies", "scarjax.cluster.tierml", "scarjax.cluster.bidbrain",
         "scarjax.cluster.syncfly", "scarjax.cluster.litz", "scarjax.cluster.sweep",
         "scarjax.cluster.cmdare", "scarjax.cluster.lifetimes", "scarjax.cluster.profile",
-        "scarjax.cluster.planner",
+        "scarjax.cluster.jobprofile", "scarjax.cluster.marketmodel", "scarjax.cluster.planner",
     ]),
     ("scar", "SCAR fault tolerance (architecture §6)", [
         "scarjax.scar", "scarjax.scar.partition", "scarjax.scar.checkpoint", "scarjax.scar.faults",

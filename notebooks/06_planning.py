@@ -41,6 +41,8 @@ from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import planner as pl
+from scarjax.cluster.jobprofile import JobProfile
+from scarjax.cluster.marketmodel import MarketModel
 from scarjax.data import transient as td
 from scarjax.models import mlr
 
@@ -66,11 +68,11 @@ job = ck.Job(alg, target, step_time_linear(640.0, 2.0), workers=8, checkpoint_s=
 spot = td.load_spot_prices("c3.xlarge", "us-east-1e")
 series = mk.price_series(spot)
 week = 7 * 86400.0
-market = pl.MarketModel.from_prices(series, spot.on_demand, window=(0.0, week))
+market = MarketModel.from_prices(series, spot.on_demand, window=(0.0, week))
 print(f"on-demand ${spot.on_demand}/h; week 1: bids {market.bids} x on-demand, spot price at or below each "
       f"{np.round(market.spot[0], 4)}, MTTF {np.round(market.mttf_h[0], 1)} h")
 
-profile = pl.JobProfile.from_job(job, 0, name="mlr")
+profile = JobProfile.from_job(job, 0, name="mlr")
 print(f"profile: K0 = {profile.iterations:.0f} iterations to the target, c = {profile.c:.4f}")
 
 # %% [markdown]

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, JobProfile, Objective, market_from_spec, plan, preset_job
+from scarjax.cluster.jobprofile import JobProfile
+from scarjax.cluster.planner import JOB_PRESETS, OBJECTIVES, Objective, market_from_spec, plan, preset_job
 from scarjax.data.pollux_sim import WORKLOADS, load_workload
 from scarjax.sched.apps import load_apps
 from scarjax.sched.command import POLICIES, cluster_sim
@@ -394,10 +395,10 @@ def _market_arg(text: str) -> str:
     """The syntax of ``--market`` (what each market names is checked when it is read)."""
     parts = text.split(":")
     shapes = {"aws": ("aws:ZONE:TYPE", (3,)), "gce": ("gce:GPU[:REGION]", (2, 3)),
-              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,))}
+              "parametric": ("parametric:MTTF_H:SPOT:OD", (4,)), "trace": ("trace:NAME", (2,))}
     if parts[0] not in shapes:
-        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION] or parametric:MTTF_H:SPOT:OD, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be aws:ZONE:TYPE, gce:GPU[:REGION], parametric:MTTF_H:SPOT:OD or "
+                                         f"trace:NAME, got {text!r}")
     form, sizes = shapes[parts[0]]
     if len(parts) not in sizes or not all(parts[1:]):
         raise argparse.ArgumentTypeError(f"must be {form}, got {text!r}")
@@ -470,9 +471,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job: mlr (multinomial logistic regression on the embedded digits) or qp (a 64-D "
                              "quadratic, linear rate 0.99) (default: mlr)")
     p_plan.add_argument("--market", type=_market_arg, metavar="SPEC", default="aws:us-east-1a:c3.xlarge",
-                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes) "
-                             "or parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
-                             "prices in USD per hour) (default: aws:us-east-1a:c3.xlarge)")
+                        help="aws:ZONE:TYPE (the 2015 spot history), gce:GPU[:REGION] (GCE preemptible lifetimes), "
+                             "parametric:MTTF_H:SPOT:OD (exponential lifetimes with a mean of MTTF_H hours, "
+                             "prices in USD per hour) or trace:p3 / trace:gcp-v100 (a replayed node trace, its gaps "
+                             "waited out or bridged by on-demand machines) (default: aws:us-east-1a:c3.xlarge)")
     p_plan.add_argument("--objective", default="cost", choices=OBJECTIVES,
                         help="minimise the expected cost, the expected time, or the cost within --deadline-h "
                              "(default: cost)")

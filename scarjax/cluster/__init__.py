@@ -26,13 +26,15 @@ Litz, SCAR).
   24 h cap, Eq 4-5's training time and cost), :mod:`~scarjax.cluster.profile` (the same models
   fitted to scarjax's own jobs on this machine), :mod:`~scarjax.cluster.planner` (the cheapest
   way to train: policy, checkpointing, mix, bid, workers and batch size, predicted from the
-  SCAR bound, the fitted models and the market).
+  SCAR bound, the fitted models and the market) with :mod:`~scarjax.cluster.jobprofile` (what
+  it knows of the job) and :mod:`~scarjax.cluster.marketmodel` (its view of a
+  :class:`~scarjax.cluster.market.Market`, availability included).
 
 Not imported by ``import scarjax``: ``from scarjax import cluster``.
 """
 
-from scarjax.cluster import (bidbrain, clock, cmdare, ledger, lifetimes, litz, market, planner, policies, profile,
-                             steptime, sweep, syncfly, tierml, trainer)
+from scarjax.cluster import (bidbrain, clock, cmdare, jobprofile, ledger, lifetimes, litz, market, marketmodel,
+                             planner, policies, profile, steptime, sweep, syncfly, tierml, trainer)
 from scarjax.cluster.clock import *  # noqa: F403 (the run contract's public names, clock.__all__)
 from scarjax.cluster.ledger import *  # noqa: F403 (ledger.__all__)
 from scarjax.cluster.market import *  # noqa: F403 (the market's public names, market.__all__)
@@ -44,10 +46,12 @@ __all__ = [
     "bidbrain",
     "clock",
     "cmdare",
+    "jobprofile",
     "ledger",
     "lifetimes",
     "litz",
     "market",
+    "marketmodel",
     "planner",
     "policies",
     "profile",

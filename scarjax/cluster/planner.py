@@ -1,10 +1,12 @@
 """The planner: the cheapest (or fastest) way to train a job on transient
 machines, chosen by *predicting* every candidate plan instead of simulating it.
 
-Given a job (:class:`JobProfile`: fault-free iterations to the target ``K0``, linear rate
-``c``, step time, checkpoint and restore times, optionally a Pollux goodput profile), a market
-(:class:`MarketModel`: on-demand and spot prices, revocation lifetimes per machine type and
-bid, start-up delay, billing) and an :class:`Objective` (expected cost, expected time, or cost
+Given a job (:class:`~scarjax.cluster.jobprofile.JobProfile`: fault-free iterations to the
+target ``K0``, linear rate ``c``, step time, checkpoint and restore times, optionally a Pollux
+goodput profile), a market (:class:`~scarjax.cluster.marketmodel.MarketModel`: on-demand and
+spot prices, revocation lifetimes and availability per machine type and bid, start-up delay,
+billing; :meth:`~scarjax.cluster.marketmodel.MarketModel.from_market` reads it from the
+simulator's own :class:`~scarjax.cluster.market.Market`) and an :class:`Objective` (expected cost, expected time, or cost
 under a deadline; budget and machine limits), :func:`plan` scores a grid of candidates
 (:func:`candidates`, thousands by default) with :func:`predict` (one ``jax.jit`` + ``vmap``
 program) and returns the best feasible one with its runners-up (:class:`Plan`).
@@ -12,8 +14,9 @@ program) and returns the best feasible one with its runners-up (:class:`Plan`).
 Candidates: the policy (``on_demand``, ``checkpoint_restart``, ``scar``, ``tierml``,
 ``sync_on_the_fly``: the cluster policies), the machine type, the bid, the number of machines
 (and for TierML the transient:reliable split), the checkpoint period (a multiple of the
-Young/Daly interval), SCAR's fraction ``r`` and priority rule, and the batch size (when the
-profile has a Pollux goodput profile). :func:`to_simulation` turns any candidate into the
+Young/Daly interval), SCAR's fraction ``r`` and priority rule, the batch size (when the
+profile has a Pollux goodput profile) and, on a market sometimes short of machines, what the
+plan does then (:data:`UNAVAILABLE`: fall back to on-demand machines, or wait). :func:`to_simulation` turns any candidate into the
 policy call of the cluster simulator, so every prediction can be checked against it.
 
 **The model** (every assumption is stated here; ``n`` transient machines, ``dt`` seconds per
@@ -103,6 +106,26 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     a plan predicted just under a whole hour is charged the chance of crossing it. (The
     on-demand plan's time is exact in the simulator and is rounded exactly.)
 
+:A7: *Availability* (a :attr:`~scarjax.cluster.marketmodel.MarketModel.limited` market: a
+    replayed trace whose count of obtainable machines is sometimes below the plan's ``n``,
+    measured by :class:`~scarjax.cluster.marketmodel.Availability` over the window). The
+    lifetimes of A1 are the residual stays of the trace's nodes. *Wait* (the policies'
+    ``unavailable="wait"``): the run starts after the mean wait ``W_s(n)`` from a random start
+    until ``n`` can be obtained; each revocation adds the mean wait ``W_r(n)`` until a
+    replacement can (checkpoint-restart: to the restart ``R``; SCAR: at the survivors' slower
+    pace, ``W_r (1 − dt(M)/dt(M − 1))``, and its start waits only ``W_s(1)`` then trains on what
+    it has); the machines held while waiting are billed (the share ``held_share`` of ``n`` at
+    the start). *On-demand fallback* (``"on_demand"``): a slot starts on spot with probability
+    ``q0`` (the time-mean of ``min(count, n)/n``), and after each revocation is replaced on spot
+    with probability ``q`` (``regrant``), else on-demand for good: its time on spot within ``T``
+    is ``q0 (1 − e^{−kT})/k``, ``k = (1 − q)/MTTF``, the revocations A1's renewal count over
+    that time, and the rest of its machine-time is billed on-demand (hourly: half an hour of
+    rounding per on-demand machine). An infinite wait (never obtainable in the window) makes
+    the plan infeasible. Stated: waits are means over uniformly random starts and over the
+    window's revocations, not conditioned on the run's own start; a gap still open at the
+    window's end counts its observed part; TierML and Sync-on-the-fly do not model availability
+    and are not candidates on a limited market by default.
+
 Uncertainty: the standard deviations come from the revocation count (A1) and the billing
 rounding (A4) only; the step-time and market models are taken as exact.
 """
@@ -117,18 +140,17 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
-from scarjax import bounds, pollux
 from scarjax import validate as va
 from scarjax.cluster import clock as ck
-from scarjax.cluster.steptime import StepTime, step_time_linear, step_time_pollux
-from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.cluster import syncfly as sf
 from scarjax.cluster import tierml as tm
+from scarjax.cluster.jobprofile import JobProfile
 from scarjax.cluster.lifetimes import gce_hourly_price
+from scarjax.cluster.marketmodel import MarketModel
+from scarjax.cluster.steptime import step_time_linear
 from scarjax.data import transient as td
 from scarjax.models import mlr, quadratic
 
@@ -136,8 +158,7 @@ __all__ = [
     "POLICIES",
     "PRIORITIES",
     "OBJECTIVES",
-    "JobProfile",
-    "MarketModel",
+    "UNAVAILABLE",
     "Objective",
     "Candidates",
     "Prediction",
@@ -146,14 +167,23 @@ __all__ = [
     "candidates",
     "predict",
     "predict_one",
+    "prediction_tables",
     "plan",
     "to_simulation",
+    "trace_market",
+    "market_from_spec",
+    "preset_job",
+    "plan_command",
     "NoFeasiblePlanError",
 ]
 
 POLICIES = ("on_demand", "checkpoint_restart", "scar", "tierml", "sync_on_the_fly")
 PRIORITIES = ("priority", "round_robin", "random")
 OBJECTIVES = ("cost", "time", "cost_deadline")
+#: What a transient plan does while the market offers fewer machines than it needs (the
+#: policies' ``unavailable`` rule, :data:`scarjax.cluster.policies.UNAVAILABLE`): fall back to
+#: on-demand machines (kept to the end of the run) or wait for the market.
+UNAVAILABLE = po.UNAVAILABLE
 
 _H = 3600.0
 HORIZON_S = 30 * 24 * _H  # planning horizon: a plan slower than this is infeasible
@@ -163,6 +193,7 @@ TIERML_BANDWIDTH_BPS = 1e9
 _AGES = 16  # points of the age average (A3)
 _GEOM_TERMS = 48  # terms of the geometric age series (random rule)
 _FIXED_POINT = 40
+_NEVER_S = 1e12  # a wait that never ends (A7), finite so that the arithmetic stays finite
 #: Relative error of a transient plan's predicted run time (A4'): the hourly bill of a run
 #: predicted just under a whole hour is the expectation of the rounding over this error. The
 #: planner_validation experiment measured a median |time error| of 1.1% and a p90 of 4.9% for
@@ -172,461 +203,6 @@ TIME_REL_ERROR = 0.02
 
 class NoFeasiblePlanError(ValueError):
     """No candidate meets the objective's deadline, budget and machine limits."""
-
-
-# --------------------------------------------------------------------------------------
-# The job
-
-
-@dataclasses.dataclass(frozen=True)
-class JobProfile:
-    """What the planner needs to know of a job (module docstring, A3 and A5).
-
-    Attributes:
-      name: a label.
-      iterations: ``K0``, fault-free iterations to the target (at ``batch_sizes[0]`` if given).
-      c: the linear rate of Eq 5.3 (thesis Thm 5.3.1), in (0, 1).
-      step_time: a :class:`~scarjax.cluster.steptime.StepTime` (seconds per iteration on ``M``
-        machines of speed 1).
-      checkpoint_s: seconds of a full checkpoint (a fraction ``r`` costs ``r * checkpoint_s``).
-      restore_s: seconds to read a full checkpoint back.
-      max_workers: machines the job can use at most.
-      initial_distance: ``d₀ = ‖w⁽⁰⁾ − w*‖`` (informational: the bound uses ``Δ_T / d₀``).
-      eps: the distance at the target (informational).
-      drift_ages, drift: the measured drift ``D(a)`` (A3) at ages ``drift_ages`` (increasing
-        ints); empty: the triangle bound ``1 + c^a``.
-      batch_sizes, iteration_scale, batch_step_times: a Pollux goodput profile (A5): the batch
-        sizes, ``K(b) / K0`` and the step time at each (empty: one batch size, the job's).
-      param_bytes: the parameter state's bytes (TierML's flush), default 4 MB.
-      job: the :class:`~scarjax.cluster.clock.Job` it was measured on (for
-        :func:`to_simulation`), or ``None``.
-      sync_problem: a :class:`scarjax.cluster.syncfly.Problem` wrapping ``job.algorithm``
-        (Sync-on-the-fly candidates are simulated with it); ``None`` with a ``job``:
-        Sync-on-the-fly is not a candidate.
-    """
-
-    name: str
-    iterations: float
-    c: float
-    step_time: StepTime
-    checkpoint_s: float = 0.0
-    restore_s: float = 0.0
-    max_workers: int = 64
-    initial_distance: float = 1.0
-    eps: float | None = None
-    drift_ages: tuple = ()
-    drift: tuple = ()
-    batch_sizes: tuple = ()
-    iteration_scale: tuple = ()
-    batch_step_times: tuple = ()
-    param_bytes: float = 4e6
-    job: Any = dataclasses.field(default=None, compare=False, repr=False)
-    sync_problem: Any = dataclasses.field(default=None, compare=False, repr=False)
-
-    def __post_init__(self):
-        va.check_str("name", self.name)
-        va.check_real("iterations", self.iterations, lo=0.0, lo_open=True, scalar=True)
-        va.check_real("c", self.c, lo=0.0, hi=1.0, lo_open=True, hi_open=True, scalar=True)
-        if not isinstance(self.step_time, StepTime):
-            raise TypeError(f"step_time must be a clock.StepTime, got {type(self.step_time).__name__}")
-        va.check_real("checkpoint_s", self.checkpoint_s, lo=0.0, scalar=True)
-        va.check_real("restore_s", self.restore_s, lo=0.0, scalar=True)
-        va.check_int("max_workers", self.max_workers, lo=1)
-        va.check_real("initial_distance", self.initial_distance, lo=0.0, lo_open=True, scalar=True)
-        va.check_real("param_bytes", self.param_bytes, lo=0.0, scalar=True)
-        if len(self.drift_ages) != len(self.drift):
-            raise ValueError(f"drift_ages and drift must have one length, got {len(self.drift_ages)} and {len(self.drift)}")
-        if self.drift:
-            a = np.asarray(self.drift_ages, np.float64)
-            d = np.asarray(self.drift, np.float64)
-            if np.any(np.diff(a) <= 0) or a[0] < 0:
-                raise ValueError(f"drift_ages must be increasing and >= 0, got {self.drift_ages!r}")
-            if not np.all(np.isfinite(d)) or np.any(d < 0):
-                raise ValueError(f"drift must be finite and >= 0, got {self.drift!r}")
-        nb = len(self.batch_sizes)
-        if nb:
-            if len(self.iteration_scale) != nb or len(self.batch_step_times) != nb:
-                raise ValueError("batch_sizes, iteration_scale and batch_step_times must have one length")
-            s = np.asarray(self.iteration_scale, np.float64)
-            if not np.all(np.isfinite(s)) or np.any(s <= 0):
-                raise ValueError(f"iteration_scale must be finite and > 0, got {self.iteration_scale!r}")
-            for t in self.batch_step_times:
-                if not isinstance(t, StepTime):
-                    raise TypeError(f"batch_step_times must be clock.StepTime objects, got {type(t).__name__}")
-        elif self.iteration_scale or self.batch_step_times:
-            raise ValueError("iteration_scale / batch_step_times given without batch_sizes")
-
-    @classmethod
-    def from_job(cls, job: ck.Job, key: Any = 0, *, name: str | None = None, c: float | None = None,
-                 max_workers: int = 64, snapshots: int = 128, sync_problem: Any = None,
-                 param_bytes: float | None = None) -> "JobProfile":
-        """Measure the job once, unperturbed (real training, :class:`~scarjax.cluster.clock.
-        Trainer` keyed like the policies' ``train_key``): ``K0`` = the first step whose loss is
-        ``<= job.target_loss`` (``ValueError`` if none within ``job.max_steps``), the distances
-        ``d_k = ‖w_k − w*‖`` (``w*``: ``algorithm.optimum``, else the last iterate, stated) at
-        ``snapshots`` evenly spaced steps, ``c`` by :func:`scarjax.bounds.estimate_c`
-        (``'max_ratio'``, per snapshot stride ``s``: ``c = c_s^{1/s}``) unless given, and the
-        drift ``D(a) = max_ℓ ‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` at the snapshot ages (A3)."""
-        if not isinstance(job, ck.Job):
-            raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
-        snapshots = va.check_int("snapshots", snapshots, lo=8)
-        trainer = Trainer(job.algorithm, key)
-        losses = trainer.train(job.max_steps)
-        hit = np.nonzero(losses <= job.target_loss)[0]
-        if hit.size == 0:
-            raise ValueError(f"job: the loss never reaches target_loss={job.target_loss:g} within max_steps="
-                             f"{job.max_steps} (lowest {losses.min():.4g}); raise max_steps or the target")
-        K0 = int(hit[0]) + 1
-        # snapshots: every `stride` steps up to past K0 (a second pass, from the start)
-        horizon = min(job.max_steps, max(K0 + K0 // 4, K0 + 2))
-        stride = max(1, horizon // snapshots)
-        tr = Trainer(job.algorithm, key)
-        flat = [np.asarray(ravel_pytree(tr.state.params)[0], np.float64)]
-        steps = [0]
-        while tr.step + stride <= horizon:
-            tr.train(stride)
-            flat.append(np.asarray(ravel_pytree(tr.state.params)[0], np.float64))
-            steps.append(tr.step)
-        W = np.stack(flat)
-        opt = getattr(job.algorithm, "optimum", None)
-        w_star = np.asarray(ravel_pytree(opt)[0], np.float64) if opt is not None else \
-            np.asarray(ravel_pytree(trainer.state.params)[0], np.float64)
-        d = np.linalg.norm(W - w_star, axis=1)
-        d0 = float(d[0])
-        if not d0 > 0:
-            raise ValueError("job: the initial iterate is the optimum (d₀ = 0): nothing to plan")
-        upto = int(np.searchsorted(steps, K0, side="right"))
-        if c is None:
-            try:
-                cs = bounds.estimate_c(d[: max(upto, 4)], method="max_ratio")
-            except bounds.NotLinearlyConvergentError:
-                # the settle check failed (the rate still slowing at the target): the largest
-                # one-step ratio over the whole measured window, past the target (conservative)
-                ratios = d[1:] / np.maximum(d[:-1], 1e-300)
-                ratios = ratios[d[:-1] > 1e3 * np.finfo(np.float32).eps * d0]
-                cs = float(np.max(ratios)) if ratios.size else 1.0
-                if not 0 < cs < 1:
-                    raise ValueError(f"job: the run does not converge linearly (largest ratio {cs:.4g} per "
-                                     f"{stride} steps); pass c= (thesis Eq 5.3)") from None
-            c = float(cs ** (1.0 / stride))
-        ages, drift = [], []
-        for j in range(1, min(len(steps), upto + 1)):
-            a = j * stride
-            num = np.linalg.norm(W[j:upto + 1] - W[:upto + 1 - j], axis=1) if upto + 1 - j > 0 else np.zeros(0)
-            den = d[: upto + 1 - j]
-            ok = den > 1e-12 * d0
-            if num.size and ok.any():
-                ages.append(a)
-                drift.append(float(np.max(num[ok[: num.size]] / den[: num.size][ok[: num.size]])))
-        if param_bytes is None:
-            param_bytes = float(W.shape[1] * 4)
-        eps = float(d[min(upto, len(d) - 1)])
-        return cls(name or getattr(job.algorithm, "name", "job"), float(K0), float(c), job.step_time,
-                   job.checkpoint_s, job.restore_s, max_workers, d0, eps if eps > 0 else None,
-                   tuple(int(a) for a in [0] + ages), tuple([0.0] + drift), param_bytes=float(param_bytes),
-                   job=job, sync_problem=sync_problem)
-
-    @classmethod
-    def from_pollux(cls, name: str, params: Any, phi: float, base_batch_size: int, iterations: float, c: float,
-                    batch_sizes: Sequence[int], *, gpus_per_node: int = 1, **kwargs: Any) -> "JobProfile":
-        """A profile with a Pollux goodput profile (A5): ``iterations`` at ``base_batch_size``
-        ``b0``; at each of ``batch_sizes`` the step time is :func:`~scarjax.cluster.clock.
-        step_time_pollux` (thesis Eq 3.5-3.8 with ``params``) and the iterations ``b0 / (b ·
-        EFFICIENCY(b))`` times ``iterations`` (Eq 3.3, PGNS ``phi``)."""
-        bs = tuple(va.check_int("batch_sizes", b, lo=1) for b in batch_sizes)
-        if not bs:
-            raise ValueError("batch_sizes must not be empty")
-        b0 = va.check_int("base_batch_size", base_batch_size, lo=1)
-        if min(bs) < b0:
-            raise ValueError(f"batch_sizes must be >= base_batch_size={b0}, got {min(bs)}")
-        eff = np.asarray(pollux.efficiency(np.asarray(bs, np.float32), float(phi), b0), np.float64)
-        scale = tuple(float(b0 / (b * e)) for b, e in zip(bs, eff))
-        times = tuple(step_time_pollux(params, b, gpus_per_node) for b in bs)
-        return cls(name, float(iterations), float(c), times[0], batch_sizes=bs, iteration_scale=scale,
-                   batch_step_times=times, **kwargs)
-
-    # derived -------------------------------------------------------------------------------
-    def batches(self) -> tuple[tuple, tuple, tuple]:
-        if self.batch_sizes:
-            return self.batch_sizes, self.iteration_scale, self.batch_step_times
-        bs = self.job.batch_size if self.job is not None and self.job.batch_size is not None else 0
-        return (bs,), (1.0,), (self.step_time,)
-
-    def drift_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(ages, log D)`` on 129 uniform points from 0 to ``max(iterations) `` (A3): the
-        measured drift (interpolated, held beyond its last age) or the triangle bound
-        ``1 + c^a``."""
-        top = max(2.0, self.iterations * max(self.iteration_scale or (1.0,)))
-        ages = np.linspace(0.0, top, 129)
-        if self.drift:
-            D = np.interp(ages, np.asarray(self.drift_ages, np.float64), np.asarray(self.drift, np.float64))
-            D = np.maximum(D, 1e-12)
-        else:
-            D = 1.0 + self.c ** ages
-        return ages, np.log(D)
-
-
-# --------------------------------------------------------------------------------------
-# The market
-
-
-def _window_text(window) -> str:
-    """A price window ``(start_s, end_s)`` in days (``None``: the whole history)."""
-    if window is None:
-        return "(whole history)"
-    lo, hi = (float(w) / 86400.0 for w in window)
-    return f"days {lo:.4g} to {hi:.4g}"
-
-
-def _renewal(grid_s: np.ndarray, cdf: np.ndarray) -> np.ndarray:
-    """Renewal function ``m(t) = F(t) + ∫ m(t − u) dF(u)`` on a uniform grid (A1)."""
-    G = grid_s.size
-    f = np.diff(cdf, prepend=0.0)
-    m = np.zeros(G)
-    for k in range(G):
-        m[k] = cdf[k] + (np.dot(f[1:k + 1], m[k - 1::-1][:k]) if k else 0.0)
-    return m
-
-
-def _tables(lifetimes_s: Any, weights: Any, grid_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """``(cdf, renewal, survival integral, mttf_s)`` on ``grid_s`` of a lifetime sample
-    (``inf`` = never revoked)."""
-    life = np.asarray(lifetimes_s, np.float64)
-    w = np.ones_like(life) if weights is None else np.asarray(weights, np.float64)
-    w = w / w.sum()
-    order = np.argsort(life)
-    life, w = life[order], w[order]
-    cum = np.cumsum(w)
-    idx = np.searchsorted(life, grid_s, side="right")
-    cdf = np.where(idx > 0, cum[np.maximum(idx - 1, 0)], 0.0)
-    ren = _renewal(grid_s, cdf)
-    surv = 1.0 - cdf
-    sint = np.concatenate([[0.0], np.cumsum(0.5 * (surv[1:] + surv[:-1]) * np.diff(grid_s))])
-    fin = np.isfinite(life)
-    mttf = float(np.sum(w * np.where(fin, life, 0.0)) / max(np.sum(w[fin]), 1e-300)) if fin.all() else math.inf
-    if not fin.all() and fin.any():
-        # censored: exposure / events (the add-free estimator of a constant hazard)
-        mttf = float(np.sum(w * np.minimum(life, grid_s[-1])) / max(np.sum(w[fin & (life <= grid_s[-1])]), 1e-300))
-    return cdf, ren, sint, mttf
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class MarketModel:
-    """Prices and revocations per machine type ``j`` and bid ``b`` (module docstring, A1, A4).
-
-    Attributes:
-      names, on_demand, speed: ``[J]`` machine types, their on-demand USD/h and speeds.
-      bids: ``[B]`` bids as fractions of on-demand (``(1.0,)`` where there is no bidding).
-      spot: ``[J, B]`` mean USD/h paid for a granted transient machine.
-      avail: ``[J, B]`` fraction of the time a transient machine is granted.
-      mttf_h: ``[J, B]`` mean time to revocation of one machine (bulk: of the allocation).
-      grid_h: ``[G]`` uniform time grid; cdf, renewal, surv_int: ``[J, B, G]`` the lifetime CDF,
-        the renewal function and ``∫ (1 − F)`` (hours) on it.
-      bulk: one revocation takes the whole allocation; fallback: replacements after a
-        revocation are on-demand (A1).
-      unwarned: share of revocations without a usable warning; warning_s: the warning.
-      startup_s: mean start-up delay of a new machine; billing: ``'hourly'`` or ``'per_second'``.
-      source: where it came from; build: ``build(j, bid_fraction) -> market.Market`` (for
-        :func:`to_simulation`) or ``None``.
-    """
-
-    names: tuple
-    on_demand: np.ndarray
-    speed: np.ndarray
-    bids: tuple
-    spot: np.ndarray
-    avail: np.ndarray
-    mttf_h: np.ndarray
-    grid_h: np.ndarray
-    cdf: np.ndarray
-    renewal: np.ndarray
-    surv_int: np.ndarray
-    bulk: bool = False
-    fallback: bool = False
-    unwarned: float = 0.0
-    warning_s: float = 0.0
-    startup_s: float = 0.0
-    billing: str = "per_second"
-    source: str = ""
-    build: Callable | None = dataclasses.field(default=None, repr=False)
-
-    def __post_init__(self):
-        J, B = len(self.names), len(self.bids)
-        if J < 1 or B < 1:
-            raise ValueError("a market needs at least one machine type and one bid")
-        for f in ("on_demand", "speed"):
-            a = np.asarray(getattr(self, f), np.float64)
-            if a.shape != (J,) or not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise ValueError(f"{f} must be [{J}] finite and > 0, got {getattr(self, f)!r}")
-        for f in ("spot", "avail"):
-            a = np.asarray(getattr(self, f), np.float64)
-            if a.shape != (J, B) or not np.all(np.isfinite(a)) or np.any(a < 0):
-                raise ValueError(f"{f} must be [{J}, {B}] finite and >= 0, got {getattr(self, f)!r}")
-        m = np.asarray(self.mttf_h, np.float64)
-        if m.shape != (J, B) or np.any(np.isnan(m)) or np.any(m <= 0):
-            raise ValueError(f"mttf_h must be [{J}, {B}] > 0 (inf: never revoked), got {self.mttf_h!r}")
-        g = np.asarray(self.grid_h, np.float64)
-        if g.ndim != 1 or g.size < 2 or g[0] != 0 or not np.allclose(np.diff(g), g[-1] / (g.size - 1)):
-            raise ValueError("grid_h must be a uniform grid from 0 (np.linspace(0, top, G))")
-        for f in ("cdf", "renewal", "surv_int"):
-            a = np.asarray(getattr(self, f), np.float64)
-            if a.shape != (J, B, g.size) or not np.all(np.isfinite(a)):
-                raise ValueError(f"{f} must be [{J}, {B}, {g.size}] and finite")
-        va.check_choice("billing", self.billing, mk.BILLINGS)
-        va.check_real("startup_s", self.startup_s, lo=0.0, scalar=True)
-        va.check_real("unwarned", self.unwarned, lo=0.0, hi=1.0, scalar=True)
-
-    # constructors ---------------------------------------------------------------------
-    @classmethod
-    def parametric(cls, mttf_h: float, spot_price: float, on_demand_price: float, *, startup_s: float = 0.0,
-                   billing: str = "per_second", bulk: bool = False, unwarned: float = 0.0,
-                   warning_s: float = 0.0, name: str = "parametric") -> "MarketModel":
-        """One machine type, exponential lifetimes of mean ``mttf_h`` (``inf``: never revoked)
-        at a fixed ``spot_price`` (:func:`scarjax.cluster.market.exponential`)."""
-        va.check_real("mttf_h", mttf_h, lo=0.0, lo_open=True, scalar=True, allow_inf=True)
-        va.check_real("spot_price", spot_price, lo=0.0, scalar=True)
-        va.check_real("on_demand_price", on_demand_price, lo=0.0, lo_open=True, scalar=True)
-        grid = np.linspace(0.0, max(48.0, 4.0 * mttf_h if math.isfinite(mttf_h) else 48.0), 257)
-        if math.isfinite(mttf_h):
-            cdf = -np.expm1(-grid / mttf_h)
-            ren = grid / mttf_h
-            sint = mttf_h * cdf
-        else:
-            cdf, ren, sint = np.zeros_like(grid), np.zeros_like(grid), grid.copy()
-        od, sp, mt = float(on_demand_price), float(spot_price), float(mttf_h)
-
-        def build(j, bid):
-            proc = mk.exponential(mt * _H, warning_s=warning_s, unwarned=unwarned, bulk=bulk) if math.isfinite(mt) else None
-            return mk.Market(mk.MachineType(name, od, spot=sp), proc, billing=billing,
-                             startup=mk.fixed_startup(startup_s) if startup_s > 0 else None)
-
-        return cls((name,), np.array([od]), np.array([1.0]), (1.0,), np.array([[sp]]), np.array([[1.0]]),
-                   np.array([[mt]]), grid, cdf[None, None], ren[None, None], sint[None, None], bulk=bulk,
-                   unwarned=unwarned, warning_s=warning_s, startup_s=startup_s, billing=billing,
-                   source=f"parametric(mttf={mt:g} h, spot={sp:g}, on-demand={od:g})", build=build)
-
-    @classmethod
-    def from_lifetimes(cls, gpus: Sequence[str] = ("K80", "P100", "V100"), region: str | None = None, *,
-                       on_demand: Sequence[float] | None = None, data: Any = None, startup_s: float | None = None,
-                       campaign: str = "2019-02", speed: Sequence[float] | None = None) -> "MarketModel":
-        """GCE preemptible GPU machines (CM-DARE Sec V): lifetimes from the measured GCE
-        campaign (:func:`scarjax.cluster.market.gce_preemptible`, capped at 24 h: the cap
-        counts as a revocation, as the simulator's process does), the fixed preemptible price
-        (70% off on-demand), per-second billing, the mean start-up delay of CM-DARE
-        (87 s, :data:`scarjax.cluster.market.DEFAULT_STARTUP_S`). ``on_demand``: USD/h per GPU
-        machine (default, stated — not in the data or the paper: 2019 us-central1 list prices of
-        an n1-standard-8 plus the GPU, :func:`scarjax.cluster.lifetimes.gce_hourly_price`: K80
-        0.83, P100 1.84, V100 2.86); ``speed``: relative speed (default 1, 2.1, 3.2 from CM-DARE Table I's
-        TFLOPS ratios 4.37 / 9.3 / 14)."""
-        gpus = tuple(gpus)
-        if not gpus:
-            raise ValueError("gpus must name at least one GPU type")
-
-        default_od = {g: gce_hourly_price(g, preemptible=False, vm="n1-standard-8") for g in ("K80", "P100", "V100")}
-        default_speed = {"K80": 1.0, "P100": 9.3 / 4.37, "V100": 14.0 / 4.37}
-        for g in gpus:
-            if g not in default_od:
-                raise ValueError(f"gpus: unknown GPU {g!r}; known: {tuple(default_od)}")
-        od = np.asarray([default_od[g] for g in gpus] if on_demand is None else on_demand, np.float64)
-        sp_ = np.asarray([default_speed[g] for g in gpus] if speed is None else speed, np.float64)
-        if od.shape != (len(gpus),) or sp_.shape != (len(gpus),):
-            raise ValueError(f"on_demand and speed must have one value per GPU ({len(gpus)})")
-        st = float(mk.DEFAULT_STARTUP_S["gce"] if startup_s is None else startup_s)
-        procs = [mk.gce_preemptible(g, region, campaign=campaign, data=data) for g in gpus]
-        grid = np.linspace(0.0, 48.0, 257)
-        cdfs, rens, sints, mttfs = [], [], [], []
-        for p in procs:
-            cdf, ren, sint, mttf = _tables(np.asarray(p.lifetimes_s, np.float64) / _H, None, grid)
-            cdfs.append(cdf[None])
-            rens.append(ren[None])
-            sints.append(sint[None])
-            mttfs.append([mttf])
-        spot = np.asarray(mk.gce_preemptible_price(od), np.float64)[:, None]
-
-        def build(j, bid):
-            return mk.Market(mk.MachineType(gpus[j], float(od[j]), speed=float(sp_[j])), procs[j], billing="per_second",
-                             startup=mk.fixed_startup(st) if st > 0 else None)
-
-        return cls(gpus, od, sp_, (1.0,), spot, np.ones((len(gpus), 1)), np.asarray(mttfs), grid,
-                   np.stack(cdfs), np.stack(rens), np.stack(sints), warning_s=float(mk.GCE_WARNING_S)
-                   if hasattr(mk, "GCE_WARNING_S") else 30.0, startup_s=st, billing="per_second",
-                   source=f"gce-preemptible {campaign} {','.join(gpus)} region={region or 'all'}", build=build)
-
-    @classmethod
-    def from_prices(cls, series: Any, on_demand: Any, *, window: tuple[float, float] | None = None,
-                    bids: Sequence[float] = (0.2, 0.35, 0.5, 0.75, 1.0), names: Sequence[str] | None = None,
-                    speed: Sequence[float] | None = None, startup_s: float = mk.DEFAULT_STARTUP_S["aws"],
-                    warning_s: float = mk.AWS_WARNING_S) -> "MarketModel":
-        """AWS 2015 spot markets (TierML Sec 2.3; the simulator's ``price_driven`` process): per
-        machine type a :class:`~scarjax.cluster.market.PriceSeries` (or ``SpotPrices``) and its
-        on-demand price; per bid (fractions of on-demand; 1.0 is always added: TierML bids it)
-        measured on the minute grid of ``window = (t0, t1)`` (seconds on the series' clock;
-        default its whole span), like :func:`scarjax.cluster.sweep.mttf_minutes`: the lifetime
-        of an allocation requested at each minute the price is at or below the bid is the time
-        to the next price above the bid plus the warning (censored at the window's end: never
-        revoked within it), the availability is the share of such minutes, the spot price the
-        mean price over them. Bulk (the allocation goes at once), fallback (A1), hourly
-        billing, 5-minute start-up (TierML Sec 3.3)."""
-        multi = isinstance(series, (list, tuple))
-        ss = list(series) if multi else [series]
-        ods = np.atleast_1d(np.asarray(on_demand, np.float64))
-        if ods.size != len(ss):
-            raise ValueError(f"on_demand must give one price per series ({len(ss)}), got {on_demand!r}")
-        ss = [s if isinstance(s, mk.PriceSeries) else mk.price_series(s) for s in ss]
-        names = tuple(names) if names is not None else tuple(s.name for s in ss)
-        if len(names) != len(ss):
-            raise ValueError(f"names must give one name per series ({len(ss)})")
-        sp_ = np.ones(len(ss)) if speed is None else np.asarray(speed, np.float64)
-        bids = tuple(sorted(set(float(b) for b in bids) | {1.0}))
-        for b in bids:
-            if not (0 < b <= 10):
-                raise ValueError(f"bids are fractions of on-demand in (0, 10], got {b!r}")
-        grid = np.linspace(0.0, 48.0, 257)
-        B, J = len(bids), len(ss)
-        spot, avail, mttf = np.zeros((J, B)), np.zeros((J, B)), np.zeros((J, B))
-        cdf, ren, sint = np.zeros((J, B, 257)), np.zeros((J, B, 257)), np.zeros((J, B, 257))
-        t0s = []
-        for j, s in enumerate(ss):
-            t_ch = np.asarray(s.times_s, np.float64)
-            p_ch = np.asarray(s.prices, np.float64)
-            lo, hi = (float(t_ch[0]), float(s.end_s)) if window is None else (float(window[0]), float(window[1]))
-            if not hi - lo >= 120.0:
-                raise ValueError(f"window must span at least 2 minutes, got {window!r}")
-            t0s.append(lo)
-            mins = lo + 60.0 * np.arange(int((hi - lo) // 60))
-            p = p_ch[np.maximum(np.searchsorted(t_ch, mins, side="right") - 1, 0)]
-            M = p.size
-            for b, frac in enumerate(bids):
-                bid = float(np.float32(frac * ods[j]))
-                ok = p <= bid
-                avail[j, b] = ok.mean()
-                if not ok.any():
-                    spot[j, b] = ods[j]
-                    mttf[j, b] = 1e-3
-                    cdf[j, b] = 1.0
-                    ren[j, b] = grid / 1e-3
-                    continue
-                spot[j, b] = float(p[ok].mean())
-                above = np.where(p > bid, np.arange(M), M)
-                nxt = np.minimum.accumulate(above[::-1])[::-1]  # first minute >= m above the bid
-                nxt = np.concatenate([nxt[1:], [M]])  # strictly after m
-                life = np.where(nxt < M, (nxt - np.arange(M)) * 60.0 + warning_s, np.inf)[ok] / _H
-                c_, r_, s_, m_ = _tables(life, None, grid)
-                cdf[j, b], ren[j, b], sint[j, b] = c_, r_, s_
-                mttf[j, b] = m_ if math.isfinite(m_) else 1e9
-
-        def build(j, frac):
-            bid = float(frac) * float(ods[j])
-            return mk.Market(mk.MachineType(names[j], float(ods[j]), speed=float(sp_[j])),
-                             mk.price_driven(ss[j], bid), billing="hourly",
-                             startup=mk.fixed_startup(startup_s) if startup_s > 0 else None, start_time_s=t0s[j])
-
-        return cls(names, ods, sp_, bids, spot, avail, mttf, grid, cdf, ren, sint, bulk=True, fallback=True,
-                   warning_s=warning_s, startup_s=float(startup_s), billing="hourly",
-                   source=f"spot prices {','.join(names)} {_window_text(window)}", build=build)
-
-    def bid_index(self, frac: float = 1.0) -> int:
-        return int(np.argmin(np.abs(np.asarray(self.bids) - frac)))
 
 
 # --------------------------------------------------------------------------------------
@@ -661,7 +237,7 @@ class Objective:
 
 
 _FIELDS = ("policy", "machine", "bid", "workers", "reliable", "transient", "fraction", "period", "priority",
-           "batch", "step_s", "step_s_less", "iters0", "bid_fraction", "yd_steps")
+           "batch", "unavailable", "step_s", "step_s_less", "iters0", "bid_fraction", "yd_steps")
 
 
 class Candidates(NamedTuple):
@@ -670,7 +246,8 @@ class Candidates(NamedTuple):
     ``policy`` (index into :data:`POLICIES`), ``machine`` (type index), ``bid`` (bid index),
     ``workers`` (machines in all), ``reliable``/``transient`` (of which), ``fraction`` (SCAR's
     ``r``), ``period`` (checkpoint period, multiple of Young/Daly), ``priority`` (index into
-    :data:`PRIORITIES`), ``batch`` (batch-size index), and the derived ``step_s`` (seconds per
+    :data:`PRIORITIES`), ``batch`` (batch-size index), ``unavailable`` (index into
+    :data:`UNAVAILABLE`: on-demand fallback or wait, A7), and the derived ``step_s`` (seconds per
     iteration on all the machines, speed and TierML stage included), ``step_s_less`` (on one
     machine fewer; ``inf`` for one machine), ``iters0`` (``K0`` at the batch size),
     ``bid_fraction`` (the bid as a fraction of on-demand) and ``yd_steps`` (the Young/Daly
@@ -688,6 +265,7 @@ class Candidates(NamedTuple):
     period: np.ndarray
     priority: np.ndarray
     batch: np.ndarray
+    unavailable: np.ndarray
     step_s: np.ndarray
     step_s_less: np.ndarray
     iters0: np.ndarray
@@ -703,6 +281,7 @@ class Candidates(NamedTuple):
         d = {f: getattr(self, f)[i].item() for f in _FIELDS}
         d["policy"] = POLICIES[int(d["policy"])]
         d["priority"] = PRIORITIES[int(d["priority"])]
+        d["unavailable"] = UNAVAILABLE[int(d["unavailable"])]
         return d
 
 
@@ -710,7 +289,8 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
            policies: Sequence[str] | None = None, workers: Sequence[int] | None = None,
            fractions: Sequence[float] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0),
            periods: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0), priorities: Sequence[str] = PRIORITIES,
-           reliable: Sequence[int] = (1, 2, 4, 8)) -> Candidates:
+           reliable: Sequence[int] = (1, 2, 4, 8), unavailable: Sequence[str] = UNAVAILABLE,
+           bids: Sequence[float] | None = None) -> Candidates:
     """The grid of candidate plans (every machine type, bid and batch size of the market and
     profile): ``on_demand`` × workers; ``checkpoint_restart`` × workers × bids × ``periods``;
     ``scar`` × workers × bids × ``fractions`` × ``priorities`` (period: Young/Daly, as the
@@ -718,8 +298,13 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     on-demand; ``sync_on_the_fly`` × workers × bids (only when the profile can be simulated
     with it — a ``sync_problem``, or no job — and not on a price-driven market: the
     Sync-on-the-fly simulator draws every generation's lifetime at the series' start). ``workers`` default: every count 1 … ``profile.max_workers``
-    (capped by ``objective.max_machines`` if given). With the defaults and 64 workers, one
-    machine type and one bid this is 1,500+ candidates."""
+    (capped by ``objective.max_machines`` if given); ``bids``: the bids (fractions of on-demand,
+    among the market's) transient plans may use (default: every bid of the market). On a :attr:`~scarjax.cluster.marketmodel.
+    MarketModel.limited` market (a replayed trace that is sometimes short of machines)
+    checkpoint-restart and SCAR come with each rule of ``unavailable`` (A7), and TierML and
+    Sync-on-the-fly are not candidates by default (their predictions do not model
+    availability). With the defaults and 64 workers, one machine type and one bid this is
+    1,500+ candidates."""
     if not isinstance(profile, JobProfile):
         raise TypeError(f"profile must be a JobProfile, got {type(profile).__name__}")
     if not isinstance(market, MarketModel):
@@ -730,6 +315,13 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     if policies is None:
         policies = [p for p in POLICIES if p != "sync_on_the_fly"
                     or ((profile.job is None or profile.sync_problem is not None) and not market.fallback)]
+        if market.limited:
+            policies = [p for p in policies if p not in ("tierml", "sync_on_the_fly")]
+    for u in unavailable:
+        va.check_choice("unavailable", u, UNAVAILABLE)
+    if not unavailable:
+        raise ValueError("unavailable must name at least one rule")
+    us = [UNAVAILABLE.index(u) for u in unavailable] if market.limited else [UNAVAILABLE.index("on_demand")]
     for p in policies:
         va.check_choice("policies", p, POLICIES)
     for p in priorities:
@@ -745,27 +337,36 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
     bsizes, scales, times = profile.batches()
     J, B = len(market.names), len(market.bids)
     b_od = market.bid_index(1.0)
+    if bids is None:
+        bset = list(range(B))
+    else:
+        bset = sorted({market.bid_index(va.check_real("bids", f, lo=0.0, lo_open=True, scalar=True)) for f in bids})
+        for f in bids:
+            if abs(float(market.bids[market.bid_index(f)]) - float(f)) > 1e-9:
+                raise ValueError(f"bids: {f!r} is not a bid of the market {tuple(market.bids)}")
     rows = []
     for j in range(J):
         for bi in range(len(bsizes)):
             for pol in policies:
                 pc = POLICIES.index(pol)
                 if pol == "on_demand":
-                    rows += [(pc, j, b_od, w, w, 0, 1.0, 1.0, 0, bi) for w in ws]
+                    rows += [(pc, j, b_od, w, w, 0, 1.0, 1.0, 0, bi, 0) for w in ws]
                 elif pol == "checkpoint_restart":
-                    rows += [(pc, j, b, w, 0, w, 1.0, per, 0, bi) for w in ws for b in range(B) for per in periods]
+                    rows += [(pc, j, b, w, 0, w, 1.0, per, 0, bi, u) for u in us for w in ws for b in bset
+                             for per in periods]
                 elif pol == "scar":
-                    rows += [(pc, j, b, w, 0, w, f, 1.0, PRIORITIES.index(pr), bi) for w in ws for b in range(B)
-                             for f in fractions for pr in priorities]
+                    rows += [(pc, j, b, w, 0, w, f, 1.0, PRIORITIES.index(pr), bi, u) for u in us for w in ws
+                             for b in bset for f in fractions for pr in priorities]
                 elif pol == "tierml":
-                    rows += [(pc, j, b_od, w, r, w - r, 1.0, 1.0, 0, bi) for r in reliable for w in ws if w - r >= 1]
+                    rows += [(pc, j, b_od, w, r, w - r, 1.0, 1.0, 0, bi, 0) for r in reliable for w in ws if w - r >= 1]
                 else:
-                    rows += [(pc, j, b, w, 0, w, 1.0, 1.0, 0, bi) for w in ws for b in range(B)]
+                    rows += [(pc, j, b, w, 0, w, 1.0, 1.0, 0, bi, 0) for w in ws for b in bset]
     if not rows:
         raise ValueError("candidates: the grid is empty (check policies and workers)")
     a = np.asarray(rows, np.float64)
     pol, mach, bid, wk, rel, trn = (a[:, k].astype(np.int64) for k in range(6))
     frac, per, pri, bat = a[:, 6], a[:, 7], a[:, 8].astype(np.int64), a[:, 9].astype(np.int64)
+    una = a[:, 10].astype(np.int64)
     speed = np.asarray(market.speed, np.float64)[mach]
     step = np.empty(len(rows))
     less = np.full(len(rows), np.inf)
@@ -794,7 +395,7 @@ def candidates(profile: JobProfile, market: MarketModel, objective: Objective | 
         yd = np.where(np.isfinite(fleet), np.maximum(1.0, np.round(np.sqrt(2 * delta * fleet) / step)), np.inf)
     if delta <= 0:
         yd = np.where(np.isfinite(fleet), 1.0, np.inf)
-    return Candidates(pol, mach, bid, wk, rel, trn, frac, per, pri, bat, step, less, iters, bid_frac, yd)
+    return Candidates(pol, mach, bid, wk, rel, trn, frac, per, pri, bat, una, step, less, iters, bid_frac, yd)
 
 
 # --------------------------------------------------------------------------------------
@@ -847,8 +448,9 @@ def _expected_ceil(mu, sd):
 
 def _billed_hours(run_s):
     """Expected billed hours of a machine a transient plan runs ``run_s`` seconds and the user
-    stops (AWS 2015 hourly: every begun hour, 1 s of tolerance), with the run time uncertain
-    by :data:`TIME_REL_ERROR` (A4')."""
+    stops: the expectation of the one hourly rule :func:`scarjax.cluster.market.billed_hours`
+    (every begun hour, 1 s of tolerance: ``ceil((run_s − 1 s) / h)``) over the run time's
+    relative error :data:`TIME_REL_ERROR` (A4'); equal to the rule without the error (tested)."""
     return _expected_ceil(run_s / _H - 1.0 / _H, TIME_REL_ERROR * run_s / _H)
 
 
@@ -902,8 +504,31 @@ def _predict_one(c_, t):
 
     top = t["grid_top_s"]
 
-    def m_slot(T):  # expected revocations of one slot in T seconds (A1)
+    def m_slot0(T):  # expected revocations of one slot in T seconds (A1)
         return jnp.maximum(_interp_ext(T, top, ren, rate), 0.0)
+
+    # A7: availability of the n transient machines (limited markets only)
+    ni = jnp.clip(c_["transient"], 1, t["avail_n"].shape[-1]) - 1
+    lim = t["limited"]
+    wait = lim & (c_["unavailable"] == 1)
+    odfb = lim & (c_["unavailable"] == 0)
+    W_start = jnp.where(wait, t["wait_start_s"][j, b, ni], 0.0)
+    W_start1 = jnp.where(wait, t["wait_start_s"][j, b, 0], 0.0)
+    W_rev = jnp.where(wait, t["wait_revoked_s"][j, b, ni], 0.0)
+    q_re = t["regrant"][j, b, ni]
+    q0 = jnp.where(odfb, t["start_share"][j, b, ni], 1.0)
+    held = t["held_share"][j, b, ni]
+    k_out = jnp.where(odfb, (1.0 - q_re) * rate, 0.0)  # rate at which a slot leaves spot for good
+
+    def phase(T):  # expected time within T a slot that starts on spot stays there (A7)
+        kT = k_out * T
+        return jnp.where(kT > 1e-6, -jnp.expm1(-kT) / jnp.maximum(k_out, 1e-30), T)
+
+    def m_slot(T):  # expected revocations of one slot in T seconds: A1, on spot only (A7)
+        return q0 * m_slot0(phase(T))
+
+    def spot_share(T):  # share of a slot's time on spot (the rest: on-demand, A7)
+        return jnp.where(odfb, q0 * phase(T) / jnp.maximum(T, 1e-9), 1.0)
 
     def F(T):
         return _uinterp(T, top, cdf)
@@ -931,6 +556,13 @@ def _predict_one(c_, t):
         var = jnp.where(hourly, f_rev * nmach * (price ** 2) / 12.0, 0.0)
         return mean + adj, var
 
+    def billed_mixed(machine_s, n_rev_machines, run_s):  # A4 + A7: the spot share and the on-demand rest
+        sh = spot_share(run_s)
+        mean, var = billed(machine_s * sh, sp, n_rev_machines, n * sh, run_s)
+        od_ms = machine_s * (1.0 - sh)
+        od_mean = od * od_ms / _H + jnp.where(hourly, od * n * (1.0 - sh) * 0.5, 0.0)
+        return mean + od_mean, var
+
     def rounded_h(x):  # billed hours of one machine run x seconds, stopped by the user
         return jnp.where(hourly, _billed_hours(x), x / _H)
 
@@ -947,7 +579,7 @@ def _predict_one(c_, t):
         return n * od * jnp.where(hourly, _billed_hours(run_s), run_s / _H)
 
     od_T = s0 + base
-    od_hours = jnp.where(hourly, jnp.ceil(base / _H - 1.0 / _H), base / _H)
+    od_hours = jnp.where(hourly, mk.billed_hours(base, False, xp=jnp), base / _H)
     od_cost = M * od * od_hours
     # --- checkpoint-restart
     K_yd = c_["yd_steps"]  # Young/Daly in steps (host, Candidates.yd_steps)
@@ -960,12 +592,12 @@ def _predict_one(c_, t):
     lam = events(T0, n) / jnp.maximum(T0, 1e-9)
     x = lam * L
     em1 = jnp.expm1(x)
-    Rr = s0 + rest
+    Rr = s0 + rest + W_rev  # A7: waiting for a replacement (wait rule)
     seg = jnp.where(x > 1e-6, (1.0 / jnp.maximum(lam, 1e-30) + Rr) * em1, L + Rr * x)
     nseg = K0 / Kc_eff
     lost = jnp.where(x > 1e-6, 1.0 / jnp.maximum(lam, 1e-30) - L / jnp.maximum(em1, 1e-30), L / 2)
     cr_N_nf = nseg * em1
-    cr_T_nf = s0 + nseg * seg
+    cr_T_nf = s0 + W_start + nseg * seg
     p1 = F(T0)
     cr_T_fb = s0 + T0 + p1 * (Rr + L / 2)
     cr_N = jnp.where(fb, p1, cr_N_nf)
@@ -973,8 +605,8 @@ def _predict_one(c_, t):
     cr_lost = jnp.where(fb, L / 2, lost)
     cr_var = jnp.where(fb, p1 * (1 - p1), cr_N) * (Rr + cr_lost) ** 2
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
-    ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0
-    cr_c_nf, cr_cv = billed(ms_nf, sp, cr_N * k_lost_n, n, cr_T - s0)
+    ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0 - n * (1.0 - held) * W_start
+    cr_c_nf, cr_cv = billed_mixed(ms_nf, cr_N * k_lost_n, cr_T - s0)
     cr_c_fb, cr_fbv = fb_cost(cr_T - s0)
     cr_cost = jnp.where(fb, cr_c_fb, cr_c_nf)
     cr_cost_var = jnp.where(fb, cr_fbv, cr_cv + (n * sp / _H) ** 2 * cr_var)
@@ -992,8 +624,9 @@ def _predict_one(c_, t):
     lg = _scar_g_log(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages_top"], t["log_drift"])
     rho = jax.nn.softplus(lg) / jnp.log(1.0 / c)  # iterations per event, log(1 + g) / log(1/c)
     slow = jnp.where(bulk | (n <= 1), 1.0, 1.0 - dt / jnp.maximum(c_["step_s_less"], dt))
-    B_ev = rest * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0)) + s0 * slow + rho * dts
-    A_s = s0 + K0 * dts
+    B_ev = rest * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0)) + s0 * slow + rho * dts \
+        + W_rev * jnp.where(bulk | (n <= 1), 1.0, slow)  # A7: trains on the survivors while it waits
+    A_s = s0 + K0 * dts + W_start1 + (W_start - W_start1) * jnp.where(n <= 1, 1.0, 1.0 - held)
 
     # --- one fixed point T = A + events(T − offset) B for the policy at hand (A2)
     flush = 8.0 * t["param_bytes"] / (jnp.maximum(R, 1.0) * TIERML_BANDWIDTH_BPS)
@@ -1017,8 +650,9 @@ def _predict_one(c_, t):
     sc_N = events(sc_T - s0, n)
     sc_var = jnp.where(fb, sc_N * (1 - sc_N), sc_N) * B_ev ** 2
     sc_rework = sc_N * rho
-    ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow)
-    sc_c_nf, sc_cv = billed(ms, sp, sc_N * k_lost_n, n, sc_T - s0)
+    ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow) - n * (1.0 - held) * W_start \
+        - sc_N * k_lost_n * W_rev
+    sc_c_nf, sc_cv = billed_mixed(ms, sc_N * k_lost_n, sc_T - s0)
     sc_c_fb, sc_fbv = fb_cost(sc_T - s0)
     sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
     sc_cost_var = jnp.where(fb, sc_fbv, sc_cv + (n * sp / _H) ** 2 * sc_var)
@@ -1074,10 +708,13 @@ def _start_mix(fb, avail, spot_path, od_T, od_cost):
     return mT, vT, mC, vC, a * N, a * RW
 
 
-_CAND_INT = ("policy", "machine", "bid", "workers", "reliable", "transient", "priority", "batch")
+_CAND_INT = ("policy", "machine", "bid", "workers", "reliable", "transient", "priority", "batch", "unavailable")
 
 
-def _tables_of(profile: JobProfile, market: MarketModel) -> dict:
+def prediction_tables(profile: JobProfile, market: MarketModel) -> dict:
+    """The arrays :func:`predict` reads (float32 JAX arrays by name: the market model's prices,
+    lifetime and availability tables, the profile's times, rate and drift), built once per
+    (profile, market); :func:`predict_one` takes them as ``tables=``."""
     ages, log_drift = profile.drift_table()
     f32 = lambda x: jnp.asarray(np.asarray(x, np.float64), jnp.float32)  # noqa: E731
     mttf_s = np.asarray(market.mttf_h, np.float64) * _H
@@ -1089,6 +726,13 @@ def _tables_of(profile: JobProfile, market: MarketModel) -> dict:
         "bulk": jnp.asarray(bool(market.bulk)), "fallback": jnp.asarray(bool(market.fallback)),
         "hourly": jnp.asarray(market.billing == "hourly"), "c": f32(profile.c), "ages_top": f32(ages[-1]),
         "log_drift": f32(log_drift), "param_bytes": f32(profile.param_bytes), "unwarned": f32(market.unwarned),
+        "limited": jnp.asarray(market.limited),
+        # A7: availability of n machines (index n - 1); an infinite wait becomes _NEVER_S (the
+        # plan then runs past the horizon: infeasible) so that no inf * 0 appears
+        "avail_n": f32(market.avail_n), "regrant": f32(market.regrant), "start_share": f32(market.start_share),
+        "held_share": f32(market.held_share),
+        "wait_start_s": f32(np.minimum(np.asarray(market.wait_start_s, np.float64), _NEVER_S)),
+        "wait_revoked_s": f32(np.minimum(np.asarray(market.wait_revoked_s, np.float64), _NEVER_S)),
     }
 
 
@@ -1155,7 +799,7 @@ def predict(profile: JobProfile, market: MarketModel, cands: Candidates, objecti
     whose spot price is not below on-demand) get ``inf`` time and cost and ``feasible=False``;
     with an ``objective`` its deadline, budget and machine limit are applied too."""
     _check_pm(profile, market, cands)
-    out = _predict_all(_cand_arrays(cands), _tables_of(profile, market))
+    out = _predict_all(_cand_arrays(cands), prediction_tables(profile, market))
     pred = _finish(tuple(np.asarray(x)[: len(cands)] for x in out), objective)
     if objective is not None and objective.max_machines is not None:
         pred = pred._replace(feasible=pred.feasible & (np.asarray(cands.workers) <= objective.max_machines))
@@ -1166,7 +810,7 @@ def predict(profile: JobProfile, market: MarketModel, cands: Candidates, objecti
 def predict_one(profile: JobProfile, market: MarketModel, cands: Candidates, i: int, *, tables: dict | None = None) -> tuple:
     """Candidate ``i`` alone through the same formula (jitted scalar): ``(time_s, time_std_s,
     cost, cost_std, revocations, rework, interval_steps, ok)`` floats (the benchmark's loop)."""
-    tables = _tables_of(profile, market) if tables is None else tables
+    tables = prediction_tables(profile, market) if tables is None else tables
     row = {f: jnp.asarray(np.asarray(getattr(cands, f))[i], jnp.int32 if f in _CAND_INT else jnp.float32) for f in _FIELDS}
     return tuple(float(x) for x in _predict_scalar(row, tables))
 
@@ -1216,6 +860,8 @@ def _fmt(d: dict) -> tuple:
         s.append(f"bid {d['bid_fraction']:g}x")
     if pol == "checkpoint_restart":
         s.append(f"ckpt every {d['interval_steps']:.0f} it ({d['period']:g}x YD)")
+    if pol in ("checkpoint_restart", "scar") and d.get("unavailable") == "wait":
+        s.append("waits for spot")
     if pol == "scar":
         s.append(f"r={d['fraction']:g} {d['priority']} every {max(1, round(d['fraction'] * d['interval_steps'])) if math.isfinite(d['interval_steps']) else 'never'} it")
     if d.get("batch_size"):
@@ -1304,8 +950,9 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
     and bid), or a :class:`~scarjax.cluster.market.Market` to evaluate on (e.g. the next window
     of a price history; a price-driven process gets the candidate's bid, ``bid_fraction``
     times the market's on-demand price). Checkpoint-restart gets the candidate's interval
-    (``yd_steps × period``, the planner's MTTF), SCAR the fraction and priority rule (its
-    period is the simulator's Young/Daly), TierML the reliable/transient split. The job is
+    (``yd_steps × period``, the planner's MTTF), SCAR the fraction, the priority rule and the
+    planner's Young/Daly interval ``yd_steps``, both the candidate's ``unavailable`` rule (A7),
+    TierML the reliable/transient split. The job is
     ``profile.job`` with ``workers`` (and the batch size's step time) set. ``model``: the
     MarketModel the candidates were built on, if ``market`` is not (checked for the machine
     and bid indices only)."""
@@ -1344,9 +991,12 @@ def to_simulation(i: int, cands: Candidates, profile: JobProfile, market: Any, *
         K = float(d["yd_steps"])
         K = max(1.0, round(K * float(d["period"]))) if math.isfinite(K) else math.inf
         kw = {"interval_steps": int(K)} if math.isfinite(K) else {}
-        return Simulation(po.checkpoint_restart, kw, mkt, job)
+        return Simulation(po.checkpoint_restart, {**kw, "unavailable": d["unavailable"]}, mkt, job)
     if pol == "scar":
-        return Simulation(po.scar, {"fraction": float(d["fraction"]), "strategy": d["priority"]}, mkt, job)
+        K = float(d["yd_steps"])
+        kw = {"interval_steps": int(K)} if math.isfinite(K) else {}
+        return Simulation(po.scar, {"fraction": float(d["fraction"]), "strategy": d["priority"], **kw,
+                                    "unavailable": d["unavailable"]}, mkt, job)
     if pol == "tierml":
         return Simulation(tm.tierml, {"reliable": int(d["reliable"]), "transient": int(d["transient"]),
                                       "param_bytes": float(profile.param_bytes)}, mkt, job)
@@ -1381,11 +1031,35 @@ def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.J
     return ck.Job(alg, 1e-4, st, workers=4, checkpoint_s=60.0, restore_s=30.0, max_steps=1500)
 
 
+#: The node traces ``scarjax plan --market trace:NAME`` replays, with their stated prices
+#: (USD/h, on-demand and spot) and billing: the AWS p3 node trace (p3.2xlarge list price and a
+#: typical spot price, per-second billing, AWS's 120 s warning) and the GCP V100 availability
+#: trace (n1-standard-8 + V100 list price, the preemptible price 70% off, GCE's 30 s warning).
+TRACE_MARKETS = ("p3", "gcp-v100")
+
+
+def trace_market(name: str, *, data: str | None = None) -> mk.Market:
+    """The :class:`~scarjax.cluster.market.Market` of a node trace of :data:`TRACE_MARKETS`
+    (embedded, or read from ``data``), replayed with its provider's warning and a stated
+    120 s start-up."""
+    va.check_choice("market", name, TRACE_MARKETS)
+    startup = mk.fixed_startup(120.0)
+    if name == "p3":
+        proc = mk.replay(td.load_aws_p3_trace(data))
+        return mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92), proc, billing="per_second", startup=startup)
+    proc = mk.replay(td.load_gcp_v100_trace(data))
+    od = float(gce_hourly_price("V100", preemptible=False, vm="n1-standard-8"))
+    return mk.Market(mk.MachineType("n1+V100", od, spot=float(mk.gce_preemptible_price(od))), proc,
+                     billing="per_second", startup=startup)
+
+
 def market_from_spec(spec: str, *, data: str | None = None, window_days: float = 14.0) -> MarketModel:
     """``aws:ZONE:TYPE`` (the 2015 spot history: embedded April 2015, or ``data`` — a folder
     with the full history — planning on its first ``window_days``), ``gce:GPU[:REGION]``
-    (GCE preemptible lifetimes, embedded or from ``data``), or
-    ``parametric:MTTF_H:SPOT:OD`` (exponential lifetimes, fixed prices, hourly billing)."""
+    (GCE preemptible lifetimes, embedded or from ``data``),
+    ``parametric:MTTF_H:SPOT:OD`` (exponential lifetimes, fixed prices, hourly billing) or
+    ``trace:NAME`` (a node trace of :data:`TRACE_MARKETS`, :func:`trace_market`, through
+    :meth:`MarketModel.from_market`: its waits and gaps included)."""
     va.check_str("market", spec)
     va.check_real("window_days", window_days, lo=0.0, lo_open=True, scalar=True)
     if window_days * 86400.0 < 120.0:
@@ -1411,7 +1085,11 @@ def market_from_spec(spec: str, *, data: str | None = None, window_days: float =
         except ValueError as e:
             raise ValueError(f"market: parametric:MTTF_H:SPOT:OD needs numbers, got {spec!r}") from e
         return MarketModel.parametric(mttf, spot, od, startup_s=mk.DEFAULT_STARTUP_S["aws"], billing="hourly")
-    raise ValueError(f"market must start with aws:, gce: or parametric:, got {spec!r}")
+    if kind == "trace":
+        if len(parts) != 2:
+            raise ValueError(f"market: expected trace:NAME (NAME one of {TRACE_MARKETS}), got {spec!r}")
+        return MarketModel.from_market(trace_market(parts[1], data=data))
+    raise ValueError(f"market must start with aws:, gce:, parametric: or trace:, got {spec!r}")
 
 
 def plan_command(job: str = "mlr", market: str = "aws:us-east-1a:c3.xlarge", objective: str = "cost", *,

@@ -26,6 +26,9 @@ from scarjax.cluster.steptime import step_time_fixed, step_time_linear
 
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import planner as pl
+from scarjax.cluster.jobprofile import JobProfile
+from scarjax.cluster.marketmodel import MarketModel, availability
+from scarjax.data import transient as td
 from scarjax.models import quadratic
 
 FAST = settings(max_examples=6, deadline=None, derandomize=True,
@@ -35,11 +38,11 @@ FAST = settings(max_examples=6, deadline=None, derandomize=True,
 def _toy(**kw):
     base = dict(checkpoint_s=60.0, restore_s=30.0, max_workers=32)
     base.update(kw)
-    return pl.JobProfile("toy", 400.0, 0.99, step_time_linear(60.0, 0.5), **base)
+    return JobProfile("toy", 400.0, 0.99, step_time_linear(60.0, 0.5), **base)
 
 
 def _market(mttf_h=2.0, spot=0.05, od=0.2, billing="hourly"):
-    return pl.MarketModel.parametric(mttf_h, spot, od, startup_s=120.0, billing=billing)
+    return MarketModel.parametric(mttf_h, spot, od, startup_s=120.0, billing=billing)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -188,8 +191,8 @@ def _qp_job():
 @functools.lru_cache(maxsize=None)
 def _qp_setup():
     job = _qp_job()
-    prof = pl.JobProfile.from_job(job, 0)
-    m = pl.MarketModel.parametric(0.3, 0.05, 0.2, startup_s=60.0, billing="per_second")
+    prof = JobProfile.from_job(job, 0)
+    m = MarketModel.parametric(0.3, 0.05, 0.2, startup_s=60.0, billing="per_second")
     cands = pl.candidates(prof, m, workers=[4], policies=["scar"], fractions=[0.5], priorities=["round_robin"])
     return prof, m, cands, pl.predict(prof, m, cands)
 
@@ -230,7 +233,7 @@ def test_to_simulation_and_table():
         pl.to_simulation(p.index, p.candidates, _toy(), m)
 
 
-def check_market_tables(m: pl.MarketModel):
+def check_market_tables(m: MarketModel):
     """Lifetime CDFs nondecreasing in [0, 1], renewal functions >= the CDF, availability in
     [0, 1], the spot price paid at most the bid, MTTFs positive."""
     cdf, ren = np.asarray(m.cdf), np.asarray(m.renewal)
@@ -244,11 +247,9 @@ def check_market_tables(m: pl.MarketModel):
 
 
 def test_market_tables_and_planted():
-    from scarjax.data import transient as td
-
     sp = td.load_spot_prices("c3.xlarge", "us-east-1a")
-    aws = pl.MarketModel.from_prices(mk.price_series(sp), sp.on_demand, window=(0.0, 7 * 86400.0))
-    gce = pl.MarketModel.from_lifetimes()
+    aws = MarketModel.from_prices(mk.price_series(sp), sp.on_demand, window=(0.0, 7 * 86400.0))
+    gce = MarketModel.from_lifetimes()
     for m in (aws, gce, _market()):
         check_market_tables(m)
     assert aws.bulk and aws.fallback and aws.billing == "hourly" and 1.0 in aws.bids
@@ -301,7 +302,7 @@ def test_pollux_goodput_profile_chooses_batch_size():
 
     tp = pollux.ThroughputParams(0.05, 0.002, 0.01, 0.001, 0.05, 0.004, 1.5)
     for phi, want in ((1e7, 1024), (1e-3, 128)):
-        prof = pl.JobProfile.from_pollux("p", tp, phi, 128, 2000.0, 0.999, [128, 1024],
+        prof = JobProfile.from_pollux("p", tp, phi, 128, 2000.0, 0.999, [128, 1024],
                                          checkpoint_s=60.0, restore_s=30.0, max_workers=8)
         eff = np.asarray(pollux.efficiency(np.asarray(prof.batch_sizes, np.float32), phi, 128), np.float64)
         assert np.allclose(prof.iteration_scale, 128 / (np.asarray(prof.batch_sizes) * eff), rtol=1e-5)
@@ -311,7 +312,7 @@ def test_pollux_goodput_profile_chooses_batch_size():
 
 def test_errors_name_arguments():
     with pytest.raises(ValueError, match="c must"):
-        pl.JobProfile("x", 10.0, 1.5, step_time_fixed(1.0))
+        JobProfile("x", 10.0, 1.5, step_time_fixed(1.0))
     with pytest.raises(ValueError, match="kind"):
         pl.Objective("cheapest")
     with pytest.raises(ValueError, match="cost_deadline' needs deadline_h"):
@@ -319,7 +320,7 @@ def test_errors_name_arguments():
     with pytest.raises(ValueError, match="market must start with"):
         pl.market_from_spec("azure:x")
     with pytest.raises(ValueError, match="mttf_h"):
-        pl.MarketModel.parametric(-1.0, 0.1, 0.2)
+        MarketModel.parametric(-1.0, 0.1, 0.2)
     with pytest.raises(TypeError, match="profile must be a JobProfile"):
         pl.candidates("job", _market())
 
@@ -337,3 +338,223 @@ def test_expected_ceil_matches_numerical_integration(mu, sd):
         trapezoid = getattr(np, "trapezoid", None) or np.trapz  # NumPy < 2 has only trapz
         want = float(trapezoid(np.ceil(y) * pdf, y))
     assert abs(got - want) < 2e-3 * max(1.0, mu), f"E[ceil(N({mu}, {sd}))]: {got} vs quadrature {want}"
+
+
+# ----------------------------------------------------------------------------- the planner on the simulator's market
+# (MarketModel.from_market: availability, waits and the on-demand fallback, A7)
+
+_P3 = mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
+
+
+def _trace_market(times_s, counts, **kw):
+    return mk.Market.from_availability(np.asarray(times_s, np.float64), np.asarray(counts), machine=_P3,
+                                       provider="aws_per_second", startup=mk.fixed_startup(120.0), **kw)
+
+
+@functools.lru_cache(maxsize=1)
+def _quad_profile():
+    alg = quadratic.random_problem(0, 16, 10.0, c=0.9)
+    job = ck.Job(alg, 1e-3, step_time_linear(600.0, 2.0), workers=4, checkpoint_s=60.0, restore_s=60.0,
+                 max_steps=400)
+    return JobProfile.from_job(job, 0, max_workers=8)
+
+
+@st.composite
+def availability_traces(draw, gap=False):
+    """5-minute ticks over 12-48 h, counts 0-10 per run of ticks; ``gap``: a stretch of at least
+    2 h with nothing obtainable somewhere in it."""
+    hours = draw(st.integers(12, 48))
+    n = hours * 12
+    runs = draw(st.lists(st.tuples(st.integers(1, 36), st.integers(0, 10)), min_size=2, max_size=20))
+    counts = np.concatenate([np.full(k, c) for k, c in runs])
+    counts = np.resize(counts, n)
+    if gap:
+        at = draw(st.integers(0, n - 25))
+        counts[at:at + 24] = 0
+    if not counts.any():
+        counts[0] = 4
+    return np.arange(n) * 300.0, counts
+
+
+def brute_force_wait(times_s, counts, n, window):
+    """The mean wait from a start uniform in ``window`` until ``n`` machines are obtainable, by
+    scanning forward from 20,000 evenly spaced starts (a wait past the window's end counts to
+    it: the planner's stated censoring)."""
+    lo, hi = window
+    starts = lo + (np.arange(20000) + 0.5) * (hi - lo) / 20000
+    ok_t = np.asarray(times_s, np.float64)[np.asarray(counts) >= n]
+    if ok_t.size == 0:
+        return math.inf  # never obtainable
+    idx = np.searchsorted(times_s, starts, side="right") - 1
+    now_ok = np.asarray(counts)[np.maximum(idx, 0)] >= n
+    nxt = np.searchsorted(ok_t, starts)
+    nxt_t = np.where(nxt < ok_t.size, ok_t[np.minimum(nxt, ok_t.size - 1)], hi)
+    return float(np.mean(np.where(now_ok, 0.0, np.minimum(nxt_t, hi) - starts)))
+
+
+def check_waits_included(profile, model, pred, cands, times_s, counts, window):
+    """Every wait-rule candidate's predicted time is at least its fault-free time plus the
+    trace's own mean wait for its machines (brute force over the raw counts); every
+    prediction is finite where feasible."""
+    check_positive_finite(pred)
+    wait = np.asarray(cands.unavailable) == pl.UNAVAILABLE.index("wait")
+    cr = np.asarray(cands.policy) == pl.POLICIES.index("checkpoint_restart")
+    for i in np.flatnonzero(wait & cr):
+        n = int(cands.transient[i])
+        need = cands.iters0[i] * cands.step_s[i] + 0.98 * brute_force_wait(times_s, counts, n, window)
+        assert pred.time_s[i] >= need - 1.0, (
+            f"candidate {i} ({n} machines, waits) predicted {pred.time_s[i]:.0f} s < fault-free + mean wait {need:.0f} s")
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=availability_traces(gap=True))
+def test_predictions_include_the_waits_on_random_traces(trace):
+    t, c = trace
+    market = _trace_market(t, c)
+    window = (0.0, float(t[-1]))
+    model = MarketModel.from_market(market, window=window, n_max=8)
+    assert model.limited, "a trace with a 2 h gap must be a limited market"
+    prof = _quad_profile()
+    cands = pl.candidates(prof, model, workers=(1, 2, 4, 8), fractions=(0.5,), periods=(1.0,))
+    check_waits_included(prof, model, pl.predict(prof, model, cands), cands, t, c, window)
+
+
+def test_waits_included_planted():
+    """A predictor that ignores the gaps (the availability tables of an always-available
+    market) fails the check on a trace with a gap."""
+    t = np.arange(12 * 24) * 300.0
+    c = np.where((t >= 3600.0 * 6) & (t < 3600.0 * 12), 0, 8)
+    market = _trace_market(t, c)
+    window = (0.0, float(t[-1]))
+    model = MarketModel.from_market(market, window=window, n_max=8)
+    prof = _quad_profile()
+    cands = pl.candidates(prof, model, workers=(4,), fractions=(0.5,), periods=(1.0,))
+    check_waits_included(prof, model, pl.predict(prof, model, cands), cands, t, c, window)
+    blind = dataclasses.replace(model, wait_start_s=np.zeros_like(model.wait_start_s),
+                                wait_revoked_s=np.zeros_like(model.wait_revoked_s))
+    with pytest.raises(AssertionError, match="fault-free \\+ mean wait"):
+        check_waits_included(prof, blind, pl.predict(prof, blind, cands), cands, t, c, window)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=availability_traces(), n=st.integers(1, 12))
+def test_availability_equals_brute_force(trace, n):
+    """availability()'s mean start wait and time share equal a brute-force scan of the counts."""
+    t, c = trace
+    window = (0.0, float(t[-1]) + 300.0)
+    av = availability(t, c, 12, window=window)
+    check_availability(av, t, c, n, window)
+
+
+def check_availability(av, t, c, n, window):
+    want = brute_force_wait(t, c, n, window)
+    got = av.wait_start_s[n - 1]
+    if math.isfinite(got):
+        assert abs(got - want) <= 0.01 * want + 5.0, f"mean wait for {n}: {got:.1f} s, brute force {want:.1f} s"
+    else:
+        assert not (np.asarray(c) >= n).any(), f"wait for {n} infinite although the trace offers them"
+    share = float(np.mean(np.asarray(c)[np.searchsorted(t, np.linspace(*window, 20000, endpoint=False),
+                                                        side="right") - 1] >= n))
+    assert abs(av.avail[n - 1] - share) <= 0.01, f"avail for {n}: {av.avail[n - 1]:.3f}, brute force {share:.3f}"
+
+
+def test_availability_planted():
+    t = np.arange(48) * 300.0
+    c = np.where((t >= 3000) & (t < 9000), 0, 5)
+    window = (0.0, 48 * 300.0)
+    av = availability(t, c, 5, window=window)
+    check_availability(av, t, c, 5, window)
+    bad = av._replace(wait_start_s=2 * av.wait_start_s)  # gap² instead of gap² / 2
+    with pytest.raises(AssertionError, match="mean wait for 5"):
+        check_availability(bad, t, c, 5, window)
+
+
+def _rare_trace(seed):
+    """Spot obtainable about 5% of the time: 20-minute windows of 4 machines in 6-7 h gaps."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(96 * 12) * 300.0
+    c = np.zeros(t.size, np.int64)
+    k = int(rng.integers(0, 60))
+    while k < t.size:
+        c[k:k + 4] = 4
+        k += int(rng.integers(72, 84))
+    return t, c
+
+
+def check_plan_finishes(prof, model, market, plan, starts, horizon_s):
+    """The chosen plan, simulated on the market it was made for, reaches the target from every
+    start within the horizon."""
+    sim = pl.to_simulation(plan.index, plan.candidates, prof, model)
+    for k, s in enumerate(starts):
+        run = sim.policy(sim.job, dataclasses.replace(sim.market, start_time_s=float(s)), key=k,
+                         horizon_s=horizon_s, **sim.kwargs)
+        o = run.to_target(sim.job.target_loss)
+        assert o.reached, (f"the plan {plan.best['policy']} ({plan.best.get('unavailable')}) never finished from "
+                           f"{s / 3600:.1f} h (ran {o.time_s / 3600:.1f} h, {o.steps} steps)")
+
+
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 100))
+def test_plan_finishes_when_spot_is_rare(seed):
+    t, c = _rare_trace(seed)
+    market = _trace_market(t, c)
+    model = MarketModel.from_market(market, n_max=8)
+    assert model.avail_n[0, 0, 0] < 0.1, f"spot obtainable {model.avail_n[0, 0, 0]:.0%} of the time"
+    prof = _quad_profile()
+    p = pl.plan(prof, model, pl.Objective("cost"), grid={"workers": (4, 8), "fractions": (0.5,), "periods": (1.0,)})
+    assert math.isfinite(p.best["time_s"]) and p.best["time_s"] < 48 * 3600
+    check_plan_finishes(prof, model, market, p, [3600.0 * 5, 3600.0 * 30], 48 * 3600.0)
+
+
+def test_plan_finishes_planted():
+    """A planner blind to the gaps (availability of an always-available market) that waits for
+    spot picks a plan that does not finish within the horizon on a rare-spot trace."""
+    t, c = _rare_trace(0)
+    market = _trace_market(t, c)
+    model = MarketModel.from_market(market, n_max=8)
+    prof = _quad_profile()
+    blind = dataclasses.replace(model, wait_start_s=np.zeros_like(model.wait_start_s),
+                                wait_revoked_s=np.zeros_like(model.wait_revoked_s),
+                                regrant=np.ones_like(model.regrant), start_share=np.ones_like(model.start_share))
+    p = pl.plan(prof, blind, pl.Objective("cost"), grid={"workers": (8,), "fractions": (0.5,), "periods": (1.0,),
+                                                         "policies": ("checkpoint_restart",), "unavailable": ("wait",)})
+    with pytest.raises(AssertionError, match="never finished"):
+        check_plan_finishes(prof, blind, market, p, [3600.0 * 5], 6 * 3600.0)
+
+
+def test_from_market_matches_the_parametric_and_price_models():
+    """from_market on an exponential market has the parametric model's MTTF and prices; on a
+    price-driven market it is from_prices at the market's bid; bad arguments name themselves."""
+    m = mk.Market(mk.MachineType("x", 0.2, spot=0.05), mk.exponential(2.0 * 3600), billing="hourly",
+                  startup=mk.fixed_startup(120.0))
+    got = MarketModel.from_market(m)
+    assert got.mttf_h[0, 0] == pytest.approx(2.0) and got.spot[0, 0] == pytest.approx(0.05)
+    assert not got.limited and got.billing == "hourly" and got.startup_s == pytest.approx(120.0)
+    np.testing.assert_allclose(got.cdf[0, 0, ::32], -np.expm1(-got.grid_h[::32] / 2.0), atol=0.03)
+    sp = td.load_spot_prices("c3.xlarge", "us-east-1a")
+    ser = mk.price_series(sp)
+    pm = mk.Market(mk.MachineType("c3", float(sp.on_demand), ser), mk.price_driven(ser, 0.5 * float(sp.on_demand)))
+    a = MarketModel.from_market(pm, window=(0.0, 7 * 86400.0))
+    b = MarketModel.from_prices(ser, sp.on_demand, window=(0.0, 7 * 86400.0), bids=(0.5,))
+    np.testing.assert_allclose(a.mttf_h, b.mttf_h)
+    np.testing.assert_allclose(a.avail, b.avail)
+    assert a.build(0, 0.5).process.bid == pytest.approx(0.5 * float(sp.on_demand))
+    with pytest.raises(TypeError, match="market must be"):
+        MarketModel.from_market("aws")
+    with pytest.raises(ValueError, match="n_max"):
+        MarketModel.from_market(m, n_max=0)
+    with pytest.raises(ValueError, match="window"):
+        MarketModel.from_market(_trace_market([0.0, 300.0], [2, 0]), window=(5.0, 1.0))
+
+
+def test_trace_market_spec():
+    """``scarjax plan --market trace:NAME``: the replayed node traces through from_market."""
+    p3 = pl.market_from_spec("trace:p3")
+    assert p3.limited and p3.billing == "per_second" and p3.names == ("p3.2xlarge",)
+    assert 0.5 < p3.mttf_h[0, 0] < 10.0, f"p3 trace residual MTTF {p3.mttf_h[0, 0]:.3g} h"
+    gcp = pl.market_from_spec("trace:gcp-v100")
+    assert gcp.warning_s == pytest.approx(30.0) and gcp.avail_n.shape[-1] == 64
+    with pytest.raises(ValueError, match="market"):
+        pl.market_from_spec("trace:moon")
+    with pytest.raises(ValueError, match="expected trace:NAME"):
+        pl.market_from_spec("trace:p3:x")
