@@ -14,12 +14,26 @@ probabilities from) under four policies on the same clock:
   five types chosen by BidBrain (bid delta chosen from a grid), at most 128 cores;
 * ``aggressive``: the same with every bid one price tick above the market.
 
-The progress model is the stated scaling model of ``bidbrain`` (not calibrated from real runs).
+**Stated and calibrated progress model.** The main comparison runs twice on the same start
+times: with the stated scaling model of ``bidbrain`` (``kappa = 0.05``) and with ``kappa``
+fitted to the throughput the cluster engine's real runs give for 2 to 32 machines
+(``experiments/_calibration.py``; results key ``calibrated``, last column of the report's
+table, hatched bars of the figure's middle panel).
+
+**The largest deviations** (free computing ~10% vs the paper's ~32%; aggressive bids x1.1
+vs ~4x in runtime) are the data and the model, not a bug (:func:`deviation_note`): free
+computing only comes from allocations the provider revokes within a billing hour, and on the
+2015 markets a bid one tick above the price either dies within minutes or lives for days, so
+most computing runs on long-lived allocations that are billed; an eviction costs AgileML
+only a reconfiguration pause (no work is lost, the replacement starts up while the rest of
+the fleet works), so even a 5-minute pause per change slows the aggressive variant by less
+than 10%.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -27,7 +41,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from experiments import _common, _plot
+from experiments import _calibration, _common, _plot
 from experiments._common import recorded
 from scarjax.cluster import bidbrain as bb
 
@@ -68,8 +82,8 @@ def _full_history() -> str | None:
     return root if os.path.isdir(os.path.join(root, "aws-spot-2015")) else None
 
 
-def _job(cfg: Config, reconfig_s: float | None = None) -> bb.Job:
-    sc = bb.ScalingModel(cfg.kappa, 4.0 * cfg.reliable)
+def _job(cfg: Config, reconfig_s: float | None = None, scaling: bb.ScalingModel | None = None) -> bb.Job:
+    sc = bb.ScalingModel(cfg.kappa, 4.0 * cfg.reliable) if scaling is None else scaling
     work = float(sc.rate(cfg.od_machines * bb.CORES["c3.xlarge"])) * cfg.job_hours
     return bb.Job(work=work, scaling=sc, reconfig_s=cfg.reconfig_s if reconfig_s is None else reconfig_s)
 
@@ -81,6 +95,13 @@ def _starts(key, markets, cfg: Config, n: int) -> np.ndarray:
         raise ValueError("the price history is too short for the warm-up and the job")
     u = np.asarray(jax.random.uniform(key, (n,)), np.float64)
     return np.sort(np.round(lo + u * (hi - lo)))
+
+
+def _revoked_core_s(allocations: list[dict]) -> float:
+    """Core-seconds worked by allocations that the provider revoked (the only ones whose last
+    partial hour can be free): the upper bound of a run's free computing."""
+    return float(sum(a["n"] * bb.CORES[a["name"].rsplit(":", 1)[-1]] * max(a["end"] - a["ready"], 0.0)
+                     for a in allocations if a["revoked"] and a["tier"] == "transient"))
 
 
 def _summ(runs: list[dict], od: list[dict]) -> dict:
@@ -97,6 +118,7 @@ def _summ(runs: list[dict], od: list[dict]) -> dict:
         rel_cost_mean=float(rc.mean()), rel_cost_std=float(rc.std()), rel_cost_p95=float(np.percentile(rc, 95)),
         rel_runtime_mean=float(rr.mean()), rel_runtime_p95=float(np.percentile(rr, 95)),
         free_fraction=float(free / comp) if comp > 0 else 0.0,
+        revoked_fraction=(float(sum(r.get("revoked_core_s", math.nan) for r in runs) / comp) if comp > 0 else 0.0),
         free_fraction_mean_per_run=float(np.mean([r["free_fraction"] for r in runs])),
         evictions_mean=float(np.mean([r["evictions"] for r in runs])),
     )
@@ -107,7 +129,11 @@ def run(config: Config, out_dir) -> dict:
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(config.seed)
     job = _job(config)
+    # The same job with the scaling model's kappa fitted to the cluster engine's real runs.
+    cal_scaling = _calibration.scaling_model(4.0 * config.reliable, max_machines=config.max_cores // 4)
+    cal_job = _job(config, scaling=cal_scaling)
     per_run: dict[str, list] = {p: [] for p in POLICIES}
+    cal_run: dict[str, list] = {p: [] for p in POLICIES}
     sweep = {str(r): {"proteus": [], "aggressive": [], "on-demand": []} for r in config.reconfig_sweep}
     for zi, zone in enumerate(config.zones):
         markets = bb.spot_markets(zone, config.data_root)
@@ -124,9 +150,21 @@ def run(config: Config, out_dir) -> dict:
             }
             for p, r in runs.items():
                 d = r.to_json()
-                d.pop("allocations")
+                d["revoked_core_s"] = _revoked_core_s(d.pop("allocations"))
                 d["zone"] = zone
                 per_run[p].append(d)
+            cal = {
+                "on-demand": bb.on_demand(cal_job, markets, s, machines=config.od_machines),
+                "checkpointing": bb.checkpoint_spot(cal_job, markets, s, machines=config.od_machines),
+                "proteus": bb.bidbrain(cal_job, markets, s, **common),
+                "aggressive": bb.bidbrain(cal_job, markets, s, fixed_headroom=bb.PRICE_TICK, policy="aggressive",
+                                          **common),
+            }
+            for p, r in cal.items():
+                d = r.to_json()
+                d.pop("allocations")
+                d["zone"] = zone
+                cal_run[p].append(d)
         for r in config.reconfig_sweep:
             j = _job(config, r)
             for s in starts[: config.sweep_starts]:
@@ -134,15 +172,7 @@ def run(config: Config, out_dir) -> dict:
                 sweep[str(r)]["proteus"].append(bb.bidbrain(j, markets, s, **common).to_json())
                 sweep[str(r)]["aggressive"].append(
                     bb.bidbrain(j, markets, s, fixed_headroom=bb.PRICE_TICK, policy="aggressive", **common).to_json())
-    od = per_run["on-demand"]
-    summary = {p: _summ(per_run[p], od) for p in POLICIES}
-    for p in ("proteus", "aggressive"):
-        ck = np.array([r["cost"] for r in per_run["checkpointing"]])
-        summary[p]["rel_cost_vs_checkpointing_mean"] = float(
-            np.mean(np.array([r["cost"] for r in per_run[p]]) / ck))
-        tk = np.array([r["runtime_s"] for r in per_run["checkpointing"]])
-        summary[p]["rel_runtime_vs_checkpointing_mean"] = float(
-            np.mean(np.array([r["runtime_s"] for r in per_run[p]]) / tk))
+    summary = _summary(per_run)
     sweep_summary = {}
     for r, d in sweep.items():
         pr = np.array([x["runtime_s"] for x in d["proteus"]])
@@ -155,17 +185,42 @@ def run(config: Config, out_dir) -> dict:
             evictions_aggressive=float(np.mean([x["evictions"] for x in d["aggressive"]])),
             free_fraction_aggressive=float(np.mean([x["free_fraction"] for x in d["aggressive"]])),
         )
+    cfg_json = dataclasses.asdict(config)
+    if config.data_root is not None:  # a results file names no machine's absolute path
+        cfg_json["data_root"] = _common.shown_path(config.data_root)
     return {
-        "config": dataclasses.asdict(config),
+        "config": cfg_json,
         "work_units": job.work,
         "data": ("embedded April 2015 extract" if config.data_root is None
                  else f"full history from {_common.shown_path(config.data_root)}"),
-        "progress_model": "stated scaling model (scarjax.cluster.bidbrain.ScalingModel), not calibrated",
+        "progress_model": f"stated scaling model (scarjax.cluster.bidbrain.ScalingModel, kappa = {config.kappa:g})",
         "runs": per_run,
         "summary": summary,
         "reconfig_sweep": sweep_summary,
+        "calibrated": {
+            "progress_model": f"kappa = {cal_scaling.kappa:.4f} fitted to the cluster engine's throughput "
+                              "(experiments/_calibration.py)",
+            "kappa": cal_scaling.kappa,
+            "engine": _calibration.summary(),
+            "work_units": cal_job.work,
+            "runs": cal_run,
+            "summary": _summary(cal_run),
+        },
         "seconds": time.perf_counter() - t_start,
     }
+
+
+def _summary(per_run: dict) -> dict:
+    od = per_run["on-demand"]
+    summary = {p: _summ(per_run[p], od) for p in POLICIES}
+    for p in ("proteus", "aggressive"):
+        ck = np.array([r["cost"] for r in per_run["checkpointing"]])
+        summary[p]["rel_cost_vs_checkpointing_mean"] = float(
+            np.mean(np.array([r["cost"] for r in per_run[p]]) / ck))
+        tk = np.array([r["runtime_s"] for r in per_run["checkpointing"]])
+        summary[p]["rel_runtime_vs_checkpointing_mean"] = float(
+            np.mean(np.array([r["runtime_s"] for r in per_run[p]]) / tk))
+    return summary
 
 
 def plot(res: dict, out_dir) -> list:
@@ -185,7 +240,16 @@ def plot(res: dict, out_dir) -> list:
     ax.set_title("per start time")
     ax = axes[0, 1]
     s = res["summary"]
-    ax.bar(range(len(POLICIES)), [s[p]["free_fraction"] for p in POLICIES], color=[f"C{i}" for i in range(4)])
+    cal = (res.get("calibrated") or {}).get("summary")
+    x = np.arange(len(POLICIES))
+    w = 0.4 if cal else 0.8
+    ax.bar(x - (w / 2 if cal else 0), [s[p]["free_fraction"] for p in POLICIES], w,
+           color=[f"C{i}" for i in range(4)])
+    if cal:
+        ax.bar(x + w / 2, [cal[p]["free_fraction"] for p in POLICIES], w, color=[f"C{i}" for i in range(4)],
+               hatch="//", alpha=0.6)
+        ax.bar([0], [0], color="0.55", label="stated model")  # zero-height: legend entries in a neutral colour
+        ax.bar([0], [0], color="0.55", hatch="//", alpha=0.6, label="calibrated on the engine")
     ax.axhline(0.32, color=_plot.COLORS["reference"], ls=":", label="paper: 32%")
     ax.set_xticks(range(len(POLICIES)), POLICIES, rotation=20)
     ax.set_ylabel("share of free computing")
@@ -199,6 +263,46 @@ def plot(res: dict, out_dir) -> list:
     ax.set_ylabel("ratio")
     ax.legend()
     return [_plot.save(fig, out_dir, NAME)]
+
+
+_CLAIMS = (
+    ("checkpointing on spot: runtime vs all on-demand", "+25%",
+     lambda s: f"{100 * (s['checkpointing']['rel_runtime_mean'] - 1):+.0f}%"),
+    ("Proteus: cheaper and faster than all on-demand", "yes",
+     lambda s: f"cost {100 * (s['proteus']['rel_cost_mean'] - 1):+.0f}%, "
+               f"runtime {100 * (s['proteus']['rel_runtime_mean'] - 1):+.0f}%"),
+    ("Proteus: share of free computing", "~32%", lambda s: f"{100 * s['proteus']['free_fraction']:.1f}%"),
+    ("aggressive bids (near market): runtime vs Proteus", "~4x",
+     lambda s: f"x{s['aggressive']['rel_runtime_mean'] / s['proteus']['rel_runtime_mean']:.2f} "
+               f"(cost x{s['aggressive']['rel_cost_mean'] / s['proteus']['rel_cost_mean']:.2f})"),
+)
+
+
+def deviation_note(res: dict) -> str:
+    """Why free computing and the aggressive bids' penalty fall short of the paper's ~32% and
+    ~4x, from the results: free computing is bounded by the computing done on allocations the
+    provider revokes, and an eviction costs AgileML only its reconfiguration pause."""
+    s, c = res["summary"], res["config"]
+    pr, ag = s["proteus"], s["aggressive"]
+    bound = ""
+    if "revoked_fraction" in pr:
+        bound = (f"Free computing can only come from allocations the provider revokes: they did "
+                 f"{100 * pr['revoked_fraction']:.1f}% of Proteus's computing ({100 * pr['free_fraction']:.1f}% free) "
+                 f"and {100 * ag['revoked_fraction']:.1f}% of the aggressive variant's "
+                 f"({100 * ag['free_fraction']:.1f}% free); the rest ran on allocations still alive when the "
+                 "job ended or dropped by BidBrain at an hour's end, which are billed: ~32% free needs at least "
+                 "~32% of the computing on revoked allocations. ")
+    sweep = res["reconfig_sweep"]
+    worst = max(sweep, key=float)
+    return (
+        "**Why free computing and the aggressive penalty are smaller than the paper's (~32%, ~4x).** " + bound
+        + f"Evictions per run: Proteus {pr['evictions_mean']:.1f}, aggressive {ag['evictions_mean']:.1f}; an eviction "
+        f"costs the fleet only its {c['reconfig_s']:g} s pause here (AgileML flushes within the two-minute warning "
+        f"and the replacement's start-up overlaps the rest of the fleet), and even a {float(worst):g} s pause gives "
+        f"x{sweep[worst]['runtime_ratio_mean']:.2f}: a 4x slowdown needs evictions that cost the whole job far "
+        "more than a pause, which neither the summary nor AgileML's design (Sec 3) states. Verdict: the data "
+        "(the 2015 markets, where a bid one tick above the price either dies within minutes or lives for "
+        "days) and the model (what an eviction costs), not a bug.")
 
 
 def report(res: dict) -> str:
@@ -224,21 +328,21 @@ def report(res: dict) -> str:
             f"{x['rel_cost_p95']:.3f}) | {x['rel_runtime_mean']:.2f} ({x['rel_runtime_p95']:.2f}) | "
             f"{100 * x['free_fraction']:.1f}% | {x['evictions_mean']:.1f} |"
         )
-    pr, ag = s["proteus"], s["aggressive"]
-    ck = s["checkpointing"]
+    pr = s["proteus"]
+    cal = res.get("calibrated")
+    sc = cal["summary"] if cal else None
     lines += [
         "",
         f"Proteus vs checkpointing: cost x{pr['rel_cost_vs_checkpointing_mean']:.2f}, runtime "
         f"x{pr['rel_runtime_vs_checkpointing_mean']:.2f} (means of per-start ratios).",
         "",
-        "| claim | paper | ours |",
-        "|---|---|---|",
-        f"| checkpointing on spot: runtime vs all on-demand | +25% | {100 * (ck['rel_runtime_mean'] - 1):+.0f}% |",
-        f"| Proteus: cheaper and faster than all on-demand | yes | cost {100 * (pr['rel_cost_mean'] - 1):+.0f}%, "
-        f"runtime {100 * (pr['rel_runtime_mean'] - 1):+.0f}% |",
-        f"| Proteus: share of free computing | ~32% | {100 * pr['free_fraction']:.1f}% |",
-        f"| aggressive bids (near market): runtime vs Proteus | ~4x | "
-        f"x{ag['rel_runtime_mean'] / pr['rel_runtime_mean']:.2f} (cost x{ag['rel_cost_mean'] / pr['rel_cost_mean']:.2f}) |",
+        "| claim | paper | ours, stated model | ours, model calibrated on the engine |",
+        "|---|---|---|---|",
+        *[f"| {claim} | {paper} | {fmt(s)} | {fmt(sc) if sc else 'not run'} |" for claim, paper, fmt in _CLAIMS],
+        "",
+        (f"Calibrated model: {cal['progress_model']} (stated: kappa = {c['kappa']:g}); the same start times, "
+         f"the job's work {cal['work_units']:.0f} units (the same 16 on-demand machines for {c['job_hours']:g} h)."
+         if cal else ""),
         "",
         "Aggressive / Proteus against the whole-fleet pause per allocation change (first "
         f"{c['sweep_starts']} starts per zone):",
@@ -263,6 +367,8 @@ def report(res: dict) -> str:
         f"{c['max_cores']} cores against the on-demand fleet's {4 * c['od_machines']}. The "
         "aggressive variant's runtime penalty depends on what an eviction costs the whole fleet "
         "(our pause per change), which the summary does not state; the sweep shows that dependence.",
+        "",
+        deviation_note(res),
     ]
     return "\n".join(lines)
 

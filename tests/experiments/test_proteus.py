@@ -28,6 +28,16 @@ def test_proteus_tiny_end_to_end(tmp_path):
     assert (tmp_path / "paper_figs" / "proteus.png").stat().st_size > 10_000
     text = m.report(saved)
     check_report(text)
+    # the engine-calibrated scaling model runs the same starts and is reported beside the stated one
+    cal = saved["calibrated"]
+    assert set(cal["summary"]) == set(m.POLICIES) and 0 <= cal["kappa"] < cfg.kappa
+    assert [r["start_s"] for r in cal["runs"]["proteus"]] == [r["start_s"] for r in saved["runs"]["proteus"]]
+    assert "calibrated on the engine" in text and "not a bug" in text
+    # free computing never exceeds the computing on revoked allocations (its bound in the report)
+    for p in m.POLICIES:
+        for r in saved["runs"][p]:
+            assert r["free_core_s"] <= r["revoked_core_s"] + 1e-6
+    assert saved["config"]["data_root"] is None
     with pytest.raises(AssertionError, match="lacks the paper's '~32%'"):
         check_report(text.replace("~32%", "?"))
     # the start times come from the seed's key: the same twice, others for another seed
@@ -39,3 +49,12 @@ def test_proteus_tiny_end_to_end(tmp_path):
     starts = [r["start_s"] for r in res["runs"]["proteus"]]
     assert starts == m._starts(jax.random.fold_in(jax.random.PRNGKey(0), 0), markets, cfg, 3).tolist()
     assert starts != m._starts(jax.random.fold_in(jax.random.PRNGKey(1), 0), markets, cfg, 3).tolist()
+
+
+def test_revoked_core_seconds_count_only_provider_revoked_transient_allocations():
+    a = dict(n=2, name="us-east-1a:c3.xlarge", ready=100.0, end=1900.0, revoked=True, tier="transient")
+    kept = dict(a, revoked=False)
+    reliable = dict(a, tier="reliable")
+    assert m._revoked_core_s([a, kept, reliable]) == 2 * 4 * 1800.0
+    # planted violation: counting every allocation would include the user-ended and reliable ones
+    assert m._revoked_core_s([a, kept, reliable]) != 3 * 2 * 4 * 1800.0
