@@ -9,17 +9,32 @@ rounded up to a dime / nickel, paying the bid). The progress model and the marke
 those of :mod:`scarjax.cluster.sweep` (a calibrated progress model, no training inside: tens
 of millions of scenarios). The ablation "tierml_noswitch" stays on its home class (Sec 4.6's
 proactive switching).
+
+**Stated and calibrated model.** The sweep runs twice: with the stated progress model
+(TierML's stage rates 63/64 and 1/64 of the on-demand fleet) and with TierML's rates
+calibrated from the cluster engine's real runs (``experiments/_calibration.py``:
+:meth:`scarjax.cluster.sweep.ProgressModel.from_step_time` on the seconds per iteration the
+engine measures for 64, 63 and 1 workers); results key ``calibrated``, last column of the
+report's table.
+
+**The largest deviation** (TierML vs checkpointing: more expensive here, 46-50% cheaper in
+the paper; also in ``tierml_fig1``, +24% vs -48%) is the data, not the model or a bug
+(:func:`deviation_note` computes the evidence): the 2015 markets' measured MTTFs at the
+on-demand bid are days to months, so checkpointing's Young/Daly overhead is a few percent
+(the paper measured 18%, an MTTF of about 4 hours) and TierML's reliable on-demand machine
+buys little; the calibrated model moves the savings by less than a point.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from experiments import _common, _plot
+from experiments import _calibration, _common, _plot
 from scarjax.cluster import sweep as sw
 from scarjax.data import transient as td
 
@@ -84,12 +99,11 @@ def run(config: Config, out_dir) -> dict:
     model = dataclasses.replace(sw.default_model(), machines=cfg.machines, checkpoint_min=cfg.checkpoint_min)
     res = sw.sweep(spot, stride=cfg.stride, work_s=_seconds(cfg.work_hours), model=model, source=source)
     cells = _in_hours(res["cells"])
-    rows = {
-        "by_work_bid_policy": sw.summarise(cells, by=("work_h", "bid", "policy")),
-        "by_zone_work_bid_policy": sw.summarise(cells, by=("zone", "work_h", "bid", "policy")),
-        "by_type_bid_policy": sw.summarise(cells, by=("instance_type", "bid", "policy")),
-        "by_bid_policy": sw.summarise(cells, by=("bid", "policy")),
-    }
+    rows = _rows(cells)
+    # The same sweep with TierML's stage rates calibrated from the engine's real runs.
+    cal_model = _calibration.progress_model(machines=cfg.machines, checkpoint_min=cfg.checkpoint_min)
+    cal = sw.sweep(spot, stride=cfg.stride, work_s=_seconds(cfg.work_hours), model=cal_model, source=source)
+    cal_rows = _rows(_in_hours(cal["cells"]))
     return {
         "config": dataclasses.asdict(cfg),
         "data": source,
@@ -101,6 +115,13 @@ def run(config: Config, out_dir) -> dict:
         "cells": _clean(cells),
         "summary": {k: _clean(v) for k, v in rows.items()},
         "headline": _headline(rows),
+        "calibrated": {
+            "model": dataclasses.asdict(cal_model),
+            "engine": _calibration.summary(),
+            "summary": {"by_work_bid_policy": _clean(cal_rows["by_work_bid_policy"]),
+                        "by_bid_policy": _clean(cal_rows["by_bid_policy"])},
+            "headline": _headline(cal_rows),
+        },
     }
 
 
@@ -113,6 +134,15 @@ def _in_hours(cells: list[dict]) -> list[dict]:
     """The sweep's cells with the job length as the paper states it (``work_h``, compute-hours)."""
     return [{("work_h" if k == "work_s" else k): (v / 3600.0 if k == "work_s" else v) for k, v in c.items()}
             for c in cells]
+
+
+def _rows(cells) -> dict:
+    return {
+        "by_work_bid_policy": sw.summarise(cells, by=("work_h", "bid", "policy")),
+        "by_zone_work_bid_policy": sw.summarise(cells, by=("zone", "work_h", "bid", "policy")),
+        "by_type_bid_policy": sw.summarise(cells, by=("instance_type", "bid", "policy")),
+        "by_bid_policy": sw.summarise(cells, by=("bid", "policy")),
+    }
 
 
 def _get(rows, **key):
@@ -210,9 +240,83 @@ def _chg_rng(r) -> str:
     return f"{_chg(hi)} to {_chg(lo)}"
 
 
+def deviation_note(results: dict) -> str:
+    """Why TierML costs more than checkpointing here (the paper: 46-50% less), from the results:
+    the markets' measured MTTFs make checkpointing's Young/Daly overhead small."""
+    cfg = results["config"]
+    delta = cfg["checkpoint_min"]
+    mttf = np.array([m for v in results["mttf_min"].values() for m in v["on_demand"]], float)
+    med = float(np.median(mttf))
+    paper_overhead = 0.18  # TierML Sec 4.7: MF's checkpointing overhead at BidOnDemand
+    rows = results["summary"]["by_work_bid_policy"]
+    gap = {w: _get(rows, work_h=w, bid="on_demand", policy="tierml")["cost"]["mean"]
+           / _get(rows, work_h=w, bid="on_demand", policy="checkpoint")["cost"]["mean"] - 1 for w in cfg["work_hours"]}
+    ck = _get(results["summary"]["by_bid_policy"], bid="on_demand", policy="checkpoint")
+    return (
+        "**Why TierML costs more than checkpointing here (paper: 46–50% less).** The data: the median measured "
+        f"MTTF over the 15 markets at BidOnDemand is {med:,.0f} min ({med / 1440:.0f} days), where checkpointing's "
+        f"Young/Daly overhead sqrt(2 δ / MTTF) with δ = {delta:g} min is {100 * math.sqrt(2 * delta / med):.1f}%; the "
+        f"paper's measured {100 * paper_overhead:.0f}% needs an MTTF of {2 * delta / paper_overhead ** 2:.0f} min. "
+        f"Checkpointing saw {ck['revocations']:.2f} revocations per job and ran {100 * (ck['runtime']['mean'] - 1):.1f}% "
+        "longer than on-demand (paper +38%), so TierML's reliable on-demand machine and its switches buy little. "
+        "TierML vs checkpointing by job length (BidOnDemand, mean cost): "
+        + ", ".join(f"{w:g} h {_chg(-g)}" for w, g in gap.items())
+        + " (the 2 h jobs pay a third hour, note 4). " + _calibration_shift(results) + "Not a bug.")
+
+
+def _calibration_shift(results: dict) -> str:
+    cal = (results.get("calibrated") or {}).get("headline")
+    if not cal:
+        return ""
+    h = results["headline"]
+    d = max(abs(cal[b][k] - h[b][k]) for b in sw.BIDS for k in ("tierml_vs_ckpt", "tierml_vs_od"))
+    return (f"Nor are the model's stated rates: calibrated on the engine, TierML's savings vs on-demand and vs "
+            f"checkpointing move by at most {100 * d:.1f} points. ")
+
+
+def _calibrated_note(results: dict) -> str:
+    cal = results.get("calibrated")
+    if not cal:
+        return ""
+    m = cal["model"]
+    full = m["stage3_efficiency"] * (m["machines"] - m["reliable"]) / m["machines"]
+    alone = m["stage1_efficiency"] * m["reliable"] / m["machines"]
+    return ("Last column: the same sweep with TierML's rates calibrated on the cluster engine "
+            "(`experiments/_calibration.py`: real MLR training under the engine's on-demand policy, seconds per "
+            f"iteration from its {cal['engine']['step_time']} step time; "
+            "`ProgressModel.from_step_time`): TierML's full fleet "
+            f"{full:.4f} (stated {(m['machines'] - m['reliable']) / m['machines']:.4f}) and its reliable machine "
+            f"alone {alone:.4f} (stated {m['reliable'] / m['machines']:.4f}) of the on-demand fleet's rate.")
+
+
+_CLAIMS = (
+    ("TierML cost vs on-demand, BidOnDemand (range over zone × job length)", "−74% to −78%",
+     lambda od, ag: f"{_chg_rng(od['tierml_vs_od_range'])} (pooled {_chg(od['tierml_vs_od'])})"),
+    ("TierML cost vs checkpointing, BidOnDemand", "−46% to −50%",
+     lambda od, ag: f"{_chg_rng(od['tierml_vs_ckpt_range'])} (pooled {_chg(od['tierml_vs_ckpt'])})"),
+    ("TierML cost vs on-demand, BidAggressive", "−66% to −70%",
+     lambda od, ag: f"{_chg_rng(ag['tierml_vs_od_range'])} (pooled {_chg(ag['tierml_vs_od'])})"),
+    ("TierML cost vs checkpointing, BidAggressive", "−52% to −55%",
+     lambda od, ag: f"{_chg_rng(ag['tierml_vs_ckpt_range'])} (pooled {_chg(ag['tierml_vs_ckpt'])})"),
+    ("TierML p95 cost vs on-demand (BidOnDemand / BidAggressive)", "−59% / −32%",
+     lambda od, ag: f"{_chg(od['tierml_p95_vs_od'])} / {_chg(ag['tierml_p95_vs_od'])}"),
+    ("checkpointing p95 cost vs on-demand (BidOnDemand / BidAggressive)", "no saving",
+     lambda od, ag: f"{_chg(od['ckpt_p95_vs_od'])} / {_chg(ag['ckpt_p95_vs_od'])}"),
+    ("runtime increase TierML (BidOnDemand / BidAggressive)", "+11% / +23%",
+     lambda od, ag: f"+{100 * od['runtime_tierml']:.1f}% / +{100 * ag['runtime_tierml']:.1f}%"),
+    ("runtime increase checkpointing (BidOnDemand / BidAggressive)", "+38% / +62%",
+     lambda od, ag: f"+{100 * od['runtime_ckpt']:.1f}% / +{100 * ag['runtime_ckpt']:.1f}%"),
+    ("proactive class switching (TierML vs TierML on its home class)", "−34% cost",
+     lambda od, ag: f"{_chg(od['switching_saving'])} (BidOnDemand), {_chg(ag['switching_saving'])} (BidAggressive), "
+                    f"range {_chg_rng(od['switching_saving_range'])}"),
+)
+
+
 def report(results: dict) -> str:
     h = results["headline"]
     od, ag = h["on_demand"], h["aggressive"]
+    hc = (results.get("calibrated") or {}).get("headline") or {}
+    odc, agc = hc.get("on_demand"), hc.get("aggressive")
     cfg = results["config"]
     starts = "every start minute" if cfg["stride"] == 1 else f"every {cfg['stride']}th start minute"
     lines = [
@@ -222,23 +326,16 @@ def report(results: dict) -> str:
         f"{starts} "
         f"({results['scenarios']:,} scenarios: 3 zones × 5 instance types × jobs of "
         f"{', '.join(f'{w:g}' for w in cfg['work_hours'])} compute-hours × 2 bids × 3 policies). "
-        f"{cfg['machines']} machines; TierML 1 reliable + {cfg['machines'] - 1} spot. Calibrated progress "
-        "model of `scarjax.cluster.sweep` (stated constants: TierML's stage rates 63/64 and 1/64, start-up "
+        f"{cfg['machines']} machines; TierML 1 reliable + {cfg['machines'] - 1} spot. Stated progress "
+        "model of `scarjax.cluster.sweep` (TierML's stage rates 63/64 and 1/64 of the on-demand fleet, start-up "
         f"5 min, AWS 2-min warning, checkpoint {cfg['checkpoint_min']:g} min at the Young/Daly interval from "
         "each market's measured MTTF); no training inside the sweep. Vectorised NumPy sweep, equal to the "
-        "plain Python event loop on random scenarios (tests/cluster/test_sweep.py).",
+        "plain Python event loop on random scenarios (tests/cluster/test_sweep.py). "
+        + _calibrated_note(results),
         "",
-        "| claim | paper (2016 traces) | ours (2015 traces) |",
-        "|---|---|---|",
-        f"| TierML cost vs on-demand, BidOnDemand (range over zone × job length) | −74% to −78% | {_chg_rng(od['tierml_vs_od_range'])} (pooled {_chg(od['tierml_vs_od'])}) |",
-        f"| TierML cost vs checkpointing, BidOnDemand | −46% to −50% | {_chg_rng(od['tierml_vs_ckpt_range'])} (pooled {_chg(od['tierml_vs_ckpt'])}) |",
-        f"| TierML cost vs on-demand, BidAggressive | −66% to −70% | {_chg_rng(ag['tierml_vs_od_range'])} (pooled {_chg(ag['tierml_vs_od'])}) |",
-        f"| TierML cost vs checkpointing, BidAggressive | −52% to −55% | {_chg_rng(ag['tierml_vs_ckpt_range'])} (pooled {_chg(ag['tierml_vs_ckpt'])}) |",
-        f"| TierML p95 cost vs on-demand (BidOnDemand / BidAggressive) | −59% / −32% | {_chg(od['tierml_p95_vs_od'])} / {_chg(ag['tierml_p95_vs_od'])} |",
-        f"| checkpointing p95 cost vs on-demand (BidOnDemand / BidAggressive) | no saving | {_chg(od['ckpt_p95_vs_od'])} / {_chg(ag['ckpt_p95_vs_od'])} |",
-        f"| runtime increase TierML (BidOnDemand / BidAggressive) | +11% / +23% | +{100 * od['runtime_tierml']:.1f}% / +{100 * ag['runtime_tierml']:.1f}% |",
-        f"| runtime increase checkpointing (BidOnDemand / BidAggressive) | +38% / +62% | +{100 * od['runtime_ckpt']:.1f}% / +{100 * ag['runtime_ckpt']:.1f}% |",
-        f"| proactive class switching (TierML vs TierML on its home class) | −34% cost | {_chg(od['switching_saving'])} (BidOnDemand), {_chg(ag['switching_saving'])} (BidAggressive), range {_chg_rng(od['switching_saving_range'])} |",
+        "| claim | paper (2016 traces) | ours (2015 traces), stated model | ours, model calibrated on the engine |",
+        "|---|---|---|---|",
+        *[f"| {claim} | {paper} | {fmt(od, ag)} | {fmt(odc, agc) if odc else 'not run'} |" for claim, paper, fmt in _CLAIMS],
         "",
         "Per job length, pooled over zones and instance types (cost relative to 64 on-demand machines: mean ± std, p95; runtime relative):",
         "",
@@ -281,5 +378,7 @@ def report(results: dict) -> str:
         "most of TierML's extra cost over checkpointing on 2 h jobs (compare the 8 h and 20 h rows). (5) The aggressive bid charges the bid (Sec 4.7); m3.medium's nickel "
         "rounding makes its aggressive bid 75% of on-demand. "
         f"(6) Scenarios whose job ran past the history's end (priced at the last price): {overran}.",
+        "",
+        deviation_note(results),
     ]
     return "\n".join(lines)
