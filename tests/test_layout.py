@@ -447,7 +447,7 @@ TEXT_SUFFIXES = (".py", ".md", ".json", ".txt", ".toml", ".cfg", ".yml", ".yaml"
 #: recorded run inputs (``config``) written before the experiments printed paths relative to
 #: the shared data root (:func:`experiments._common.shown_path`); the next run of each records
 #: the relative form. ``(file, config key)``.
-RECORDED_INPUTS = {("results/planner_validation.json", "data_root")}
+RECORDED_INPUTS: set[tuple[str, str]] = set()
 
 
 def issue_refs(text: str) -> list[str]:

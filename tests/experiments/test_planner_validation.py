@@ -1,9 +1,10 @@
-"""experiments/planner_validation: the quick run end to end (JSON keys, PNG, report), regret
->= 0 by construction, censored runs counted (never dropped), the series re-billing equal to
-``market.bill``."""
+"""experiments/planner_validation: the quick run end to end (JSON keys, PNG, report, no
+absolute path), regret >= 0 by construction, censored runs counted (never dropped), the series
+re-billing equal to ``market.bill``, the built availability series as stated."""
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -12,15 +13,17 @@ from experiments import planner_validation as m
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster import market as mk
 
-CASE_KEYS = {"job", "market", "plan_window", "eval_window", "chosen", "chosen_plan", "pred", "sim", "sim_mean", "err",
-             "censored", "regret", "best", "subset", "subset_censored", "subset_runs"}
+#: a machine's own path (tests/test_layout.py's rule for committed reports, in short)
+ABSOLUTE = re.compile(r"(?<![\w.~$/:-])/(?:home|Users|work|root|mnt|opt|srv|data|media)/[\w.$-]")
+CASE_KEYS = {"family", "label", "job", "market", "plan_window", "eval_window", "chosen", "chosen_plan", "pred", "sim",
+             "sim_mean", "err", "censored", "regret", "best", "subset", "subset_censored", "subset_runs"}
 
 
 def check_results(res: dict) -> None:
     """The JSON's shape and its invariants: every case has its keys, regret >= 0 (or inf when
     censored), the chosen plan among the simulated ones, censored runs recounted from the
     per-start outcomes and never dropped from the summaries."""
-    need = {"config", "profiles", "cases", "points", "summary"}
+    need = {"config", "profile", "cases", "points", "summary"}
     assert need <= set(res), f"results lack keys {sorted(need - set(res))}"
     s = res["summary"]
     for k in ("err_dollars_chosen", "err_time_h_chosen", "err_dollars_all", "err_time_h_all", "regret"):
@@ -41,6 +44,9 @@ def check_results(res: dict) -> None:
     assert s["censored_chosen_runs"] == cens, f"summary censored_chosen_runs {s['censored_chosen_runs']} != {cens} recounted"
     assert s["err_dollars_chosen"]["n"] == len(res["cases"]), "a case was dropped from the error summary"
     assert s["regret"]["n"] == len(res["cases"]), "a case was dropped from the regret summary"
+    fams = {c["family"] for c in res["cases"]}
+    assert set(s["by_family"]) == fams, "every family must have its own summary"
+    assert sum(b["n_cases"] for b in s["by_family"].values()) == len(res["cases"]), "a case was dropped from a family"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,8 @@ def quick(tmp_path_factory):
 def test_quick_end_to_end(quick):
     out, res = quick
     check_results(res)
-    assert res["period"] == "week" and len(res["cases"]) == 1
+    assert [c["family"] for c in res["cases"]] == ["p3_nodes", "rare"]
+    assert not ABSOLUTE.search(json.dumps(res)), "an absolute path in the results"
     assert (out / "paper_figs" / f"{m.NAME}.png").stat().st_size > 10_000
     text = m.report(res)
     assert "Regret" in text and "median abs" in text
@@ -146,5 +153,24 @@ def test_windows_and_bad_arguments():
         m.windows(sp, "day")
     with pytest.raises(ValueError, match="markets: each must be 'zone:instance_type'"):
         m._parse_market("us-east-1e")
-    with pytest.raises(ValueError, match="horizon_h"):
-        m._starts((0.0, 3600.0), 2, 7200.0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="window must have start < end"):
+        m._starts((3600.0, 0.0), 2, 7200.0, np.random.default_rng(0))
+    s = m._starts((0.0, 100 * 3600.0), 50, 48 * 3600.0, np.random.default_rng(0))
+    assert s.min() >= 0 and s.max() <= 52 * 3600.0, "starts must leave the horizon inside the window"
+    with pytest.raises(ValueError, match="families: unknown family"):
+        m.cases(m.Config(families=("moon",)))
+
+
+def test_availability_series_as_stated():
+    """The built series: 5-minute ticks, counts 0 or 4-16, the share of time with machines
+    near up / (up + down) (rare: about 5%), deterministic in the seed."""
+    for up, down in ((4.0, 2.0), (0.25, 4.75)):
+        shares = []
+        for seed in range(6):
+            t, c = m.availability_series(seed, 400.0, up, down)
+            assert np.all(np.diff(t) == 300.0) and set(np.unique(c)) <= {0} | set(range(4, 17))
+            shares.append(float(np.mean(c > 0)))
+        want = up / (up + down)
+        assert abs(np.mean(shares) - want) <= 0.35 * want, f"share {np.mean(shares):.3f} vs stated {want:.3f}"
+    a, b = m.availability_series(3, 50.0, 4.0, 2.0), m.availability_series(3, 50.0, 4.0, 2.0)
+    assert np.array_equal(a[1], b[1])
