@@ -558,3 +558,23 @@ def test_trace_market_spec():
         pl.market_from_spec("trace:moon")
     with pytest.raises(ValueError, match="expected trace:NAME"):
         pl.market_from_spec("trace:p3:x")
+
+
+@FAST
+@given(run_s=st.floats(0.0, 40 * 3600.0))
+def test_billed_hours_without_time_error_is_the_one_rule(run_s):
+    """The planner's expected hours (A4') without a time error are the one hourly rule,
+    market.billed_hours (user stop, 1 s tolerance)."""
+    got = float(pl._expected_ceil(jnp.float32(run_s / 3600.0 - 1.0 / 3600.0), jnp.float32(0.0)))
+    check_hours(run_s, got)
+
+
+def test_billed_hours_planted():
+    with pytest.raises(AssertionError, match="expected hours"):
+        check_hours(5400.0, math.floor(5400.0 / 3600.0))  # rounding down: the begun hour unbilled
+
+
+def check_hours(run_s, got):
+    want = float(mk.billed_hours(np.float32(run_s), False))
+    assert abs(got - want) <= 1.0 and (got == want or abs(run_s % 3600.0) < 2.0 or abs(run_s % 3600.0 - 3600.0) < 2.0), \
+        f"{run_s} s: expected hours {got} != billed_hours {want}"
