@@ -12,7 +12,7 @@ per-model seconds, trials that never re-converged, each figure's run metadata, t
 and ``ratio_to_target`` (total / 900 s for full, / 300 s for
 quick: below 1 meets the target).
 
-    python benchmarks/bench_scar_suite.py [--quick-only] [--out DIR]
+    python benchmarks/bench_scar_suite.py [--quick-only | --quick] [--out DIR]
 
 ``--out DIR`` keeps the full run's ``results/*.json`` and ``paper_figs/*.png`` there
 (they are the committed results when DIR is the repository root).
@@ -74,7 +74,8 @@ def run_suite(quick: bool, out_dir: Path) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick-only", action="store_true", help="skip the full (100-trial) suite")
+    ap.add_argument("--quick-only", "--quick", dest="quick_only", action="store_true",
+                    help="skip the full (100-trial) suite (--quick: the same; what the device check runs)")
     ap.add_argument("--out", default=None, help="keep the full run's results and figures here")
     args = ap.parse_args(argv)
     res = {"cpu_count": os.cpu_count(), "load_avg_before": os.getloadavg()}

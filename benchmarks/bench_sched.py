@@ -33,6 +33,7 @@ no simulation unless ``--sim-max-hours`` is given (then that many simulated hour
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -81,14 +82,30 @@ def initial_population(prob, cfg, seed):
 
     from scarjax.sched import ga as P
 
-    Pn = cfg.pop_size
-    J, N = prob.base.shape
-    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
-    init = jax.vmap(lambda k, s: P.mutate(k, s, prob))(jax.random.split(k1, Pn),
-                                                      jnp.broadcast_to(prob.base, (Pn, J, N)))
-    init = init.at[0].set(prob.base).at[1].set(jnp.asarray(P.greedy_seed(prob), jnp.int32))
-    init = jax.vmap(lambda k, s: P.repair(k, s, prob))(jax.random.split(k2, Pn), init)
-    return np.asarray(init)
+    greedy = jnp.asarray(P.greedy_seed(prob), jnp.int32)
+    return np.asarray(_population_fn(cfg.pop_size)(jax.random.PRNGKey(seed), prob, greedy))
+
+
+@functools.lru_cache(maxsize=None)
+def _population_fn(pop_size: int):
+    """``(key, prob, greedy) -> int32[pop_size, J, N]``: ``pop_size`` mutated copies of
+    ``prob.base`` (member 0 the base itself, member 1 ``greedy``), repaired; one jitted program
+    (run op by op, the vmapped operators cost seconds of small compilations)."""
+    import jax
+    import jax.numpy as jnp
+
+    from scarjax.sched import ga as P
+
+    @jax.jit
+    def population(key, prob, greedy):
+        J, N = prob.base.shape
+        k1, k2 = jax.random.split(key)
+        init = jax.vmap(lambda k, s: P.mutate(k, s, prob))(jax.random.split(k1, pop_size),
+                                                          jnp.broadcast_to(prob.base, (pop_size, J, N)))
+        init = init.at[0].set(prob.base).at[1].set(greedy)
+        return jax.vmap(lambda k, s: P.repair(k, s, prob))(jax.random.split(k2, pop_size), init)
+
+    return population
 
 
 def pymoo_solver(prob, one, cfg):
