@@ -59,25 +59,43 @@ def remove_servers(ps, state, servers: Sequence[int], *, key: int = 0):
 
 
 def rebalance(layout, server_of: Any, alive: Any, key: int = 0) -> np.ndarray:
-    """Host-side: move blocks (random order) from servers above the mean row load to the
-    least-loaded alive servers until every server is within one block of the mean."""
+    """Host-side minimal-move rebalance: while moving one block from the most loaded alive
+    server to the least loaded one lowers the larger of the two loads (``load[dst] + w <
+    load[src]``), move one (picked at random among those that do, seeded by ``key``). Each
+    move lowers the sum of squared loads, so it ends; with blocks of equal weight every
+    alive server ends with the floor or the ceiling of the mean (a joining server is never
+    left empty while others hold two blocks more), and only that many blocks move.
+
+    ``layout``: the store's :class:`~scarjax.ps.store.Layout` (a block weighs its rows), or
+    ``None``: every block weighs 1 and there are ``len(alive)`` servers (units of equal size,
+    e.g. Litz's executors and PShards, :func:`scarjax.cluster.litz.rebalance`). Blocks on
+    servers that are not alive stay where they are (:func:`remove_servers` moves those)."""
     server_of = np.asarray(server_of).copy()
     alive = np.asarray(alive, bool)
-    B, S = server_of.shape[0], layout.num_servers
-    weight = np.zeros(B, np.int64)
-    for rb in layout.row_block:
-        np.add.at(weight, rb, 1)
-    load = np.bincount(server_of, weights=weight, minlength=S).astype(float)
-    target = load.sum() / alive.sum()
+    B = server_of.shape[0]
+    if layout is None:
+        S = alive.shape[0]
+        weight = np.ones(B, np.int64)
+    else:
+        S = layout.num_servers
+        weight = np.zeros(B, np.int64)
+        for rb in layout.row_block:
+            np.add.at(weight, rb, 1)
+    load = np.bincount(server_of, weights=weight, minlength=S).astype(np.int64)
     targets = np.flatnonzero(alive)
-    for b in np.random.default_rng(key).permutation(B):
-        src = server_of[b]
+    if targets.size == 0:
+        raise ValueError("alive must mark at least one server")
+    rng = np.random.default_rng(key)
+    while True:
+        src = targets[np.argmax(load[targets])]
         dst = targets[np.argmin(load[targets])]
-        if load[src] - weight[b] >= target - 1e-9 and load[dst] + weight[b] <= target + weight[b] and dst != src \
-                and load[dst] < load[src] - weight[b]:
-            server_of[b] = dst
-            load[src] -= weight[b]
-            load[dst] += weight[b]
+        movable = np.flatnonzero((server_of == src) & (load[dst] + weight < load[src]))
+        if movable.size == 0:
+            break
+        b = movable[rng.integers(movable.size)]
+        server_of[b] = dst
+        load[src] -= weight[b]
+        load[dst] += weight[b]
     return server_of.astype(np.int32)
 
 

@@ -37,7 +37,7 @@ from scarjax.ps import mesh as mh
 from scarjax.ps.failures import deal, relocate
 from scarjax.ps.store import Layout, Local, place
 
-__all__ = ["Tiers", "TierState", "make", "init", "push", "revoke", "run"]
+__all__ = ["Tiers", "TierState", "make", "init", "push", "plan_revoke", "revoke", "run"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -103,26 +103,52 @@ def init(ps, tiers: Tiers, state) -> TierState:
     return push(ps, tiers, state, None, 0)
 
 
-def revoke(ps, tiers: Tiers, state, tstate: TierState, servers: Sequence[int], *, warning: bool,
-           step: int, key: int = 0):
-    """Bulk revocation of the transient ``servers`` at iteration ``step``.
+def plan_revoke(server_of: Any, alive: Any, reliable: Any, servers: Sequence[int], *, warning: bool,
+                layout: Layout | None = None, key: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host-side: what a bulk revocation of the transient ``servers`` does to the ActivePS
+    (Sec 3.3), the rule :func:`revoke` applies to the store and the cluster policy
+    (:func:`scarjax.cluster.tierml.tierml`) applies to its machines.
 
-    Returns ``(state, tier_state, lost_blocks)``; ``lost_blocks`` (``bool[B]``) are the
-    blocks rolled back to the BackupPS (none with warning)."""
-    S = ps.num_servers
+    ``server_of`` (``int[B]``): each block's server; ``alive``, ``reliable`` (``bool[S]``).
+    Returns ``(new_server_of, alive, lost_blocks)``: the revoked servers' blocks dealt to the
+    survivors (:func:`scarjax.ps.failures.deal`; ``layout``: blocks weigh their rows, ``None``:
+    one each), the servers still in service, and the blocks rolled back to the BackupPS —
+    those of the revoked servers without ``warning``, none with it (the end-of-life flush
+    saves them). Raises ``ValueError`` for a reliable or out-of-range server, or when no
+    server is left."""
+    server_of = np.asarray(server_of)
+    reliable = np.asarray(reliable, bool)
+    S = reliable.shape[0]
+    alive = np.asarray(alive, bool)
+    if alive.shape != (S,):
+        raise ValueError(f"alive must be bool[{S}] like reliable, got shape {alive.shape}")
     revoked = np.zeros(S, bool)
     for s in servers:
         if isinstance(s, bool) or not 0 <= int(s) < S:
             raise ValueError(f"servers must be indices in [0, {S - 1}], got {list(servers)!r}")
         revoked[int(s)] = True
-    if (revoked & tiers.reliable).any():
-        raise ValueError(f"only transient servers are revoked; {np.flatnonzero(revoked & tiers.reliable).tolist()} are reliable")
-    alive = np.asarray(state.placement.alive) & ~revoked
+    if (revoked & reliable).any():
+        raise ValueError(f"only transient servers are revoked; {np.flatnonzero(revoked & reliable).tolist()} are reliable")
+    alive = alive & ~revoked
     if not alive.any():
         raise ValueError("no server left after the revocation")
-    server_of = np.asarray(state.placement.server_of)
     affected = revoked[server_of]
-    new_server_of = deal(server_of, affected, alive, ps.layout, key)
+    new_server_of = deal(server_of, affected, alive, layout, key) if affected.any() else server_of.astype(np.int32)
+    lost = np.zeros_like(affected) if warning else affected
+    return new_server_of, alive, lost
+
+
+def revoke(ps, tiers: Tiers, state, tstate: TierState, servers: Sequence[int], *, warning: bool,
+           step: int, key: int = 0):
+    """Bulk revocation of the transient ``servers`` at iteration ``step`` (the plan:
+    :func:`plan_revoke`).
+
+    Returns ``(state, tier_state, lost_blocks)``; ``lost_blocks`` (``bool[B]``) are the
+    blocks rolled back to the BackupPS (none with warning)."""
+    new_server_of, alive, affected = plan_revoke(np.asarray(state.placement.server_of),
+                                                 np.asarray(state.placement.alive), tiers.reliable, servers,
+                                                 warning=False, layout=ps.layout, key=key)
+    revoked = np.asarray(state.placement.alive) & ~alive
     if warning:
         tstate = push(ps, tiers, state, tstate, step)  # flush end-of-life deltas
         state = relocate(ps, state, new_server_of, alive=alive, recovery="none")
