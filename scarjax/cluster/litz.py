@@ -19,14 +19,25 @@ parameters, in which order) does not depend on the number of nodes. Here:
   :class:`~scarjax.cluster.steptime.StepTime` (e.g. :func:`litz_step_time`: executors divided over
   the nodes' worker threads, Fig 4.2's over-partitioning overhead, plus a fixed per-iteration
   part), and a scaling event costs a *migration* pause: the executors and PShards that change
-  node (a minimal-move rebalance, :func:`rebalance`: leaving nodes' units go to the least loaded
-  remaining ones, joining nodes take units from the most loaded, as
-  :func:`scarjax.ps.elastic.remove_servers` / ``add_servers`` do with blocks) are serialised
-  and sent at ``bandwidth`` bytes/s, node pairs in parallel (Sec 4.5.1: 2.0 Gbps; LDA's
-  stateful executors ≈ 4.6 GiB per node, MLR's stateless workers only move PShards).
+  node (a minimal-move rebalance, :func:`rebalance`, which *is* the parameter server's plan:
+  leaving nodes' units go to the least loaded remaining ones by
+  :func:`scarjax.ps.failures.deal`, joining nodes take units from the most loaded by
+  :func:`scarjax.ps.elastic.rebalance`, the functions :func:`scarjax.ps.elastic.remove_servers` /
+  ``add_servers`` move blocks with; tested to agree on a real parameter server) are
+  serialised and sent at ``bandwidth`` bytes/s, node pairs in parallel (Sec 4.5.1: 2.0 Gbps;
+  LDA's stateful executors ≈ 4.6 GiB per node, MLR's stateless workers only move PShards).
 * **Ideal scale-out** (Sec 4.5.1, after Pundir et al.): the time at which the scale-out was
   triggered plus the time a static run on the new node count takes for the remaining
   iterations (:func:`ideal_time`).
+
+**The policy contract.** :func:`elastic` is ``policy(job, market, *, key, horizon_s, ...) ->
+ClusterRun`` like every policy (:mod:`scarjax.cluster.clock`): ``job.workers`` the starting
+nodes, ``job.max_steps`` the cap on executed iterations, seconds everywhere, ``key`` the
+market's draws (a scripted schedule draws none), ``train_key`` the training, one ledger entry
+per node. Its extensions: ``spec`` (a :class:`LitzSpec`, default ``job.workers`` executors and
+PShards), ``schedule`` (a :class:`Schedule`: node counts requested at elapsed seconds) and
+``tier`` (which of the market's prices the nodes pay); ``meta['executed_steps']`` counts the
+iterations run, as in every policy.
 """
 
 from __future__ import annotations
@@ -43,12 +54,15 @@ from scarjax.cluster import market as mk
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.steptime import StepTime
 from scarjax.cluster.trainer import Trainer
+from scarjax.ps import elastic as ps_elastic
+from scarjax.ps.failures import deal
 
 __all__ = [
     "LitzSpec",
     "litz_step_time",
     "placement",
     "rebalance",
+    "Schedule",
     "migration_s",
     "elastic",
     "ideal_time",
@@ -115,31 +129,29 @@ def placement(units: int, nodes: int) -> np.ndarray:
     return np.arange(units) % nodes
 
 
-def rebalance(assign: Any, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def rebalance(assign: Any, nodes: int, *, key: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Minimal-move rebalance of ``assign`` (node of each unit, nodes ``0..N-1``) onto nodes
-    ``0..nodes-1``: units on removed nodes (``>= nodes``) move to the least loaded remaining
-    nodes; when nodes join, units leave the most loaded nodes for the least loaded until every
-    node holds ``floor`` or ``ceil`` of the mean. Returns ``(new_assign, moved)`` (a bool mask of
-    the units that changed node). Nothing is dropped: every unit keeps exactly one node."""
-    a = np.asarray(assign, np.int64).copy()
+    ``0..nodes-1``, by the parameter server's own elasticity plans (one implementation):
+    units on removed nodes (``>= nodes``) go, in random order, each to the least loaded
+    remaining node (:func:`scarjax.ps.failures.deal`, as :func:`scarjax.ps.elastic.remove_servers`
+    moves the blocks of leaving servers); when nodes join, units leave the most loaded nodes
+    for the least loaded until every node holds ``floor`` or ``ceil`` of the mean
+    (:func:`scarjax.ps.elastic.rebalance`, as :func:`~scarjax.ps.elastic.add_servers`), with
+    every unit weighing the same. ``key`` seeds which units move (not how many per node).
+    Returns ``(new_assign, moved)`` (a bool mask of the units that changed node). Nothing is
+    dropped: every unit keeps exactly one node."""
+    a = np.asarray(assign)
     nodes = va.check_int("nodes", nodes, lo=1)
-    if a.ndim != 1 or a.size == 0 or np.any(a < 0):
+    if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer) or np.any(a < 0):
         raise ValueError(f"assign must be a non-empty 1-D array of node indices >= 0, got {assign!r}")
-    old = a.copy()
-    load = np.bincount(a[a < nodes], minlength=nodes)
-    for i in np.flatnonzero(a >= nodes):  # leaving nodes: to the least loaded
-        j = int(np.argmin(load))
-        a[i] = j
-        load[j] += 1
-    hi = -(-a.size // nodes)
-    lo = a.size // nodes
-    while load.max() > hi or (load.min() < lo):  # joining nodes: from the most loaded
-        src, dst = int(np.argmax(load)), int(np.argmin(load))
-        i = int(np.flatnonzero(a == src)[-1])
-        a[i] = dst
-        load[src] -= 1
-        load[dst] += 1
-    return a, a != old
+    a = a.astype(np.int64)
+    alive = np.arange(max(int(a.max()) + 1, nodes)) < nodes
+    if np.any(a >= nodes):  # scale-in: the leaving nodes' units migrate
+        new = deal(a, a >= nodes, alive, None, key)
+    else:  # scale-out (or a rebalance on the same nodes)
+        new = ps_elastic.rebalance(None, a, alive, key)
+    new = np.asarray(new, np.int64)
+    return new, new != a
 
 
 def migration_s(spec: LitzSpec, old_nodes: int, new_nodes: int) -> float:
@@ -163,26 +175,52 @@ def migration_s(spec: LitzSpec, old_nodes: int, new_nodes: int) -> float:
     return spec.latency_s + busiest / spec.bandwidth
 
 
-def _check_schedule(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
-    out = []
-    last = -math.inf
-    for item in schedule:
-        if len(item) != 2:
-            raise ValueError(f"schedule entries must be (time_s, nodes), got {item!r}")
-        t, n = float(item[0]), va.check_int("schedule nodes", item[1], lo=1)
-        if not t >= 0 or t < last:
-            raise ValueError(f"schedule times must be >= 0 and non-decreasing, got {schedule!r}")
-        last = t
-        out.append((t, n))
-    return out
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Scaling requests on the job's clock: at ``times_s[i]`` seconds after the job's start, run
+    on ``nodes[i]`` nodes (times non-decreasing; the last request at one time wins). The
+    policy's extension of the shared contract (:func:`elastic`'s ``schedule``); build one from
+    ``(time_s, nodes)`` pairs with :meth:`of`."""
+
+    times_s: tuple = ()
+    nodes: tuple = ()
+
+    def __post_init__(self):
+        t = np.asarray(self.times_s, np.float64).reshape(-1) if len(self.times_s) else np.zeros(0)
+        if len(self.nodes) != t.size:
+            raise ValueError(f"nodes must have one entry per time in times_s ({t.size}), got {len(self.nodes)}")
+        if t.size:
+            va.check_real("times_s", t, lo=0.0)
+            if np.any(np.diff(t) < 0):
+                raise ValueError(f"times_s must be non-decreasing, got {list(self.times_s)!r}")
+        nodes = tuple(va.check_int("nodes", n, lo=1) for n in self.nodes)
+        object.__setattr__(self, "times_s", tuple(float(x) for x in t))
+        object.__setattr__(self, "nodes", nodes)
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[float, int]]) -> "Schedule":
+        """A :class:`Schedule` from ``(time_s, nodes)`` pairs."""
+        if isinstance(pairs, Schedule):
+            return pairs
+        items = list(pairs)
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(f"schedule entries must be (time_s, nodes), got {item!r}")
+        return cls(tuple(i[0] for i in items), tuple(i[1] for i in items))
+
+    def pairs(self) -> list[tuple[float, int]]:
+        """The requests as ``(time_s, nodes)`` pairs."""
+        return list(zip(self.times_s, self.nodes))
 
 
 def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizon_s: float,
-            spec: LitzSpec, schedule: Sequence[tuple[float, int]] = (), tier: str = "reliable",
-            policy: str = "litz", train_key: Any = 0) -> clock.ClusterRun:
-    """Run ``job`` on ``job.workers`` nodes, changing to ``nodes`` at each ``(time_s, nodes)`` of
-    ``schedule`` without restarting (module docstring), until ``job.target_loss``,
-    ``job.max_steps`` executed iterations or ``horizon_s``.
+            spec: LitzSpec | None = None, schedule: Schedule | Sequence[tuple[float, int]] = (),
+            tier: str = "reliable", policy: str = "litz", train_key: Any = 0) -> clock.ClusterRun:
+    """Run ``job`` on ``job.workers`` nodes, changing to ``schedule.nodes[i]`` at each
+    ``schedule.times_s[i]`` (a :class:`Schedule`, or ``(time_s, nodes)`` pairs) without
+    restarting (module docstring), until ``job.target_loss``, ``job.max_steps`` executed
+    iterations or ``horizon_s``. ``spec`` (default: ``job.workers`` executors and PShards,
+    nothing to move but ``latency_s``) says how the job is partitioned.
 
     A scaling event requested at ``t`` takes effect at the end of the iteration in progress,
     then pauses the job for :func:`migration_s`; nodes are billed (``market``, ``tier``; default
@@ -196,10 +234,12 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
     """
     if not isinstance(job, clock.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    if spec is None:
+        spec = LitzSpec(int(job.workers), int(job.workers))
     if not isinstance(spec, LitzSpec):
         raise TypeError(f"spec must be a LitzSpec, got {type(spec).__name__}")
     va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
-    sched = _check_schedule(schedule)
+    sched = Schedule.of(schedule).pairs()
     if market is None:
         market = mk.Market(mk.MachineType("m4.4xlarge", 0.8), None, billing="per_second")
     if not isinstance(market, mk.Market):
@@ -224,7 +264,10 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
             n_it = max(1, int(math.ceil((pending[0][0] - t) / dt - 1e-9)))
         else:
             n_it = job.max_steps - trainer.step
-        n_it = min(n_it, job.max_steps - trainer.step, max(1, int(math.ceil((horizon_s - t) / dt))))
+        fit = int(math.floor((horizon_s - t) / dt + 1e-9))  # whole iterations before the horizon
+        if fit < 1:
+            break
+        n_it = min(n_it, job.max_steps - trainer.step, fit)
         losses = trainer.train(n_it)
         hit = np.flatnonzero(losses <= job.target_loss)
         if hit.size:  # stop at the target (the rest of the interval is not needed)
@@ -247,7 +290,7 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
             rec.event(t, "scale", f"{nodes} -> {new} nodes at step {trainer.step}, migration {pause:.1f} s")
             t += pause
             nodes = new
-    run = rec.finish(t, nodes=node_hist, final_loss=loss)
+    run = rec.finish(t, nodes=node_hist, final_loss=loss, executed_steps=int(trainer.step))
     run.final_state = trainer.state
     return run
 

@@ -313,6 +313,7 @@ def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target
     snap = (trainer.snapshot(), trainer.step)
     end = plan.end_s
     hit = False
+    executed = 0  # iterations run to the end (redone ones included): the step cap's count
     for op in plan.ops:
         kind = op[0]
         if kind == "train":
@@ -323,7 +324,9 @@ def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target
             below = np.nonzero(losses <= job.target_loss)[0]
             if stop_at_target and below.size:
                 end, hit = t + (int(below[0]) + 1) * dt, True
+                executed += int(below[0]) + 1
                 break
+            executed += int(n)
         elif kind == "save":
             snap = (trainer.snapshot(), trainer.step)
         elif kind == "rollback":
@@ -340,6 +343,7 @@ def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target
     meta = dict(plan.meta)
     for name in {nm for _, nm, _ in plan.marks} | {k for k in meta if k in _COUNTED}:
         meta[name] = int(sum(a for tm, nm, a in plan.marks if nm == name and tm <= end + _EPS))
+    meta["executed_steps"] = executed
     run = rec.finish(end, **meta)
     # points after the end (the rest of a cut interval) are dropped
     keep = run.time_s <= end + _EPS

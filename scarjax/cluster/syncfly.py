@@ -45,6 +45,17 @@ Both run *real* scarjax training (the algorithm's ``grad``/``apply`` worker spli
 :mod:`scarjax.cluster.market` process (:func:`down_intervals`), so the two are compared
 on the same revocation draws. Both are host loops over barriers (the barrier times depend
 on the progress the real training reports, so there is nothing to vectorise over trials).
+
+**The policy contract.** :func:`sync_on_the_fly_policy` and :func:`checkpoint_recompute_policy`
+are ``policy(job, market, *, key, horizon_s, ...) -> ClusterRun`` like every policy
+(:mod:`scarjax.cluster.clock`): a :class:`~scarjax.cluster.clock.Job` (the
+:class:`Problem` is built from it, :meth:`Problem.from_job`), ``job.max_steps`` executed
+updates (barriers; completed BSP iterations, recomputed ones included), seconds, ``key`` the
+market's revocation draws and ``train_key`` the training, one ledger entry per machine run
+(billed by the market's one rule). Their extensions: ``fleet`` (worker speeds, ``r``,
+``sync_s``; default :meth:`Fleet.from_job`), ``point_loss`` and the options of
+:func:`sync_on_the_fly` / :func:`checkpoint_recompute`, which remain the lower-level form
+(a :class:`Problem` and a :class:`Fleet`; ``key`` also trains unless ``train_key`` is given).
 """
 
 from __future__ import annotations
@@ -60,7 +71,8 @@ import optax
 
 from scarjax import validate as va
 from scarjax import tree as tu
-from scarjax.algorithms import from_optax
+from scarjax import core
+from scarjax.algorithms import from_optax, num_examples
 from scarjax.cluster import clock
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster import market as mk
@@ -102,11 +114,38 @@ M4_LARGE_SPOT = (0.0189, 0.0244)
 class Problem(NamedTuple):
     """A gradient-descent problem: ``algorithm`` (built with :func:`scarjax.from_optax`, so it
     has the worker split), ``point_loss(params) -> [n]`` the per-point objective ``Q_i``
-    (Eq 1; used for the progress reports) and ``n`` points."""
+    (Eq 1; used for the progress reports) and ``n`` points.
+
+    The policy-contract form (:func:`sync_on_the_fly_policy`) builds it from a
+    :class:`~scarjax.cluster.clock.Job` (:meth:`from_job`): a Problem is ``job.algorithm``
+    plus its per-point objective, nothing else."""
 
     algorithm: Algorithm
     point_loss: Callable[[Any], jax.Array]
     n: int
+
+    @classmethod
+    def from_job(cls, job: clock.Job, point_loss: Callable[[Any], jax.Array] | None = None) -> "Problem":
+        """The :class:`Problem` of ``job.algorithm``: ``point_loss`` as given, or (``None``)
+        the algorithm's own loss on one-example batches (``Q_i = loss(w, {x_i})``, the
+        objective of Eq 1 for a loss that is a mean over examples plus batch-free terms, as
+        :func:`scarjax.from_optax` requires for its worker split)."""
+        if not isinstance(job, clock.Job):
+            raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+        alg = job.algorithm
+        if not alg.has_workers:
+            raise ValueError(f"job.algorithm must have the worker split (grad/apply/shard); {alg.name!r} has none")
+        n = num_examples(alg.data)
+        if point_loss is None:
+            aux = alg.init(jax.random.key(0), alg.data).aux
+
+            def one(params, example):
+                return alg.loss(State(params, aux), jax.tree.map(lambda x: x[None], example))
+
+            point_loss = jax.jit(lambda params: jax.vmap(one, in_axes=(None, 0))(params, alg.data))
+        elif not callable(point_loss):
+            raise TypeError(f"point_loss must be a callable point_loss(params) -> [n], got {point_loss!r}")
+        return cls(alg, point_loss, int(n))
 
 
 def _nonneg() -> optax.GradientTransformation:
@@ -233,6 +272,19 @@ class Fleet:
     def workers(self) -> int:
         return len(self.speeds)
 
+    @classmethod
+    def from_job(cls, job: clock.Job, n: int, *, report_points: int = 50, sync_s: float = 0.0) -> "Fleet":
+        """``job.workers`` identical workers whose full pass over ``n`` points (one BSP
+        iteration, ``n / workers`` points each) takes ``job.step_time(job.workers)`` seconds;
+        ``report_points`` at most the points of a shard."""
+        if not isinstance(job, clock.Job):
+            raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+        n = va.check_int("n", n, lo=1)
+        w = int(job.workers)
+        per = n / w
+        t = float(np.asarray(job.step_time(w)))
+        return cls((per / t,) * w, report_points=max(1, min(int(report_points), int(per))), sync_s=sync_s)
+
 
 def mixed_fleet(workers: int, fast: float, *, slow_ratio: float = 0.5, **kwargs: Any) -> Fleet:
     """The paper's cluster (Sec IV-A): half m4.large (``fast`` points/s), half t2.micro
@@ -322,13 +374,6 @@ def alive_seconds(intervals: list[np.ndarray], t: float) -> np.ndarray:
             if a < t:
                 out[m] -= min(b, t) - a
     return out
-
-
-def _bill(intervals: list[np.ndarray], t: float, price: float) -> float:
-    """USD for the fleet up to ``t`` under per-second billing without a minimum: the price times
-    the machine-seconds run (equals ``market.bill(..., scheme="per_second")`` summed over the
-    machine runs; tested)."""
-    return float(np.sum(alive_seconds(intervals, t)) * price / 3600.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -421,23 +466,17 @@ def m4_large_market(process: Any = None, *, spot: float = float(np.mean(M4_LARGE
 
 
 class _Rec:
-    """Replays the fleet's machine runs into a :class:`~scarjax.cluster.ledger.Ledger` (one
-    machine per up-period of each worker slot; a revocation is a provider stop) and collects
-    points in a :class:`~scarjax.cluster.clock.Recorder`."""
+    """Collects points in a :class:`~scarjax.cluster.clock.Recorder` and, at the run's end, replays
+    the fleet's machine runs into its :class:`~scarjax.cluster.ledger.Ledger` on the market's
+    clock: one machine per up-period of each worker slot, a revocation a provider stop, the
+    machines running at the end stopped there by the user, none after it."""
 
     def __init__(self, policy, intervals, market, tier):
         self.policy, self.iv = policy, intervals
-        ledger = Ledger()
-        price = market.price(tier)
-        for m, iv in enumerate(intervals):
-            s = 0.0
-            for g, (a, b) in enumerate(iv):
-                ledger.start((m, g), s, price=price, tier=tier, billing=market.billing)
-                ledger.stop((m, g), a, revoked=True)
-                s = b
-            if np.isfinite(s):
-                ledger.start((m, len(iv)), s, price=price, tier=tier, billing=market.billing)
-        self.rec = clock.Recorder(policy, ledger, market.start_time_s)
+        self.price, self.tier, self.billing = market.price(tier), tier, market.billing
+        self.t0 = float(market.start_time_s)
+        self.ledger = Ledger()
+        self.rec = clock.Recorder(policy, self.ledger, self.t0)
         self.last_loss = math.inf
         self.end = 0.0
 
@@ -450,10 +489,32 @@ class _Rec:
     def event(self, t, kind, detail=""):
         self.rec.event(t, kind, detail)
 
+    def _bill(self, end):
+        t0, led = self.t0, self.ledger
+        for m, iv in enumerate(self.iv):
+            s = 0.0
+            for g, (a, b) in enumerate(iv):
+                if s < end:
+                    led.start((m, g), t0 + s, price=self.price, tier=self.tier, billing=self.billing)
+                    led.stop((m, g), t0 + min(a, end), revoked=bool(a <= end))
+                s = b
+            if s < end:
+                led.start((m, len(iv)), t0 + s, price=self.price, tier=self.tier, billing=self.billing)
+                led.stop((m, len(iv)), t0 + end, revoked=False)
+
     def done(self, end_s, state, **meta) -> clock.ClusterRun:
-        run = self.rec.finish(max(end_s, self.end), **meta)
+        end = max(end_s, self.end)
+        self._bill(end)
+        run = self.rec.finish(end, **meta)
         run.final_state = state  # the trained State (not part of to_json)
         return run
+
+
+def _keys(key, train_key):
+    """``(market key, training key)``: ``train_key=None`` trains on ``key`` (the functions'
+    historical meaning); the policy-contract forms pass a separate ``train_key``."""
+    key = core.as_key(key)
+    return key, key if train_key is None else core.as_key(train_key, "train_key")
 
 
 def _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier):
@@ -514,8 +575,9 @@ def _engine(problem: Problem, workers: int) -> _Engine:
 
 
 def _start(problem, fleet, key, policy, intervals, market, tier):
-    """What both policies start from: the engine, the initial state (key ``fold_in(key, 0)``),
-    the recorder with the initial loss at t = 0, and the list of recorded times."""
+    """What both policies start from: the engine, the initial state (training key
+    ``fold_in(key, 0)``), the recorder with the initial loss at t = 0, and the list of
+    recorded times."""
     eng = _engine(problem, fleet.workers)
     alg = problem.algorithm
     state = alg.init(jax.random.fold_in(key, 0), alg.data)
@@ -528,7 +590,7 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
                     horizon_s: float, target_loss: float = -math.inf, lam: float = 0.8, flush: bool = True,
                     restart_s: float | None = 180.0, intervals: list[np.ndarray] | None = None,
                     tier: str = "transient", max_barriers: int = 100_000,
-                    policy: str = "sync-on-the-fly") -> clock.ClusterRun:
+                    policy: str = "sync-on-the-fly", train_key: Any = None) -> clock.ClusterRun:
     """Run Sync-on-the-fly (module docstring) until ``loss <= target_loss`` or ``horizon_s``.
 
     Args:
@@ -536,9 +598,12 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
       market: a :class:`~scarjax.cluster.market.Market` (price, billing and the revocation
         process of the transient machines; default :func:`m4_large_market` without
         revocations).
-      key: PRNG key: the initial state and minibatch keys (``fold_in(key, 0)``, per barrier) and
-        the revocation draws (``fold_in(key, 1)``, :func:`down_intervals`: the same for every
-        policy given the same key).
+      key: PRNG key (or int seed) of the revocation draws (``fold_in(key, 1)``,
+        :func:`down_intervals`: the same for every policy given the same key) and, unless
+        ``train_key`` is given, of the training (the initial state ``fold_in(key, 0)`` and
+        the barrier keys ``fold_in(key, k)``).
+      train_key: the training's key (``None``: ``key``, as above; the policy-contract form
+        :func:`sync_on_the_fly_policy` passes its own ``train_key``, default 0).
       lam: λ of the flexible barrier (paper default 0.8).
       flush: revoked workers flush their partial gradients (``False``: dropped).
       restart_s: seconds until a revoked worker's replacement runs (``None``: never replaced).
@@ -549,11 +614,13 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
     = barriers), events ``'sync'``, ``'revocation'``, ``'stall'``; ``meta['points']`` the points
     merged at each barrier.
     """
+    key, tkey = _keys(key, train_key)
+    max_barriers = va.check_int("max_barriers", max_barriers, lo=1)
     market, intervals = _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier)
     va.check_real("lam", lam, lo=0.0, lo_open=True, scalar=True)
     if not isinstance(flush, (bool, np.bool_)):
         raise TypeError(f"flush must be a bool, got {flush!r}")
-    eng, alg, state, rec, pts = _start(problem, fleet, key, policy, intervals, market, tier)
+    eng, alg, state, rec, pts = _start(problem, fleet, tkey, policy, intervals, market, tier)
     M, r, speeds = fleet.workers, fleet.report_points, np.asarray(fleet.speeds, float)
     cursors = np.zeros(M, np.int64)
     q_now = eng.point_loss(state)
@@ -598,7 +665,7 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
         ref = None if (k < 2 or prev_p is None) else prev_p
         i = flexible_barrier(times_a, prog_a, ref, lam=lam, warmup_reports=r)
         T = min(float(times_a[i]), cap) if i is not None else cap
-        if T >= horizon_s:
+        if T + fleet.sync_s > horizon_s:  # the barrier would end after the horizon: censored there
             break
         # points processed by T (atomic points), flushed or dropped for the revoked
         raw = np.zeros(M, np.int64)
@@ -616,7 +683,7 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
         rep_p = float(np.sum(prog_a[times_a <= T])) if times_a.size else 0.0
         old_q = q_now
         state, loss, total = eng.barrier(state, jnp.asarray(cursors, jnp.int32), jnp.asarray(counts, jnp.float32),
-                                         jax.random.fold_in(key, k + 1))
+                                         jax.random.fold_in(tkey, k + 1))
         cursors = (cursors + raw) % eng.per
         q_now = eng.point_loss(state)
         dec = old_q - q_now
@@ -627,7 +694,7 @@ def sync_on_the_fly(problem: Problem, fleet: Fleet, market: mk.Market | None = N
         rec.point(t, float(loss), k)
         pts.append(float(total))
         rec.event(*(t, "sync", f"barrier {k}: {int(total)} points, progress {rep_p:.4g}"))
-    return rec.done(min(t, horizon_s), state, points=pts)
+    return rec.done(min(t, horizon_s), state, points=pts, executed_steps=k)
 
 
 # --------------------------------------------------------------------------------------
@@ -651,25 +718,32 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: mk.Market | Non
                          horizon_s: float, target_loss: float = -math.inf, checkpoint_every: int | None = None,
                          checkpoint_s: float = 10.0, restore_s: float = 10.0, restart_s: float | None = 180.0,
                          intervals: list[np.ndarray] | None = None, tier: str = "transient",
-                         max_iterations: int = 100_000, policy: str = "checkpoint-recompute") -> clock.ClusterRun:
+                         max_iterations: int = 100_000, policy: str = "checkpoint-recompute",
+                         train_key: Any = None) -> clock.ClusterRun:
     """The Spark-like baseline (module docstring): BSP full passes, a checkpoint every
     ``checkpoint_every`` iterations (``checkpoint_s``; ``None``: :func:`young_daly_every`), and on any revocation: the iteration
     (or checkpoint write) in progress is lost, all wait until every worker is back, reload the
     last checkpoint (``restore_s``) and recompute. Censored (stops) when a worker never comes
-    back. Arguments as :func:`sync_on_the_fly` (same key: same revocation draws)."""
+    back, or after ``max_iterations`` *completed* iterations (recomputed ones included, the
+    cap of every policy). Arguments as :func:`sync_on_the_fly` (same key: same revocation
+    draws)."""
+    key, tkey = _keys(key, train_key)
+    max_iterations = va.check_int("max_iterations", max_iterations, lo=1)
     market, intervals = _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier)
     va.check_real("checkpoint_s", checkpoint_s, lo=0.0, scalar=True)
     va.check_real("restore_s", restore_s, lo=0.0, scalar=True)
-    eng, alg, state, rec, pts = _start(problem, fleet, key, policy, intervals, market, tier)
+    eng, alg, state, rec, pts = _start(problem, fleet, tkey, policy, intervals, market, tier)
     M, speeds = fleet.workers, np.asarray(fleet.speeds, float)
     iter_s = float(np.max(eng.per / speeds)) + fleet.sync_s
     if checkpoint_every is None:
-        checkpoint_every = young_daly_every(iter_s, checkpoint_s, market.mttf_s() if tier == "transient" else math.inf, M)
+        mttf = market.mttf_s() if tier == "transient" else math.inf
+        # a market whose machines never live (MTTF 0): checkpoint after every iteration
+        checkpoint_every = young_daly_every(iter_s, checkpoint_s, mttf, M) if mttf > 0 else 1
     checkpoint_every = va.check_int("checkpoint_every", checkpoint_every, lo=1)
     full = jnp.asarray(eng.per, jnp.float32)
     zero = jnp.zeros(M, jnp.int32)
     ckpt, ckpt_k = state, 0
-    t, k = 0.0, 0
+    t, k, done = 0.0, 0, 0  # k: the global iteration (back at a reload); done: iterations completed
     all_rev = np.sort(np.concatenate([iv[:, 0] for iv in intervals])) if M else np.zeros(0)
 
     def first_revocation(a, b):
@@ -684,13 +758,16 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: mk.Market | Non
                 return tb
             t0 = tb
 
-    while t < horizon_s and k < max_iterations and rec.last_loss > target_loss:
+    while t < horizon_s and done < max_iterations and rec.last_loss > target_loss:
         writes = (k + 1) % checkpoint_every == 0
         dur = iter_s + (checkpoint_s if writes else 0.0)
         rv = first_revocation(t, t + dur)
+        if rv is None and t + dur > horizon_s:  # the iteration would end after the horizon: censored there
+            break
         if rv is None:
-            state, loss, total = eng.barrier(state, zero, full, jax.random.fold_in(key, k + 1))
+            state, loss, total = eng.barrier(state, zero, full, jax.random.fold_in(tkey, k + 1))
             k += 1
+            done += 1
             t += dur
             if writes:
                 ckpt, ckpt_k = state, k
@@ -712,48 +789,61 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: mk.Market | Non
             t = all_back(rv2)
             if not np.isfinite(t):
                 break
-        if not np.isfinite(t) or t >= horizon_s:
-            rec.event(*(t, "stall", "no full cluster before the horizon"))
+        if not np.isfinite(t) or t + restore_s > horizon_s:
+            rec.event(*(min(t, horizon_s), "stall", "no full cluster before the horizon"))
             break
         t += restore_s
         state, k = ckpt, ckpt_k
         rec.point(t, float(eng.loss(state)), k)
         pts.append(0.0)
         rec.event(*(t, "restart", f"reloaded iteration {ckpt_k}"))
-    return rec.done(min(t, horizon_s), state, points=pts)
+    return rec.done(min(t, horizon_s), state, points=pts, executed_steps=done)
 
 
 # --------------------------------------------------------------------------------------
 # The shared policy signature: policy(job, market, *, key, horizon_s, **options)
 
 
-def _job_problem(job: clock.Job, problem: Problem) -> None:
-    if not isinstance(job, clock.Job):
-        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
-    if not isinstance(problem, Problem) or problem.algorithm is not job.algorithm:
-        raise ValueError("problem must be the syncfly.Problem whose algorithm is job.algorithm")
-
-
-def sync_on_the_fly_policy(job: clock.Job, market: mk.Market | None, *, key: jax.Array, horizon_s: float,
-                           problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
-    """:func:`sync_on_the_fly` under the shared policy signature: ``job.target_loss`` and
-    ``job.max_steps`` (barriers); ``problem`` must wrap ``job.algorithm`` (the progress
-    reports need its per-point objective) and ``fleet`` gives the worker speeds (its size
-    should be ``job.workers``)."""
-    _job_problem(job, problem)
+def _contract(job, market, fleet, point_loss):
+    problem = Problem.from_job(job, point_loss)
+    if fleet is None:
+        fleet = Fleet.from_job(job, problem.n)
+    if not isinstance(fleet, Fleet):
+        raise TypeError(f"fleet must be a syncfly.Fleet or None, got {type(fleet).__name__}")
     if fleet.workers != job.workers:
         raise ValueError(f"fleet has {fleet.workers} workers, job.workers is {job.workers}")
+    if market is not None and not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market or None, got {type(market).__name__}")
+    return problem, fleet
+
+
+def sync_on_the_fly_policy(job: clock.Job, market: mk.Market | None, *, key: Any, horizon_s: float,
+                           fleet: Fleet | None = None, point_loss: Callable | None = None, train_key: Any = 0,
+                           **options: Any) -> clock.ClusterRun:
+    """:func:`sync_on_the_fly` as a policy of the shared contract (:mod:`scarjax.cluster.clock`):
+    ``job.algorithm`` trained on ``job.workers`` workers until ``job.target_loss``,
+    ``job.max_steps`` barriers (every barrier is one executed update; nothing is redone) or
+    ``horizon_s`` seconds; ``key`` draws the market's revocations, ``train_key`` (default 0)
+    the training.
+
+    Extensions: ``fleet`` (the workers' speeds, ``r`` and ``sync_s``; default
+    :meth:`Fleet.from_job`: identical workers whose full pass takes ``job.step_time``),
+    ``point_loss`` (the per-point objective of the progress reports; default the
+    algorithm's loss on one-example batches, :meth:`Problem.from_job`), and the other
+    options of :func:`sync_on_the_fly` (``lam``, ``flush``, ``restart_s``, ``tier``, ...)."""
+    problem, fleet = _contract(job, market, fleet, point_loss)
     return sync_on_the_fly(problem, fleet, market, key=key, horizon_s=horizon_s, target_loss=job.target_loss,
-                           max_barriers=job.max_steps, **options)
+                           max_barriers=job.max_steps, train_key=train_key, **options)
 
 
-def checkpoint_recompute_policy(job: clock.Job, market: mk.Market | None, *, key: jax.Array, horizon_s: float,
-                                problem: Problem, fleet: Fleet, **options: Any) -> clock.ClusterRun:
-    """:func:`checkpoint_recompute` under the shared policy signature (``job.checkpoint_s``,
-    ``job.restore_s``, ``job.target_loss``, ``job.max_steps`` iterations)."""
-    _job_problem(job, problem)
-    if fleet.workers != job.workers:
-        raise ValueError(f"fleet has {fleet.workers} workers, job.workers is {job.workers}")
+def checkpoint_recompute_policy(job: clock.Job, market: mk.Market | None, *, key: Any, horizon_s: float,
+                                fleet: Fleet | None = None, point_loss: Callable | None = None,
+                                train_key: Any = 0, **options: Any) -> clock.ClusterRun:
+    """:func:`checkpoint_recompute` as a policy of the shared contract: ``job.checkpoint_s``,
+    ``job.restore_s``, ``job.target_loss``, ``job.max_steps`` completed iterations
+    (recomputed ones included); ``key``, ``train_key``, ``fleet`` and ``point_loss`` as in
+    :func:`sync_on_the_fly_policy`."""
+    problem, fleet = _contract(job, market, fleet, point_loss)
     return checkpoint_recompute(problem, fleet, market, key=key, horizon_s=horizon_s, target_loss=job.target_loss,
                                 checkpoint_s=job.checkpoint_s, restore_s=job.restore_s,
-                                max_iterations=job.max_steps, **options)
+                                max_iterations=job.max_steps, train_key=train_key, **options)

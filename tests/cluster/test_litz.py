@@ -15,6 +15,9 @@ from scarjax.cluster import market as mk
 
 from scarjax.cluster.steptime import step_time_fixed
 from scarjax.models import mlr
+from scarjax import ps as sps
+from scarjax.ps import elastic
+from scarjax.scar import partition as spt
 
 E = 4
 
@@ -131,10 +134,18 @@ def check_rebalance(fn, units, old, new):
 def test_validation(runs):
     alg = mlr.digits(batch_size=64)
     job = clock.Job(alg, -1e9, runs["step"], workers=2, max_steps=2)
-    with pytest.raises(ValueError, match="schedule times"):
+    with pytest.raises(ValueError, match="times_s must be non-decreasing"):
         litz.elastic(job, key=0, horizon_s=1e9, spec=runs["spec"], schedule=[(10.0, 4), (5.0, 2)])
+    with pytest.raises(ValueError, match="times_s"):
+        litz.Schedule((float("nan"),), (2,))
+    with pytest.raises(ValueError, match="nodes"):
+        litz.Schedule((1.0,), (0,))
+    with pytest.raises(ValueError, match="one entry per time"):
+        litz.Schedule((1.0, 2.0), (2,))
+    with pytest.raises(ValueError, match=r"\(time_s, nodes\)"):
+        litz.elastic(job, key=0, horizon_s=1e9, spec=runs["spec"], schedule=[(10.0,)])
     with pytest.raises(TypeError, match="spec"):
-        litz.elastic(job, key=0, horizon_s=1e9, spec=None)
+        litz.elastic(job, key=0, horizon_s=1e9, spec="E=4")
     with pytest.raises(ValueError, match="executors"):
         litz.LitzSpec(0, 1)
     with pytest.raises(ValueError, match="assign"):
@@ -161,3 +172,49 @@ def test_bills_from_the_jobs_start_on_the_market_clock():
     assert run.end_s == pytest.approx(1800.0)
     assert sum(run.cost_by_tier.values()) == pytest.approx(0.80)
     assert run.dollars[-1] == pytest.approx(0.80)
+
+
+# ----------------------------------------------------------------------------- one implementation
+
+
+@pytest.fixture(scope="module")
+def ps4():
+    """A real parameter server: MLR on 4 server shards (one forced host device each)."""
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 (forced host) devices")
+    alg = mlr.digits(batch_size=None, lr=0.5)
+    part = spt.by_row(alg.init(jax.random.key(0), alg.data), num_servers=4, key=1)
+    return sps.ParameterServer(alg, part, sps.make_mesh(4, 1), workers=4)
+
+
+@pytest.mark.parametrize("key", [0, 7])
+def test_rebalance_is_the_parameter_servers_plan(ps4, key):
+    """Litz's executor/PShard moves are :mod:`scarjax.ps.elastic`'s block moves: scaling a real
+    parameter server in (4 -> 2 servers) and out again (2 -> 4) leaves its blocks exactly where
+    :func:`litz.rebalance` puts the same units, every block weighing the same."""
+    weight = np.zeros(ps4.layout.num_blocks, np.int64)
+    for rb in ps4.layout.row_block:
+        np.add.at(weight, rb, 1)
+    assert np.all(weight == weight[0]), "the check needs blocks of one size (unit weights in Litz)"
+    st = ps4.init(jax.random.key(3))
+    a0 = np.asarray(st.placement.server_of)
+    st = elastic.remove_servers(ps4, st, [2, 3], key=key)
+    a1, moved = litz.rebalance(a0, 2, key=key)
+    np.testing.assert_array_equal(np.asarray(st.placement.server_of), a1)
+    assert moved.sum() == np.sum(a0 >= 2)
+    st = elastic.add_servers(ps4, st, [2, 3], key=key)
+    a2, _ = litz.rebalance(a1, 4, key=key)
+    np.testing.assert_array_equal(np.asarray(st.placement.server_of), a2)
+    load = np.bincount(a2, minlength=4)
+    assert load.max() - load.min() <= 1
+
+
+def test_plan_check_catches_a_different_rebalance(ps4, monkeypatch):
+    """Planted: Litz keeps its own joining rule (every unit to the least loaded node in turn,
+    not a minimal move): the parameter server's placement no longer matches."""
+    st = ps4.init(jax.random.key(3))
+    a1, _ = litz.rebalance(np.asarray(st.placement.server_of), 2)
+    st = elastic.add_servers(ps4, elastic.remove_servers(ps4, st, [2, 3]), [2, 3])
+    monkeypatch.setattr(litz.ps_elastic, "rebalance", lambda layout, a, alive, key=0: np.arange(a.size) % alive.size)
+    with pytest.raises(AssertionError):
+        np.testing.assert_array_equal(np.asarray(st.placement.server_of), litz.rebalance(a1, 4)[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 
 import jax
@@ -18,6 +19,11 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
+from scarjax.cluster import litz
+from scarjax.cluster import syncfly as sf
+from scarjax.cluster import tierml as tm
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.steptime import step_time_fixed
 from scarjax.models import mlr
 
 from ._wallclock import within
@@ -338,3 +344,85 @@ def test_scar_checkpoint_interval_override():
         po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, interval_steps=0)
     with pytest.raises(ValueError, match="unavailable"):
         po.scar(job, _market(OFTEN), key=3, horizon_s=HORIZON, unavailable="retry")
+
+
+# ----------------------------------------------------------------------------- the one policy contract
+
+#: Every policy of the cluster layer under its contract form, with the options a small test needs.
+CONTRACT = {
+    "on_demand": (po.on_demand, {}),
+    "checkpoint_restart": (po.checkpoint_restart, {"interval_steps": 2}),
+    "scar": (po.scar, {"interval_steps": 2}),
+    "tierml": (tm.tierml, {"transient": 3, "chunk": 2}),
+    "litz": (litz.elastic, {}),
+    "sync_on_the_fly": (sf.sync_on_the_fly_policy, {}),
+    "checkpoint_recompute": (sf.checkpoint_recompute_policy, {}),
+}
+CAP = 5
+
+
+def _cjob(step_s=300.0):
+    return ck.Job(_alg(), -1.0, step_time_fixed(step_s), workers=2, max_steps=CAP)
+
+
+def _cmarket(process):
+    return mk.Market(mk.MachineType("m", 0.4, spot=0.1), process, billing="per_second")
+
+
+def check_contract(fn, run, job, horizon_s):
+    """``fn(job, market, *, key, horizon_s, train_key, ...) -> ClusterRun``: a run in seconds
+    (increasing clock, nothing after its end, its end within the horizon), one ledger entry per
+    machine (at least the job's workers), at most ``job.max_steps`` executed iterations."""
+    params = list(inspect.signature(fn).parameters.values())
+    assert [p.name for p in params[:2]] == ["job", "market"], f"{fn.__name__}: not policy(job, market, ...)"
+    kinds = {p.name: p.kind for p in params}
+    for name in ("key", "horizon_s", "train_key"):
+        assert kinds.get(name) == inspect.Parameter.KEYWORD_ONLY, f"{fn.__name__}: no keyword-only {name}"
+    assert isinstance(run, ck.ClusterRun), f"{fn.__name__} returned {type(run).__name__}"
+    assert np.all(np.diff(run.time_s) >= 0), f"{fn.__name__}: the clock went back"
+    assert run.end_s <= horizon_s + 1e-6, f"{fn.__name__}: ends at {run.end_s} s, after the horizon {horizon_s} s"
+    assert np.all(run.time_s <= run.end_s + 1e-6), f"{fn.__name__}: points after the run's end"
+    assert isinstance(run.ledger, Ledger) and len(run.ledger.entries) >= job.workers, \
+        f"{fn.__name__}: {len(run.ledger.entries)} ledger entries for {job.workers} machines"
+    assert 0 < run.meta["executed_steps"] <= job.max_steps, \
+        f"{fn.__name__}: {run.meta['executed_steps']} executed iterations, cap {job.max_steps}"
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_every_policy_keeps_the_contract(name):
+    """Signature, types, seconds, the same step cap, and the same key giving the same run."""
+    fn, opts = CONTRACT[name]
+    job = _cjob()
+    revoking = _cmarket(mk.exponential(1800.0, warning_s=120.0))
+    a = fn(job, revoking, key=3, horizon_s=4 * 3600.0, **opts)
+    check_contract(fn, a, job, 4 * 3600.0)
+    b = fn(job, revoking, key=jax.random.key(3), horizon_s=4 * 3600.0, **opts)
+    assert a.to_json() == b.to_json(), f"{name}: the same key gave different runs"
+    # the same cap for every policy: no revocations, an ample horizon, an unreachable target
+    calm = _cmarket(None)
+    full = fn(job, calm, key=0, horizon_s=1e9, **opts)
+    assert full.meta["executed_steps"] == CAP, f"{name}: stopped at {full.meta['executed_steps']}, cap {CAP}"
+    # seconds: twice the step time, twice every time
+    slow = fn(_cjob(600.0), calm, key=0, horizon_s=1e9, **opts)
+    np.testing.assert_allclose(slow.time_s, 2 * full.time_s, err_msg=f"{name}: times do not scale with the step time")
+    # a horizon that cuts the run: it ends within it, with fewer iterations
+    cut = fn(job, calm, key=0, horizon_s=1000.0, **opts)
+    check_contract(fn, cut, job, 1000.0)
+
+
+def test_contract_check_catches_planted_violations():
+    job = _cjob()
+    run = po.on_demand(job, _cmarket(None), key=0, horizon_s=1e9)
+    check_contract(po.on_demand, run, job, 1e9)
+
+    def positional_key(job, market, key, horizon_s, train_key=0):  # key not keyword-only
+        return run
+
+    with pytest.raises(AssertionError, match="keyword-only key"):
+        check_contract(positional_key, run, job, 1e9)
+    with pytest.raises(AssertionError, match="after the horizon"):
+        check_contract(po.on_demand, run, job, run.end_s - 1.0)
+    with pytest.raises(AssertionError, match="executed iterations"):
+        check_contract(po.on_demand, dataclasses.replace(run, meta={**run.meta, "executed_steps": CAP + 1}), job, 1e9)
+    with pytest.raises(AssertionError, match="ledger entries"):
+        check_contract(po.on_demand, run, dataclasses.replace(job, workers=50), 1e9)

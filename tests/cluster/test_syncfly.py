@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from scarjax.cluster import clock
 from scarjax.cluster import market as mk
+from scarjax.cluster.steptime import step_time_fixed
 from scarjax.cluster import syncfly as sf
 
 LAM = 0.8
@@ -142,13 +144,43 @@ def test_checkpoint_recompute_recomputes_the_same_trajectory(lr8):
     assert never.count("stall") == 1 and not never.to_target(0.0).reached
 
 
-def test_bill_is_per_second_market_bill(lr8):
+def bill_oracle(intervals, t, price):
+    """USD of the fleet up to ``t`` under per-second billing without a minimum, written
+    independently of the ledger: the price times the seconds a machine ran in each slot."""
+    return float(np.sum(sf.alive_seconds(intervals, t))) * price / 3600.0
+
+
+def check_bill(run, intervals, price):
+    got = sum(run.cost_by_tier.values())
+    want = bill_oracle(intervals, run.end_s, price)
+    assert got == pytest.approx(want, rel=1e-9), f"bill {got} != machine-seconds x price {want}"
+
+
+def test_bill_is_the_markets_per_second_rule(lr8):
+    """The run's bill is the market's one billing rule (the ledger's, :func:`market.charged_seconds`)
+    over each machine run: the seconds each worker slot had a machine, times the price."""
+    pb, _, _ = lr8
     iv = [np.array([[10.0, 40.0], [100.0, 130.0]]), np.zeros((0, 2))]
-    got = sf._bill(iv, 200.0, 0.1)
-    want = float(np.sum(np.asarray(mk.bill(np.array([0.0, 40.0, 130.0, 0.0]), np.array([10.0, 100.0, 200.0, 200.0]),
-                                           0.1, scheme="per_second"), np.float64)))
-    assert got == pytest.approx(want, rel=1e-5)
+    mkt = sf.m4_large_market(None, spot=0.1)
+    run = sf.sync_on_the_fly(pb, _fleet(), mkt, intervals=iv, key=0, horizon_s=200.0)
+    check_bill(run, iv, 0.1)
+    runs = [(0.0, 10.0), (40.0, 100.0), (130.0, run.end_s), (0.0, run.end_s)]
+    rule = float(np.sum(mk.charged_seconds(np.array([b - a for a, b in runs])))) * 0.1 / 3600.0
+    assert sum(run.cost_by_tier.values()) == pytest.approx(rule, rel=1e-9)
     np.testing.assert_allclose(sf.alive_seconds(iv, 200.0), [140.0, 200.0])
+
+
+def test_bill_check_catches_a_planted_violation(lr8, monkeypatch):
+    """Planted: the ledger bills a revoked machine's run to the revocation plus one minute."""
+    pb, _, _ = lr8
+    iv = [np.array([[10.0, 40.0]]), np.zeros((0, 2))]
+    mkt = sf.m4_large_market(None, spot=0.1)
+    stop = sf.Ledger.stop
+    monkeypatch.setattr(sf.Ledger, "stop", lambda self, k, t, revoked=False: stop(self, k, t + 60.0 * revoked,
+                                                                                     revoked=revoked))
+    run = sf.sync_on_the_fly(pb, _fleet(), mkt, intervals=iv, key=0, horizon_s=200.0)
+    with pytest.raises(AssertionError, match="bill"):
+        check_bill(run, iv, 0.1)
 
 
 def test_validation(lr8):
@@ -168,19 +200,52 @@ def test_validation(lr8):
 
 
 def test_shared_policy_signature(lr8):
-    from scarjax.cluster import clock
-    from scarjax.cluster.steptime import step_time_fixed
-
+    """The contract forms build the Problem from the Job (the per-point objective from the
+    algorithm's loss) and train on ``train_key``; ``key`` draws the market only."""
     pb, _, _ = lr8
     fleet = _fleet()
     job = clock.Job(pb.algorithm, 0.5, step_time_fixed(1.0), workers=2, checkpoint_s=1.0, restore_s=2.0,
                     max_steps=5)
     mkt = sf.m4_large_market(mk.exponential(50.0))
-    a = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, problem=pb, fleet=fleet)
-    b = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(2), horizon_s=200.0, target_loss=0.5, max_barriers=5)
+    a = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, fleet=fleet)
+    b = sf.sync_on_the_fly(pb, fleet, mkt, key=jax.random.key(2), horizon_s=200.0, target_loss=0.5, max_barriers=5,
+                           train_key=0)
     np.testing.assert_array_equal(a.loss, b.loss)
-    c = sf.checkpoint_recompute_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, problem=pb, fleet=fleet)
-    assert c.steps.max() <= 5
-    with pytest.raises(ValueError, match="job.algorithm"):
-        sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=1.0, problem=pb._replace(
-            algorithm=pb.algorithm.replace(name="other")), fleet=fleet)
+    np.testing.assert_array_equal(a.time_s, b.time_s)
+    own = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, fleet=fleet,
+                                    point_loss=pb.point_loss)
+    np.testing.assert_array_equal(a.loss, own.loss)
+    c = sf.checkpoint_recompute_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0, fleet=fleet)
+    assert c.meta["executed_steps"] <= 5
+    d = sf.sync_on_the_fly_policy(job, mkt, key=jax.random.key(2), horizon_s=200.0)  # default fleet
+    assert d.meta["executed_steps"] <= 5
+    with pytest.raises(ValueError, match="job.workers"):
+        sf.sync_on_the_fly_policy(job, mkt, key=0, horizon_s=1.0, fleet=sf.Fleet((1.0,)))
+    with pytest.raises(TypeError, match="point_loss"):
+        sf.sync_on_the_fly_policy(job, mkt, key=0, horizon_s=1.0, point_loss=3)
+
+
+def test_fleet_and_problem_from_a_job(lr8):
+    pb, _, _ = lr8
+    job = clock.Job(pb.algorithm, 0.5, step_time_fixed(4.0), workers=2)
+    p = sf.Problem.from_job(job)
+    assert p.algorithm is pb.algorithm and p.n == pb.n
+    st = pb.algorithm.init(jax.random.key(0), pb.algorithm.data)
+    w = st.params + 0.3
+    np.testing.assert_allclose(np.asarray(p.point_loss(w)), np.asarray(pb.point_loss(w)), rtol=1e-6)
+    f = sf.Fleet.from_job(job, p.n)
+    assert f.workers == 2 and f.speeds[0] * 4.0 == pytest.approx(p.n / 2)  # one pass per step time
+    with pytest.raises(TypeError, match="job"):
+        sf.Problem.from_job(pb)
+
+
+def test_checkpoint_recompute_caps_completed_iterations(lr8):
+    """The step cap counts every completed iteration, recomputed ones too (as in every
+    policy), not the global iteration index that a reload moves back."""
+    pb, _, _ = lr8
+    iv = [np.array([[10.0, 10.5]]), np.zeros((0, 2))]  # 4.5 s iterations: 2 done, then lost
+    run = sf.checkpoint_recompute(pb, _fleet(), intervals=iv, key=0, horizon_s=1e4, checkpoint_every=100,
+                                  checkpoint_s=0.0, restore_s=0.0, max_iterations=6)
+    assert run.count("restart") >= 1
+    assert run.meta["executed_steps"] == 6
+    assert int(run.steps[-1]) == 4  # 2 iterations were redone after the reload

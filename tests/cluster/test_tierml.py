@@ -22,7 +22,11 @@ from scarjax.cluster.steptime import step_time_fixed, step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
 from scarjax.cluster import tierml as tm
-from scarjax.models import quadratic
+from scarjax.models import mlr, quadratic
+from scarjax import ps as sps
+from scarjax.ps import elastic
+from scarjax.ps import tiers as ps_tiers
+from scarjax.scar import partition as spt
 
 H = 3600.0
 
@@ -313,3 +317,94 @@ def test_one_ledger_entry_per_machine():
     assert sec["reliable"] == pytest.approx(2 * (run.end_s - 60.0))
     with pytest.raises(AssertionError, match="ledger entries"):
         check_one_entry_per_machine(run, requested + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# One implementation: the ActivePS transitions are scarjax.ps's
+
+
+@pytest.fixture(scope="module")
+def ps4():
+    """A real parameter server: full-batch MLR on 4 server shards (one forced host device each),
+    server 0 reliable, 1-3 transient."""
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 (forced host) devices")
+    alg = mlr.digits(batch_size=None, lr=0.5)
+    part = spt.by_row(alg.init(jax.random.key(0), alg.data), num_servers=4, key=1)
+    return sps.ParameterServer(alg, part, sps.make_mesh(4, 1), workers=4, headroom=4.0)  # all on one server
+
+
+RELIABLE4 = np.array([True, False, False, False])
+
+
+@pytest.mark.parametrize("warning", [False, True])
+def test_revocation_plan_is_what_ps_tiers_revoke_does(ps4, warning):
+    """The rule the cluster policy applies (``ps.tiers.plan_revoke``) is the one
+    ``ps.tiers.revoke`` applies to the sharded store: the same new placement and lost blocks."""
+    tiers = ps_tiers.make(ps4, RELIABLE4)
+    st = ps4.init(jax.random.key(0))
+    ts = ps_tiers.init(ps4, tiers, st)
+    so, alive, lost = ps_tiers.plan_revoke(np.asarray(st.placement.server_of), np.asarray(st.placement.alive),
+                                           RELIABLE4, [2, 3], warning=warning, layout=ps4.layout, key=4)
+    st2, _, lost2 = ps_tiers.revoke(ps4, tiers, st, ts, [2, 3], warning=warning, step=0, key=4)
+    np.testing.assert_array_equal(np.asarray(st2.placement.server_of), so)
+    np.testing.assert_array_equal(np.asarray(st2.placement.alive), alive)
+    np.testing.assert_array_equal(np.asarray(lost2), lost)
+    assert lost.any() != warning  # servers 2-3 held blocks: lost without warning only
+    with pytest.raises(ValueError, match="reliable"):
+        ps_tiers.plan_revoke(so, alive, RELIABLE4, [0], warning=False)
+
+
+def _rollback_point(run):
+    """``(pushed_at, lost, loss)`` of the first rollback: the BackupPS iteration, the iterations
+    lost, and the loss the run records right after it."""
+    steps = np.asarray(run.steps)
+    i = int(np.flatnonzero(np.diff(steps) < 0)[0]) + 1
+    return int(steps[i]), int(steps[i - 1] - steps[i]), float(run.loss[i])
+
+
+def check_same_rollback(ps, run):
+    """The cluster policy's rollback after a bulk unwarned revocation is ``ps.tiers.revoke``'s
+    state: a real parameter server trained the same iterations, pushed where the policy pushed,
+    with every block on the revoked transient servers, comes back to the same loss."""
+    pushed_at, lost, loss = _rollback_point(run)
+    alg = ps.algorithm
+    st = ps.from_logical(Trainer(alg, 0).state)  # the policy's training: train_key 0, full batch
+    st = elastic.reassign(ps, st, 1 + np.arange(ps.layout.num_blocks) % 3)  # every block on 1-3
+    tiers = ps_tiers.make(ps, RELIABLE4)
+    key = jax.random.key(0)
+    if pushed_at:
+        st, _ = ps.run(st, pushed_at, key)
+    ts = ps_tiers.init(ps, tiers, st)._replace(pushed_at=pushed_at)
+    st, _ = ps.run(st, lost, key, start=pushed_at)
+    st, ts, lost_blocks = ps_tiers.revoke(ps, tiers, st, ts, [1, 2, 3], warning=False, step=pushed_at + lost)
+    assert lost_blocks.all()
+    got = float(alg.loss(ps.logical(st), alg.data))
+    assert got == pytest.approx(loss, rel=1e-5), f"ps.tiers rolls back to loss {got}, the policy to {loss}"
+
+
+def test_bulk_rollback_is_the_ps_tiers_state(ps4):
+    job = ck.Job(ps4.algorithm, -1.0, step_time_fixed(300.0), workers=16, max_steps=60)
+    run = tm.tierml(job, _market(0.5 * H, warned=False, bulk=True), key=jax.random.key(5), horizon_s=48 * H,
+                    reliable=1, transient=40, chunk=4, push_every=8)
+    assert _rollback_point(run)[1] > 0
+    check_same_rollback(ps4, run)
+    # planted: a run whose rollback kept one of the lost iterations
+    i = int(np.flatnonzero(np.diff(run.steps) < 0)[0]) + 1
+    loss = run.loss.copy()
+    loss[i] = float(Trainer(ps4.algorithm, 0).train(int(run.steps[i]) + 1)[-1])
+    with pytest.raises(AssertionError, match="ps.tiers rolls back"):
+        check_same_rollback(ps4, dataclasses.replace(run, loss=loss))
+
+
+def test_rollback_check_catches_a_policy_that_ignores_the_ps_rule(monkeypatch):
+    """Planted: the revocation rule loses no block (as if every ActivePS were warned): the
+    unwarned bulk revocation no longer rolls back."""
+    key = jax.random.key(5)
+    ref = _reference_losses(key, JOB.max_steps)
+    plan = ps_tiers.plan_revoke
+    monkeypatch.setattr(tm.ps_tiers, "plan_revoke", lambda *a, warning, **k: plan(*a, warning=True, **k))
+    run = tm.tierml(JOB, _market(0.5 * H, warned=False, bulk=True), key=key, horizon_s=48 * H, reliable=1,
+                    transient=40, chunk=4, push_every=8)
+    with pytest.raises(AssertionError, match="no rollback after an unwarned revocation"):
+        check_rolled_back(run, ref)
