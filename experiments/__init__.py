@@ -32,7 +32,8 @@ table and JSON, bound checks over all trials), never dropped.
 ``REGISTRY`` lists the experiment modules in the order ``scarjax reproduce --jobs 1`` runs
 them (and REPRODUCTION.md reports them); with ``--jobs N`` :func:`run_parallel`
 (:mod:`experiments._parallel`) runs them in ``N`` worker processes, longest first by
-:data:`COST`, the :data:`ALONE` ones last and by themselves. :func:`load_results`,
+:data:`COST`, each group of :data:`TOGETHER` in one worker, the :data:`ALONE` ones last and by
+themselves. :func:`load_results`,
 :func:`plot_results`, :func:`headline_table` and :func:`run_parallel` are what the command
 line uses (``scarjax reproduce``, ``replot``).
 """
@@ -79,6 +80,19 @@ COST: dict[str, tuple[float, float]] = {
     "cmdare": (17, 10), "perf_models_local": (109, 204), "planner_validation": (78, 115),
 }
 
+# Experiments that share memoised problems or compiled programs: with ``--jobs N`` each group
+# runs in one worker process, one after another (:func:`experiments._parallel.schedule`), so
+# that what the first builds serves the others instead of being built again in another
+# worker: Figs 5.5/5.6(a) share experiments._problems' MLR optimum, its local contraction and
+# (same trial count, steps and algorithm) the compiled baseline runs; the perturbation-source
+# experiments share experiments._problems.problem's QP and solved MLR; sched_main's quick run
+# uses sched_sweeps' cluster and genetic search (its compiled programs).
+TOGETHER: tuple[tuple[str, ...], ...] = (
+    ("fig5_5_mlr", "fig5_6_reset"),
+    ("staleness", "precision", "revocation", "combined"),
+    ("sched_sweeps", "sched_main"),
+)
+
 # Experiments that time this machine (step times, throughput of processes pinned to cores):
 # with ``--jobs N`` they run last, one at a time, with no other experiment beside them.
 ALONE: tuple[str, ...] = ("pollux_throughput", "perf_models_local")
@@ -90,5 +104,5 @@ from experiments._common import load_results, plot_results  # noqa: E402
 from experiments._headline import table as headline_table  # noqa: E402
 from experiments._parallel import ExperimentError, run_parallel  # noqa: E402
 
-__all__ = ["ALONE", "COST", "REGISTRY", "ExperimentError", "headline_table", "load_results", "plot_results",
-           "run_parallel"]
+__all__ = ["ALONE", "COST", "REGISTRY", "TOGETHER", "ExperimentError", "headline_table", "load_results",
+           "plot_results", "run_parallel"]

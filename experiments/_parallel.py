@@ -10,7 +10,11 @@ optimum of :mod:`experiments._problems`) are shared by the experiments that land
 
 Order: longest first by :data:`experiments.COST` (a static table of measured wall times;
 unknown names count as longest), so that the last experiments to finish are short ones.
-The experiments named in :data:`experiments.ALONE` time this machine's own speed and run
+The experiments of one group of :data:`experiments.TOGETHER` share memoised problems and
+compiled programs (e.g. the MLR optimum, the genetic search's programs): they run one after
+another in the same worker, as one unit of the schedule (ordered by their summed cost), so
+that each shared program compiles once per run rather than once per worker. The
+experiments named in :data:`experiments.ALONE` time this machine's own speed and run
 last, one at a time with no other experiment of this run beside them, as they would in the
 sequential command. Each experiment writes its results JSON and figure exactly as in-process
 (:func:`experiments._common.recorded`); workers run with ``SCARJAX_NO_PROGRESS`` set (no
@@ -50,17 +54,54 @@ class ExperimentError(RuntimeError):
         super().__init__(f"experiment(s) {names} failed in a worker process:\n{body}")
 
 
+def _units(names: Iterable[str], together: Iterable[Iterable[str]] = ()) -> list[tuple[str, ...]]:
+    """``names`` as the units a worker runs: each group of ``together`` (its members among
+    ``names``, in the group's order) at the place of its first member, every other name alone.
+
+    Raises:
+      ValueError: a name in two groups.
+    """
+    names = list(names)
+    group_of: dict[str, tuple[str, ...]] = {}
+    for group in together:
+        group = tuple(group)
+        for n in group:
+            if n in group_of:
+                raise ValueError(f"together: {n!r} is in two groups, {group_of[n]} and {group}")
+            group_of[n] = group
+    units, seen = [], set()
+    for n in names:
+        if n in seen:
+            continue
+        unit = tuple(m for m in group_of.get(n, (n,)) if m in names) if n in group_of else (n,)
+        seen.update(unit)
+        units.append(unit)
+    return units
+
+
 def schedule(names: Iterable[str], quick: bool, cost: Mapping[str, tuple[float, float]],
-             alone: Iterable[str] = ()) -> list[str]:
+             alone: Iterable[str] = (), together: Iterable[Iterable[str]] = ()) -> list[str]:
     """``names`` in the order :func:`run_parallel` starts them: longest first by ``cost``
     (``{NAME: (quick seconds, full seconds)}``; a name missing from it counts as longest;
-    ties keep the given order), then the ``alone`` experiments in the same order."""
-    names, alone = list(names), set(alone)
+    ties keep the given order), then the ``alone`` experiments in the same order. A group of
+    ``together`` is one unit, placed by its members' summed cost, its members consecutive in
+    the group's order (a group must not mix ``alone`` and other experiments)."""
+    return [n for unit in _schedule_units(names, quick, cost, alone, together) for n in unit]
 
-    def key(n: str) -> float:
-        return -cost[n][0 if quick else 1] if n in cost else -float("inf")
 
-    return sorted((n for n in names if n not in alone), key=key) + sorted((n for n in names if n in alone), key=key)
+def _schedule_units(names, quick, cost, alone=(), together=()) -> list[tuple[str, ...]]:
+    """:func:`schedule`'s order as units (tuples of names that run in one worker)."""
+    alone = set(alone)
+    units = _units(names, together)
+    for unit in units:
+        if len(unit) > 1 and alone & set(unit):
+            raise ValueError(f"together: group {unit} mixes experiments of `alone` with others")
+
+    def key(unit: tuple[str, ...]) -> float:
+        return -sum(cost[n][0 if quick else 1] if n in cost else float("inf") for n in unit)
+
+    return sorted((u for u in units if u[0] not in alone), key=key) + sorted((u for u in units if u[0] in alone),
+                                                                         key=key)
 
 
 def _worker_init() -> None:
@@ -79,57 +120,74 @@ def _run_one(module: str, quick: bool, out_dir: str) -> dict:
         return {"error": traceback.format_exc()}
 
 
+def _run_unit(modules: list[str], quick: bool, out_dir: str) -> list[dict]:
+    """In a worker: :func:`_run_one` for each of ``modules`` in turn (one unit of
+    :func:`schedule`), stopping after the first that fails; one result per module run."""
+    out = []
+    for module in modules:
+        out.append(_run_one(module, quick, out_dir))
+        if "error" in out[-1]:
+            break
+    return out
+
+
 def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.PathLike, jobs: int, *,
                  cost: Mapping[str, tuple[float, float]], alone: Iterable[str] = (),
+                 together: Iterable[Iterable[str]] = (),
                  done_line: Callable[[str, float | None], str] = lambda n, s: f"{n}: done") -> list[str]:
     """Run the experiments ``modules`` (``{NAME: module path}``) in ``jobs`` worker
-    processes, in :func:`schedule`'s order, writing into ``out_dir``; prints
-    ``done_line(NAME, wall seconds)`` as each finishes and returns the names in the order
-    they finished.
+    processes, in :func:`schedule`'s order (each group of ``together`` in one worker, one
+    after another), writing into ``out_dir``; prints ``done_line(NAME, wall seconds)`` as
+    each finishes (a group's members when the group has finished) and returns the names in
+    the order they finished.
 
     Raises:
-      ValueError: ``jobs`` below 1.
+      ValueError: ``jobs`` below 1; a name in two groups of ``together``, or a group mixing
+        ``alone`` experiments with others.
       ExperimentError: an experiment failed (after the running ones have finished).
     """
     if int(jobs) < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs!r}")
     alone = set(alone)
-    queue = schedule(modules, quick, cost, alone)
-    running: dict[Future, str] = {}
+    queue = _schedule_units(modules, quick, cost, alone, together)
+    running: dict[Future, tuple[str, ...]] = {}
     finished: list[str] = []
     failures: list[tuple[str, str]] = []
-    bar = tqdm(total=len(queue), desc="reproduce", unit="exp", file=sys.stderr, leave=False,
+    bar = tqdm(total=sum(map(len, queue)), desc="reproduce", unit="exp", file=sys.stderr, leave=False,
                disable=bool(os.environ.get("SCARJAX_NO_PROGRESS")))
     ctx = multiprocessing.get_context("spawn")
+    shown = lambda: ", ".join(n for unit in running.values() for n in unit)  # noqa: E731
     try:
         with ProcessPoolExecutor(max_workers=int(jobs), mp_context=ctx, initializer=_worker_init) as pool:
             while queue or running:
                 # start what may start: up to `jobs` at once, an `alone` experiment by itself
-                while queue and not failures and not any(n in alone for n in running.values()):
-                    if (queue[0] in alone and running) or len(running) >= jobs:
+                while queue and not failures and not any(u[0] in alone for u in running.values()):
+                    if (queue[0][0] in alone and running) or len(running) >= jobs:
                         break
-                    name = queue.pop(0)
-                    running[pool.submit(_run_one, modules[name], quick, str(out_dir))] = name
-                bar.set_postfix_str(", ".join(running.values()), refresh=True)
+                    unit = queue.pop(0)
+                    running[pool.submit(_run_unit, [modules[n] for n in unit], quick, str(out_dir))] = unit
+                bar.set_postfix_str(shown(), refresh=True)
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in done:
-                    name = running.pop(fut)
+                    unit = running.pop(fut)
                     try:
-                        r = fut.result()
+                        rs = fut.result()
                     except Exception as e:  # noqa: BLE001 - a dead worker (BrokenProcessPool) or unpicklable result
-                        r = {"error": "".join(traceback.format_exception(e))
-                             + "\n(the worker process running it ended abnormally: killed, or out of memory?)"}
-                    if "error" in r:
-                        failures.append((name, r["error"][-_TAIL:]))
-                        queue.clear()
-                        if running:
-                            bar.write(f"[scarjax] {name}: FAILED; waiting for {', '.join(running.values())} to finish",
-                                      file=sys.stdout)
-                        continue
-                    finished.append(name)
-                    bar.update(1)
-                    bar.write(done_line(name, r.get("wall_s")), file=sys.stdout)
-                    sys.stdout.flush()
+                        rs = [{"error": "".join(traceback.format_exception(e))
+                               + "\n(the worker process running it ended abnormally: killed, or out of memory?)"}]
+                        unit = (" or ".join(unit),) if len(unit) > 1 else unit  # which one ran is unknown
+                    for name, r in zip(unit, rs):
+                        if "error" in r:
+                            failures.append((name, r["error"][-_TAIL:]))
+                            queue.clear()
+                            if running:
+                                bar.write(f"[scarjax] {name}: FAILED; waiting for {shown()} to finish",
+                                          file=sys.stdout)
+                            continue
+                        finished.append(name)
+                        bar.update(1)
+                        bar.write(done_line(name, r.get("wall_s")), file=sys.stdout)
+                        sys.stdout.flush()
     finally:
         bar.close()
     if failures:

@@ -35,7 +35,10 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(trials=24)  # ~10 s of trials on 2 cores; compilation and the MLR solve dominate
+        # Compilation and the MLR solve dominate. 40 trials, as fig5_6_reset's quick panel (a):
+        # the same chunks of the same unperturbed MLR runs, so the two (one worker, see
+        # experiments.TOGETHER) share one compiled baseline program.
+        return cls(trials=40)
 
 
 @_common.recorded(NAME)

@@ -116,6 +116,54 @@ def test_schedule_longest_first_alone_last():
     assert schedule(["a", "new", "b"], True, cost) == ["new", "b", "a"]  # unknown cost: counted longest
     names = set(cli.experiments())
     assert set(experiments.COST) == names and set(experiments.ALONE) <= names
+    grouped = [n for group in experiments.TOGETHER for n in group]
+    assert set(grouped) <= names and len(grouped) == len(set(grouped)) and not set(grouped) & set(experiments.ALONE)
+
+
+def test_schedule_keeps_a_group_together():
+    cost = {"a": (1, 1), "b": (9, 9), "c": (5, 5), "d": (6, 6), "t": (100, 100)}
+    # (a, c) together weigh 6 + a tie with d: placed where the first of them stands, members in group order
+    assert schedule(["a", "b", "c", "d", "t"], True, cost, alone=["t"], together=[("c", "a")]) == \
+        ["b", "c", "a", "d", "t"]
+    assert schedule(["a", "b", "c", "d"], True, cost, together=[("a", "c", "d")]) == ["a", "c", "d", "b"]
+    assert schedule(["b", "d"], True, cost, together=[("a", "c", "d")]) == ["b", "d"]  # members not run: dropped
+    assert schedule(["a", "b"], True, cost, together=[("a", "new")]) == ["b", "a"]
+    with pytest.raises(ValueError, match="two groups"):
+        schedule(["a", "b"], True, cost, together=[("a", "b"), ("b", "c")])
+    with pytest.raises(ValueError, match="alone"):
+        schedule(["a", "t"], True, cost, alone=["t"], together=[("a", "t")])
+
+
+_PID_BODY = """(Path(out_dir) / (NAME + '.pid')).write_text(str(os.getpid()))
+    # planted: with out_dir/WAIT, planted_pid_a waits for planted_pid_b to run elsewhere
+    b = Path(out_dir) / 'planted_pid_b.pid'
+    for _ in range(3000 if NAME == 'planted_pid_a' and (Path(out_dir) / 'WAIT').exists() else 0):
+        if b.exists():
+            break
+        time.sleep(0.1)
+    return {}"""
+
+
+def test_a_group_runs_in_one_worker(tmp_path, monkeypatch):
+    """The members of a group run one after another in the same worker process; the planted
+    run without the group (a waiting for b to start) puts them in two workers."""
+    src = tmp_path / "fake_pid"
+    src.mkdir()
+    names = ["planted_pid_a", "planted_pid_b", "planted_pid_c"]
+    for name in names:
+        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
+                                        + textwrap.dedent(_FAKE).format(name=name, body=_PID_BODY))
+    monkeypatch.syspath_prepend(str(src))
+    cost = {"planted_pid_a": (3, 3), "planted_pid_b": (2, 2), "planted_pid_c": (1, 1)}
+    for together, shared in (([("planted_pid_a", "planted_pid_b")], True), ((), False)):
+        out = tmp_path / f"out_{shared}"
+        out.mkdir()
+        if not shared:
+            (out / "WAIT").touch()
+        finished = experiments.run_parallel({n: n for n in names}, True, out, 2, cost=cost, together=together)
+        assert sorted(finished) == names
+        pid = {n: (out / f"{n}.pid").read_text() for n in names}
+        assert (pid["planted_pid_a"] == pid["planted_pid_b"]) is shared, (together, pid)
 
 
 def test_jobs_must_be_positive(capsys):
