@@ -70,10 +70,24 @@ def main(quick: bool = False) -> dict:
 
     # 1. loop overhead.
     overhead = {}
-    for bs in (None, 64):
-        alg = mlr.mlr(x, y, num_classes=10, batch_size=bs)
-        hand = hand_written_mlr(x, y, 1.0, 1e-2, steps, bs)
-        key = jax.random.key(0)
+    part1 = {bs: (mlr.mlr(x, y, num_classes=10, batch_size=bs), hand_written_mlr(x, y, 1.0, 1e-2, steps, bs))
+             for bs in (None, 64)}
+    key = jax.random.key(0)
+    n = 20 if quick else 100  # quick: the speed-up at 20 trials (a lower bound of 100's)
+    t_steps = 100 if quick else steps  # quick: 100 steps a trial (the sequential runs were most of the time)
+    keys = jax.random.split(jax.random.key(1), n)
+    problems = {
+        "qp": (quadratic.fig53_problem(), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.1), t_steps // 2)),
+        "mlr_batch64": (mlr.mlr(x, y, num_classes=10, batch_size=64), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), t_steps // 2)),
+        "mlr_full": (mlr.mlr(x, y, num_classes=10), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), t_steps // 2)),
+    }
+    if quick:  # compile all ten programs at once (XLA compiles outside the GIL); timed one at a time below
+        calls = [lambda a=a: scarjax.run(a, None, steps, key) for a, _ in part1.values()]
+        calls += [lambda h=h: h(key) for _, h in part1.values()]
+        calls += [lambda a=a, h=h: scarjax.run(a, h, t_steps, keys[0])[1].loss for a, h in problems.values()]
+        calls += [lambda a=a, h=h: scarjax.run_trials(a, h, t_steps, keys)[1].loss for a, h in problems.values()]
+        out["compile_s"] = round(_timing.precompile(calls), 2)
+    for bs, (alg, hand) in part1.items():
         samples = _timing.interleaved_samples({
             "scarjax": lambda: scarjax.run(alg, None, steps, key),
             "hand": lambda: hand(key),
@@ -86,25 +100,21 @@ def main(quick: bool = False) -> dict:
     out["loop_overhead_mlr"] = overhead
 
     # 2. vmapped trials vs sequential jitted runs.
-    n = 20 if quick else 100  # quick: the speed-up at 20 trials (a lower bound of 100's)
-    keys = jax.random.split(jax.random.key(1), n)
     trials = {}
-    problems = {
-        "qp": (quadratic.fig53_problem(), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.1), steps // 2)),
-        "mlr_batch64": (mlr.mlr(x, y, num_classes=10, batch_size=64), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), steps // 2)),
-        "mlr_full": (mlr.mlr(x, y, num_classes=10), scarjax.hooks.scheduled(scarjax.perturb.gaussian(0.01), steps // 2)),
-    }
-    if quick:  # the QP and minibatch MLR (the full-batch MLR is the slowest of the three)
-        del problems["mlr_full"]
     for name, (alg, hook) in problems.items():
         def sequential():
-            return [scarjax.run(alg, hook, steps, keys[i])[1].loss for i in range(n)]
+            return [scarjax.run(alg, hook, t_steps, keys[i])[1].loss for i in range(n)]
 
         def vmapped():
-            return scarjax.run_trials(alg, hook, steps, keys)[1].loss
+            return scarjax.run_trials(alg, hook, t_steps, keys)[1].loss
 
-        t = _timing.interleaved({"sequential": sequential, "vmapped": vmapped}, repeats=1 if quick else 3)
-        trials[name] = {"trials": n, "sequential_s": t["sequential"], "run_trials_s": t["vmapped"], "speedup": t["sequential"] / t["vmapped"]}
+        if quick:  # compiled above (one single run, not all n); one timed round
+            t = {k: v[0] for k, v in _timing.interleaved_samples(
+                {"sequential": sequential, "vmapped": vmapped}, rounds=1, warmup=0).items()}
+        else:
+            t = _timing.interleaved({"sequential": sequential, "vmapped": vmapped}, repeats=3)
+        trials[name] = {"trials": n, "steps": t_steps, "sequential_s": t["sequential"], "run_trials_s": t["vmapped"],
+                        "speedup": t["sequential"] / t["vmapped"]}
     out["monte_carlo_100_trials" if not quick else "monte_carlo_20_trials"] = trials
     out["loadavg_end"] = _timing.loadavg()
     return out
@@ -112,6 +122,6 @@ def main(quick: bool = False) -> dict:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="200 steps, 5 rounds; 20 trials of the QP and minibatch MLR in part 2 (under a minute)")
+    ap.add_argument("--quick", action="store_true", help="200 steps, 5 rounds; part 2 with 20 trials of 100 steps, one round (under a minute)")
     args = ap.parse_args()
     _timing.emit("bench_loop", main(args.quick))
