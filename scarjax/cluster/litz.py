@@ -290,6 +290,8 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
             rec.event(t, "scale", f"{nodes} -> {new} nodes at step {trainer.step}, migration {pause:.1f} s")
             t += pause
             nodes = new
+    for i in ledger.running:  # the user stops the nodes at the run's end
+        ledger.stop(i, t0 + t)
     run = rec.finish(t, nodes=node_hist, final_loss=loss, executed_steps=int(trainer.step))
     run.final_state = trainer.state
     return run
