@@ -406,7 +406,7 @@ class MarketModel:
         machine type a :class:`~scarjax.cluster.market.PriceSeries` (or ``SpotPrices``) and its
         on-demand price; per bid (fractions of on-demand; 1.0 is always added: TierML bids it)
         measured on the minute grid of ``window = (t0, t1)`` (seconds on the series' clock;
-        default its whole span), like :func:`scarjax.cluster.sweep.mttf_minutes`: the lifetime
+        default its whole span), like :func:`scarjax.cluster.sweep.mttf_s`: the lifetime
         of an allocation requested at each minute the price is at or below the bid is the time
         to the next price above the bid plus the warning (censored at the window's end: never
         revoked within it), the availability is the share of such minutes, the spot price the
