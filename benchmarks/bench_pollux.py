@@ -31,7 +31,8 @@ AdaptDL needs an old NumPy (``np.int``/``np.float``), so it lives in its own vir
 subprocess running ``benchmarks/adaptdl/run_adaptdl.py``; it is never a dependency of
 scarjax.  Usage: ``python benchmarks/bench_pollux.py [--quick] [--no-adaptdl] [--no-overhead]
 [--models mlr_mnist,mlp_mnist,cnn_mnist,mixed_mnist] [--rounds N] [--no-one-core] [--no-profile]
-[--measured PATH]`` (``--quick``: under a minute, the MLP with AdamW only; see ``--help``).
+[--measured PATH]`` (``--quick``: under a minute, see ``--help``: the PGNS step (per-leaf axes) of
+every model but the CNN against both plain steps, with Adam as in the full run).
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def setup_adaptdl_venv(path: Path = ADAPTDL_VENV) -> Path:
 # ----------------------------------------------------------------------------- 1. overhead
 
 OVERHEAD_MODELS = ("mlr_mnist", "mlp_mnist", "cnn_mnist", "mixed_mnist")
+#: ``--quick``'s models: all but the CNN (on CPU building it and compiling its three programs
+#: took about 35 s of CPU time).
+QUICK_MODELS = ("mlr_mnist", "mlp_mnist", "mixed_mnist")
 
 
 def _overhead_variants(prob, k: int, b: int, n: int, optimizer: str = "adam", variants=None) -> dict:
@@ -265,6 +269,7 @@ def bench_overhead(
     optimizer: str = "adam",
     variants=None,
     steps: int | None = None,
+    parallel_compile: bool = False,
 ) -> dict:
     """Per-step cost of the PGNS step over the plain step, side by side (interleaved rounds;
     each timed call runs ``n`` steps in one ``lax.scan``, ``n`` chosen so a call of the plain
@@ -272,7 +277,9 @@ def bench_overhead(
     step's fastest round, ``ratio_median`` = median over rounds of the same-round ratio;
     both against ``plain`` and against the faster of ``plain``/``plain_accum``.  ``steps``: a fixed
     ``n`` (no probe compile); ``variants``: only these runs; ``optimizer``: ``'adam'`` or
-    ``'adamw'``."""
+    ``'adamw'``; ``parallel_compile``: compile a model's variants at once from a thread per core
+    (``_timing.precompile``) before the rounds (the timings are unchanged: rounds run one call at
+    a time on the compiled programs)."""
     import jax
 
     import _timing
@@ -293,6 +300,8 @@ def bench_overhead(
         runs = _overhead_variants(prob, k, b, n, optimizer, variants)
         key = jax.random.PRNGKey(1)  # the cost does not depend on which examples are drawn
         calls = {v: (lambda f=f, s=s: f(prob.params, s, key)) for v, (f, s) in runs.items()}
+        if parallel_compile:
+            _timing.precompile(calls)
         samples = _timing.interleaved_samples(calls, rounds)
         vs_plain = _timing.ratios(samples, "plain")
         best_plain = "plain" if min(samples["plain"]) <= min(samples.get("plain_accum", [np.inf])) else "plain_accum"
@@ -595,12 +604,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--no-adaptdl", action="store_true")
     ap.add_argument("--measured", default="results/pollux_throughput.json")
     ap.add_argument("--quick", action="store_true",
-                    help="under a minute: the PGNS overhead of the MLP with AdamW against the plain step on the same "
-                         "micro-batches (PGNS with per-leaf axes), 5 rounds of 4-step calls; no "
-                         "breakdown, profile, one-core run or AdaptDL")
+                    help="under a minute: the PGNS overhead (per-leaf axes) of the QUICK_MODELS (all but the CNN) with "
+                         "Adam against the plain "
+                         "step and gradient accumulation on the same micro-batches; 5 rounds of 4-step calls, each "
+                         "model's programs compiled at once; no "
+                         "micro-batch-axis-first/last or stacked-gradient variants, breakdown, profile, one-core "
+                         "run or AdaptDL")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per model (default 15, quick 5)")
     ap.add_argument("--models", default=None,
-                    help=f"comma-separated overhead models (default {','.join(OVERHEAD_MODELS)}; quick: mlp_mnist)")
+                    help=f"comma-separated overhead models (default {','.join(OVERHEAD_MODELS)}; quick: {','.join(QUICK_MODELS)})")
     ap.add_argument("--no-overhead", action="store_true", help="skip the PGNS-overhead part")
     ap.add_argument("--no-one-core", action="store_true", help="skip the one-core overhead run")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-op profile (jax.profiler trace)")
@@ -608,7 +620,7 @@ def main(argv=None) -> dict:
     rounds = args.rounds or (5 if args.quick else 15)
     target = 0.03 if args.quick else 0.1
     if args.models is None:
-        args.models = "mlp_mnist" if args.quick else ",".join(OVERHEAD_MODELS)
+        args.models = ",".join(QUICK_MODELS if args.quick else OVERHEAD_MODELS)
     models = tuple(m for m in args.models.split(",") if m)
     bad = sorted(set(models) - set(OVERHEAD_MODELS))
     if bad:
@@ -619,13 +631,10 @@ def main(argv=None) -> dict:
     if not args.no_overhead:
         out["pgns_overhead"] = bench_overhead(
             rounds=rounds, target_s=target, problems=models, profile=not args.no_profile,
-            breakdown=not args.quick, optimizer="adamw" if args.quick else "adam",
-            variants=("plain", "pgns_axis_auto") if args.quick else None, steps=4 if args.quick else None,
+            breakdown=not args.quick, variants=("plain", "plain_accum", "pgns_axis_auto") if args.quick else None,
+            steps=4 if args.quick else None, parallel_compile=args.quick,
         )
         out["pgns_overhead_table"] = overhead_table(out["pgns_overhead"])
-        if args.quick and "mlp_mnist" in out["pgns_overhead"]:
-            r = out["pgns_overhead"]["mlp_mnist"]["ratio_vs_plain"]["pgns_axis_auto"]
-            out["pgns_overhead_mlp_adamw"] = {"ratio_min": r["ratio_min"], "ratio_median": r["ratio_median"]}
         if hasattr(os, "sched_setaffinity") and not args.no_one_core:
             one = tuple(m for m in models if m in ("mlr_mnist", "mlp_mnist"))
             if one:

@@ -9,7 +9,8 @@
 3. ``bytes``: bytes per device of a 10^8-parameter model with Adam (params + two
    moments) on 1–8 server shards, computed from the layout (nothing allocated).
 
-Run: ``python benchmarks/bench_ps.py [--quick]``. On CPU the devices are forced host
+Run: ``python benchmarks/bench_ps.py [--quick]`` (``--quick``, under a minute: a smaller step
+problem, 10^4 and 10^5 parameters for ``topk``, 3 rounds). On CPU the devices are forced host
 devices sharing this machine's cores (``--xla_force_host_platform_device_count=8``), so
 the step times show the overhead of the collectives, not a speed-up; run it on a
 multi-GPU machine for real scaling.
@@ -48,11 +49,12 @@ def bench_step(quick: bool) -> dict:
     y = rng.integers(0, k, n)
     out = {"examples": n, "features": d + 1, "classes": k, "global_batch": batch, "steps": steps}
     rows = []
+    # same global batch: each of the D workers draws batch / D examples; one algorithm for every
+    # D, so the single-device run is compiled once
+    alg = mlr.mlr(x, y, num_classes=k, batch_size=batch, optimizer=optax.adam(1e-2))
     for D in (1, 2, 4, 8):
         if D > len(jax.devices()):
             break
-        # same global batch: each of the D workers draws batch / D examples
-        alg = mlr.mlr(x, y, num_classes=k, batch_size=batch, optimizer=optax.adam(1e-2))
         part = pt.by_row(alg.init(jax.random.key(0), alg.data), num_servers=D, key=0)
         ps = sps.ParameterServer(alg, part, sps.make_mesh(D, 1), workers=D)
         st0 = ps.init(0)
@@ -76,7 +78,7 @@ def _select_problem(P_total: int, width: int = 10):
 
 
 def bench_topk(quick: bool) -> dict:
-    sizes = (10**5, 10**6) if quick else (10**6, 10**7)
+    sizes = (10**4, 10**5) if quick else (10**6, 10**7)
     rows = []
     S = min(8, len(jax.devices()))
     for P_total in sizes:
