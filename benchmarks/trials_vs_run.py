@@ -11,13 +11,17 @@ outputs (integer leaves) are checked to be equal. "factory" cases use a hook fac
 compare with ``run(..., hook_args=slice i)``.
 
 Run: ``python benchmarks/trials_vs_run.py [--quick] [--models qp mlr ...]``; prints one
-JSON object per case.
+JSON object per case. ``--quick`` (under a minute; each case is two compiled programs): 2
+trials x 10 steps, one hook set per model (``QUICK_CASES``: every model and every kind of hook
+once) instead of every hook set on every model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +32,9 @@ from scarjax import hooks, perturb, schedules
 from scarjax.scar import checkpoint, faults, partition
 from scarjax.perturb import staleness
 from scarjax.models import mf, mlr, quadratic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
 
 
 def ulps(a: np.ndarray, b: np.ndarray) -> int:
@@ -57,8 +64,17 @@ def difference(trial, one) -> dict:
     return out
 
 
-def compare(alg, steps, n, *, hooks_=None, factory=None, args=None, workers=None) -> dict:
+def compare(alg, steps, n, *, hooks_=None, factory=None, args=None, workers=None, precompile=False) -> dict:
     keys = jax.random.split(jax.random.key(11), n)
+    if precompile:  # compile both programs at once (XLA compiles outside the GIL; --quick)
+        if factory is None:
+            _timing.precompile([lambda: scarjax.run_trials(alg, hooks_, steps, keys, workers=workers),
+                                lambda: scarjax.run(alg, hooks_, steps, keys[0], workers=workers)])
+        else:
+            _timing.precompile([
+                lambda: scarjax.run_trials(alg, factory, steps, keys, hook_args=args, workers=workers),
+                lambda: scarjax.run(alg, factory, steps, keys[0], hook_args=jax.tree.map(lambda x: x[0], args),
+                                    workers=workers)])
     if factory is None:
         trials = scarjax.run_trials(alg, hooks_, steps, keys, workers=workers)
     else:
@@ -87,9 +103,19 @@ def models(names):
     return {k: table[k]() for k in names}
 
 
+#: The case of each model in ``--quick`` mode: every model once and every hook set but "none".
+QUICK_CASES = {
+    "qp": "gaussian+adversarial",
+    "qp50": "reset",
+    "mlr": "ssp(4, 2)",
+    "mf": "factory scar(recovery names)",
+    "fixed_point": "factory gaussian+adversarial",
+}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 trials x 10 steps")
+    parser.add_argument("--quick", action="store_true", help="2 trials x 10 steps, one hook set per model (QUICK_CASES)")
     parser.add_argument("--models", nargs="*", default=["qp", "qp50", "mlr", "mf", "fixed_point"])
     a = parser.parse_args(argv)
     steps, n = (10, 2) if a.quick else (30, 3)
@@ -116,8 +142,10 @@ def main(argv=None) -> None:
         }
         if alg.has_workers and name != "mf":
             cases["ssp(4, 2)"] = dict(hooks_=staleness.ssp(4, 2), workers=4)
+        if a.quick and QUICK_CASES.get(name) in cases:
+            cases = {QUICK_CASES[name]: cases[QUICK_CASES[name]]}
         for case, kw in cases.items():
-            d = compare(alg, steps, n, **kw)
+            d = compare(alg, steps, n, precompile=a.quick, **kw)
             print(json.dumps({"model": name, "hooks": case, "trials": n, "steps": steps,
                               **{k: (v if isinstance(v, int) else float(f"{v:.3g}")) for k, v in d.items()}}),
                   flush=True)
