@@ -47,6 +47,7 @@ BENCHMARKS = [
     ("bench_scar_suite", ["benchmarks/bench_scar_suite.py", "--quick"]),
     ("bench_plan", ["benchmarks/bench_plan.py", "--quick"]),
     ("bench_cluster_sweep", ["benchmarks/bench_cluster_sweep.py", "--quick"]),
+    ("bench_draws", ["benchmarks/bench_draws.py", "--quick"]),
 ]
 QUICK_LIMIT_S = 60
 BENCH_BUDGET_S = 180
