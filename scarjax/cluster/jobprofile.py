@@ -74,7 +74,7 @@ class JobProfile:
         va.check_real("iterations", self.iterations, lo=0.0, lo_open=True, scalar=True)
         va.check_real("c", self.c, lo=0.0, hi=1.0, lo_open=True, hi_open=True, scalar=True)
         if not isinstance(self.step_time, StepTime):
-            raise TypeError(f"step_time must be a clock.StepTime, got {type(self.step_time).__name__}")
+            raise TypeError(f"step_time must be a scarjax.cluster.steptime.StepTime, got {type(self.step_time).__name__}")
         va.check_real("checkpoint_s", self.checkpoint_s, lo=0.0, scalar=True)
         va.check_real("restore_s", self.restore_s, lo=0.0, scalar=True)
         va.check_int("max_workers", self.max_workers, lo=1)
@@ -98,7 +98,7 @@ class JobProfile:
                 raise ValueError(f"iteration_scale must be finite and > 0, got {self.iteration_scale!r}")
             for t in self.batch_step_times:
                 if not isinstance(t, StepTime):
-                    raise TypeError(f"batch_step_times must be clock.StepTime objects, got {type(t).__name__}")
+                    raise TypeError(f"batch_step_times must be scarjax.cluster.steptime.StepTime objects, got {type(t).__name__}")
         elif self.iteration_scale or self.batch_step_times:
             raise ValueError("iteration_scale / batch_step_times given without batch_sizes")
 
