@@ -101,7 +101,7 @@ from scarjax.scar import faults as sfl
 from scarjax.scar import partition as spt
 
 __all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps", "UNAVAILABLE",
-           "MAX_FUTILE_RESTARTS"]
+           "MAX_FUTILE_RESTARTS", "futile_give_up"]
 
 _EPS = 1e-9
 #: What a transient policy does while the market offers fewer machines than it needs.
@@ -110,6 +110,16 @@ UNAVAILABLE = ("on_demand", "wait")
 #: with no completed step between them (machines that live shorter than a step, forever).
 MAX_FUTILE_RESTARTS = 1000
 _COUNTED = ("rework_steps", "recoveries")  # meta counts measured to the run's end (the target)
+
+
+def futile_give_up(futile: int) -> str | None:
+    """The stated give-up of every policy of :mod:`scarjax.cluster` (the module docstring's
+    termination rule): after ``futile`` revocations in a row with no completed step between
+    them, the ``'give_up'`` event's text once there are more than :data:`MAX_FUTILE_RESTARTS`
+    (read at the call: machines that live shorter than a step, forever), else ``None``."""
+    if futile > MAX_FUTILE_RESTARTS:
+        return f"{futile} revocations without a completed step"
+    return None
 
 
 def young_daly_s(checkpoint_s: float, mttf_s: float) -> float:
@@ -410,8 +420,9 @@ def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity, unavai
             ops.append(("rollback",))
             step = ck_step
             futile += 1
-            if futile > MAX_FUTILE_RESTARTS:
-                fleet.events.append((t, "give_up", f"{futile} revocations without a completed step"))
+            why = futile_give_up(futile)
+            if why:
+                fleet.events.append((t, "give_up", why))
                 break
             t = fleet.buy(fleet.empty(), t)
             restore_due = True
@@ -539,8 +550,9 @@ def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec, unav
             losses_events += 1
             marks.append((t, "recoveries", 1))
             futile += 1
-            if futile > MAX_FUTILE_RESTARTS:
-                fleet.events.append((t, "give_up", f"{futile} revocations without a completed step"))
+            why = futile_give_up(futile)
+            if why:
+                fleet.events.append((t, "give_up", why))
                 break
             t += float(job.restore_s) * len(dead) / M
             fleet.events.append((t, "recovery", f"partial: blocks of servers {dead} at step {step}"))

@@ -65,6 +65,11 @@ ones included; ``meta['executed_steps']``), seconds, ``key`` the market's draws,
 ``train_key`` the training, one ledger entry per machine. Its extensions: the tier sizes
 (``reliable``, ``transient``), the other spot classes (``alternatives``) and the controller's
 settings. :func:`scripted` (Fig 11) is a scenario, not a policy: its iterations are given.
+It ends as every policy does (:mod:`scarjax.cluster.policies`' termination rule): at the target,
+the step cap, the horizon, or the stated give-up, :func:`scarjax.cluster.policies.futile_give_up`
+over its warnings and revocations in a row without a completed iteration. Machines under
+notice from their start (a lifetime within the warning) are replaced at the next check, not at
+once (their successors would be too, at the same simulated time).
 
 The policy is a host-side event loop (one Python loop per market scenario): its decisions
 (which class to buy, when to switch, when to fall back) depend on the realised prices and
@@ -87,6 +92,7 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
+from scarjax.cluster import policies as po
 from scarjax.ps import elastic as ps_elastic
 from scarjax.ps import tiers as ps_tiers
 from scarjax.ps.failures import deal
@@ -307,6 +313,7 @@ class _Controller:
         self.flush_on_warning = flush_on_warning
         self.rec, self.ledger, self.trainer = recorder, ledger, trainer
         self.groups: list[_Group] = []
+        self.retired: list[_Group] = []  # out of the computation, still billed to their end
         self.next_id = 0
         self.backup = trainer.snapshot()  # the BackupPS (or the ParamServs' state in stage 1)
         self.pushed_at = trainer.step
@@ -315,6 +322,8 @@ class _Controller:
         self.lost_iterations = 0
         self.flushes = 0
         self.trained = 0
+        self.futile = 0  # warnings/revocations in a row without a completed iteration
+        self.at_start = False  # the last interrupt's machines were all under notice from their start
         self.stages: set[int] = set()
         self._prices: dict = {}
         # The ActivePS: ps_blocks parameter blocks placed on the machines electing ActivePSs
@@ -418,7 +427,7 @@ class _Controller:
         """Arrivals, planned releases and provider ends of billed machines (handled at
         iteration boundaries)."""
         best = math.inf
-        for g in self.groups:
+        for g in self.groups + self.retired:
             if not g.joined:
                 best = min(best, g.ready_t)
             elif g.alive.any() and g.release_t < math.inf:
@@ -428,7 +437,7 @@ class _Controller:
         return best
 
     def handle_boundary(self, t: float):
-        for g in self.groups:
+        for g in self.groups + self.retired:
             if not g.joined and g.ready_t <= t + 1e-9:
                 self._join(g, t)
             if g.joined and g.release_t <= t + 1e-9 and (g.alive.any() or g.billed.any()):
@@ -447,6 +456,17 @@ class _Controller:
                         g.alive[mem] = False
                         g.ps[mem] = False
         self._elect()
+        self._prune()
+
+    def _prune(self):
+        """Move the groups out of the computation (joined, none alive) to :attr:`retired` while
+        still billed, and forget them once not: their ledger entries and events stay; the
+        controller's passes then cost the groups in play, not every group bought so far
+        (machines re-bought at every warning)."""
+        live = [g for g in self.groups if not g.joined or g.alive.any()]
+        out = [g for g in self.groups if g.joined and not g.alive.any()]
+        self.groups = live
+        self.retired = [g for g in self.retired + out if g.billed.any()]
 
     def _elect(self):
         """Place the ActivePSs (stages 2-3) on half of the transient machines in the
@@ -521,17 +541,20 @@ class _Controller:
         is lost. Failures and effective failures of machines holding ActivePS state: the real
         training state is rolled back to the BackupPS copy. Returns the seconds the flush
         takes (0 if none)."""
+        self.futile += 1
         stage_before = self.stage()
         flush_s = self.flush_s()
         state_hit = False
         state_lost = False
         warned_n = failed_n = 0
         saved, failed, dues = [], [], []
+        self.at_start = True
         for g in self.groups:
             due = g.alive & (g.warn_t <= t + 1e-9)
             if not due.any():
                 continue
             dues.append((g, due))
+            self.at_start &= bool(np.all(g.warn_t[due] <= g.ready_t + 1e-9))
             lead = g.life_t[due] - t
             warned = lead > 1e-9
             hosts = g.ps[due]
@@ -583,6 +606,7 @@ class _Controller:
         self.stages.add(self.stage())
         losses = self.trainer.train(n)
         self.trained += n
+        self.futile = 0
         self.since_push += n
         t_end = self.rec.interval(t, st, losses, step0)
         return t_end, float(losses[-1])
@@ -601,7 +625,7 @@ class _Controller:
             self.since_push = 0
 
     def stop_all(self, t: float):
-        for g in self.groups:
+        for g in self.groups + self.retired:
             for bid, mem in g.blocks:
                 if g.billed[mem].all():
                     self.ledger.stop(bid, self.t0 + t, revoked=False)
@@ -642,13 +666,20 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
                 t = t_int
             before = ctl.rollbacks
             extra = ctl.handle_interrupt(t)
+            why = po.futile_give_up(ctl.futile)
+            if why:  # the policies' stated give-up: machines that go before an iteration, forever
+                ctl.rec.event(t, "give_up", why)
+                break
             if ctl.rollbacks != before:
                 frac = 0.0
             if extra or ctl.rollbacks != before:
                 t = t + extra
                 ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
-            if check is not None:
+            if check is not None and not ctl.at_start:
                 check(ctl, t)  # replace the lost machines at once (Sec 3.3)
+            # machines under notice from their start (a lifetime within the warning) are replaced
+            # at the next check: re-bought at once, their successors would be too, and the clock
+            # would stand still
             continue
         t_bound = min(ctl.next_boundary_event(), next_check, horizon_s)
         if t_bound < t + first - 1e-9:

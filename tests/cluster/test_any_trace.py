@@ -28,6 +28,7 @@ from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.cluster import litz
 from scarjax.cluster import syncfly as sf
+from scarjax.cluster import tierml as tm
 from scarjax.models import mlr
 
 from ._wallclock import within
@@ -83,15 +84,14 @@ def markets(draw, kinds=("counts", "exponential", "empirical", "prices")):
 
 
 #: The policies under the shared contract ``policy(job, market, *, key, horizon_s, ...)``, with
-#: the options each takes here; ``unavailable`` only where the policy has the rule. Not TierML:
-#: on markets whose machines die within their warning it re-buys them at the same simulated time
-#: without end (it has no give-up rule yet).
+#: the options each takes here; ``unavailable`` only where the policy has the rule.
 POLICIES = {
     "checkpoint_restart": (po.checkpoint_restart, {"interval_steps": 4}),  # one SCAR program
     "scar": (po.scar, {"interval_steps": 4}),
     "litz": (litz.elastic, {"schedule": litz.Schedule((900.0, 1800.0), (3, 2))}),
     "sync_on_the_fly": (sf.sync_on_the_fly_policy, {}),
     "checkpoint_recompute": (sf.checkpoint_recompute_policy, {}),
+    "tierml": (tm.tierml, {"transient": 2, "chunk": 4}),
 }
 #: Those that buy transient machines only where the market offers them (``market.available``).
 OFFERED = ["checkpoint_restart", "scar"]

@@ -21,12 +21,15 @@ from scarjax.cluster.steptime import step_time_fixed, step_time_linear
 
 from scarjax.cluster.trainer import Trainer
 from scarjax.cluster import market as mk
+from scarjax.cluster import policies as po
 from scarjax.cluster import tierml as tm
 from scarjax.models import mlr, quadratic
 from scarjax import ps as sps
 from scarjax.ps import elastic
 from scarjax.ps import tiers as ps_tiers
 from scarjax.scar import partition as spt
+
+from ._wallclock import within
 
 H = 3600.0
 
@@ -408,3 +411,36 @@ def test_rollback_check_catches_a_policy_that_ignores_the_ps_rule(monkeypatch):
                     transient=40, chunk=4, push_every=8)
     with pytest.raises(AssertionError, match="no rollback after an unwarned revocation"):
         check_rolled_back(run, ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Termination (the policies' rule: the clock advances, every run ends)
+
+
+def _short_job():
+    return ck.Job(mlr.digits(lr=1.0, l2=1e-2), -1.0, step_time_fixed(300.0), workers=2, checkpoint_s=60.0,
+                  restore_s=0.0, max_steps=12)
+
+
+def test_machines_under_notice_from_their_start_do_not_stop_the_clock():
+    """Lifetimes (mean 30 s) mostly within the 120 s warning: each machine is warned as it
+    joins. Re-bought at once, its successors were too, at the same simulated time, without end;
+    now they are replaced at the next check and the run reaches its step cap."""
+    market = mk.Market(mk.MachineType("m", 1.0, spot=0.3), mk.exponential(30.0, warning_s=120.0),
+                       billing="per_second")
+    job = _short_job()
+    run = within(60, lambda: tm.tierml(job, market, key=0, horizon_s=4 * H, transient=2))
+    assert run.meta["executed_steps"] == job.max_steps and run.end_s <= 4 * H
+    assert np.all(np.diff(run.time_s) >= 0)
+
+
+def test_give_up_after_futile_revocations(monkeypatch):
+    """Machines that live 1 ms, unwarned, holding ActivePS state: every revocation rolls the
+    iteration back, forever; the stated give-up (``policies.MAX_FUTILE_RESTARTS`` revocations in
+    a row without a completed iteration) ends the run. Planted: without it the run does not end."""
+    market = mk.Market(mk.MachineType("m", 0.4, spot=0.05), mk.empirical([1e-3], warning_s=0.0))
+    run = within(60, lambda: tm.tierml(_short_job(), market, key=0, horizon_s=4 * H, transient=2))
+    assert run.count("give_up") == 1 and run.meta["rollbacks"] == po.MAX_FUTILE_RESTARTS + 1
+    monkeypatch.setattr(po, "MAX_FUTILE_RESTARTS", 10**12)
+    with pytest.raises(AssertionError, match="did not end within"):
+        within(3, lambda: tm.tierml(_short_job(), market, key=0, horizon_s=4 * H, transient=2))
