@@ -167,6 +167,7 @@ class _Fleet:
         self.node = np.full(self.M, -1, np.int64)  # the trace node a replayed machine is
         self.death = np.full(self.M, np.inf)  # elapsed time of revocation (inf: never)
         self.ready = np.full(self.M, np.inf)  # elapsed time it runs (inf: not bought)
+        self.billed_from = np.full(self.M, np.inf)  # market time its ledger entry starts
         self.buys = 0
         self.prefer_transient = prefer_transient
         self.unavailable = unavailable
@@ -226,7 +227,8 @@ class _Fleet:
             self.ready[s] = t + up[i]
             self.death[s] = death[i] if tier == "transient" else np.inf
             self.node[s] = node[i] if tier == "transient" else -1
-            self.ledger.start(self.mid[s], T + up[i], price=m.price(tier), tier=tier, billing=m.billing)
+            self.billed_from[s] = T + up[i]
+            self.ledger.start(self.mid[s], self.billed_from[s], price=m.price(tier), tier=tier, billing=m.billing)
             last = max(last, float(t + up[i]))
         for tier in ("transient", "reliable"):
             n_t = tiers.count(tier)
@@ -256,7 +258,7 @@ class _Fleet:
 
     def revoke(self, slot):
         d = float(self.death[slot])
-        self.ledger.stop(self.mid[slot], self.t0 + d, revoked=True)
+        self.ledger.stop(self.mid[slot], self._stop_time(slot, d), revoked=True)
         self.events.append((d, "revocation", self.mid[slot]))
         self.death[slot] = np.inf
         self.ready[slot] = np.inf
@@ -270,11 +272,16 @@ class _Fleet:
         owned = np.array([m is not None for m in self.mid])
         return float(self.death[owned].min()) if owned.any() else math.inf
 
+    def _stop_time(self, slot, t):
+        """The market time a machine stops at elapsed ``t``: never before its billing start (a
+        machine still starting is billed 0; ``t0 + (t + up)`` and ``(t0 + t) + up`` may differ
+        by an ulp)."""
+        return max(self.t0 + float(t), float(self.billed_from[slot]))
+
     def stop_all(self, t):
         for s in range(self.M):
             if self.mid[s] is not None:
-                # a machine still starting is billed only from its start (0 if after t)
-                self.ledger.stop(self.mid[s], self.t0 + max(t, self.ready[s]), revoked=False)
+                self.ledger.stop(self.mid[s], self._stop_time(s, t), revoked=False)
                 self.mid[s] = None
 
 

@@ -24,6 +24,8 @@ from scarjax.cluster import syncfly as sf
 from scarjax.cluster import tierml as tm
 from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.steptime import step_time_fixed
+from scarjax.cluster.trainer import Trainer
+from scarjax.data import transient as td
 from scarjax.models import mlr
 
 from ._wallclock import within
@@ -426,3 +428,24 @@ def test_contract_check_catches_planted_violations():
         check_contract(po.on_demand, dataclasses.replace(run, meta={**run.meta, "executed_steps": CAP + 1}), job, 1e9)
     with pytest.raises(AssertionError, match="ledger entries"):
         check_contract(po.on_demand, run, dataclasses.replace(job, workers=50), 1e9)
+
+
+def test_machines_stop_no_earlier_than_their_billing_start():
+    """A start offset that is not whole seconds: the fleet's stop time ``t0 + (t + up)`` was one
+    ulp before the billing start ``(t0 + t) + up`` and the ledger refused it. The draw and job of
+    benchmarks/bench_draws.py (200 steps, AWS p3 node trace) where it happened; the run ends
+    with every machine stopped no earlier than its start."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 16)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] + x[:, 2] > 0.5) + (x[:, 3] > 1.0)
+    alg = mlr.mlr(x, y, num_classes=4, lr=0.5, batch_size=32)
+    target = float(np.min(Trainer(alg, 0).train(200)[:150])) + 1e-3
+    job = ck.Job(alg, target, step_time_linear(40.0, 0.5), workers=8, checkpoint_s=60.0, restore_s=30.0,
+                 max_steps=200)
+    market = mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92), mk.replay(td.load_aws_p3_trace()),
+                       startup=mk.fixed_startup(120.0), start_time_s=389.7025233163328)
+    key = jax.random.split(jax.random.key(2021), 1000)[486]
+    run = po.scar(job, market, key=key, horizon_s=HORIZON)
+    assert run.ledger.entries and not run.ledger.running
+    assert all(e.stop >= e.start for e in run.ledger.entries)
+    assert run.meta["executed_steps"] > 0
