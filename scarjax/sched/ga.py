@@ -665,10 +665,28 @@ def _goodput_opt_fn():
 _GOODPUT_OPT = []
 
 
-def _goodput_opt(*args):
+def _bucket(n: int) -> int:
+    """The padded size of a dimension of ``n``: the next power of two, at least 8."""
+    return max(8, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _goodput_opt(prm, phi, m0, mmax, mlo, mhi, fixed, n, k):
+    # Pads the jobs J and the allocation columns K to power-of-two buckets so that one
+    # compilation serves the decisions of a run with different job counts and caps. Every
+    # output entry depends only on its own row's inputs and (n, k) column (the reduction is
+    # over the batch-size candidates), so padding with copies of row 0 / column 0 and
+    # slicing them off leaves the result unchanged.
     if not _GOODPUT_OPT:
         _GOODPUT_OPT.append(_goodput_opt_fn())
-    return _GOODPUT_OPT[0](*args)
+    J, K = n.shape
+    if J == 0 or K == 0:
+        return np.asarray(_GOODPUT_OPT[0](prm, phi, m0, mmax, mlo, mhi, fixed, n, k))
+    Jp, Kp = _bucket(J), _bucket(K)
+    rows = np.concatenate([np.arange(J), np.zeros(Jp - J, np.int64)])
+    cols = np.concatenate([np.arange(K), np.zeros(Kp - K, np.int64)])
+    per_job = [np.asarray(a)[rows] for a in (prm, phi, m0, mmax, mlo, mhi, fixed)]
+    n, k = np.asarray(n)[rows][:, cols], np.asarray(k)[rows][:, cols]
+    return np.asarray(_GOODPUT_OPT[0](*per_job, n, k))[:J, :K]
 
 
 def speedup_tables(apps, app_ids, phi, *, max_nodes: int, max_replicas: int, base_nodes=1, base_replicas=1,
