@@ -538,11 +538,12 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
         _, idx = jax.lax.top_k(allf, pop_size)
         return allp[idx], allf[idx]
 
-    @functools.partial(jax.jit, static_argnums=4)
+    @jax.jit
     def start(key, init, prob, seed, mutate_init):
         k0, k1, kg = jax.random.split(key, 3)
-        if mutate_init:
-            init = mut(jax.random.split(k1, pop_size), init, prob)
+        # mutate_init is traced (a select, not a Python branch): one compilation serves the
+        # first decision (mutated) and the warm starts (not mutated)
+        init = jnp.where(mutate_init, mut(jax.random.split(k1, pop_size), init, prob), init)
         # keeping the current allocation is always a candidate (repair leaves a feasible one as it is)
         init = init.at[0].set(prob.base)
         if seed is not None:
@@ -597,7 +598,7 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
         _SEARCH_CACHE[cfg_key] = _make_search(*cfg_key)
     search = _SEARCH_CACHE[cfg_key]
     base = jnp.asarray(prob.base, jnp.int32)
-    mutate_init = bool(init is None or mutate_init)
+    mutate_init = np.asarray(bool(init is None or mutate_init))  # traced in start (one program)
     if init is None:
         init = jnp.broadcast_to(base, (P, J, N))
     else:
