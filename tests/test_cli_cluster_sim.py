@@ -30,7 +30,7 @@ def test_cluster_sim_writes_per_job_completion_times(wl, tmp_path, capsys, polic
                "--out", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
-    assert d["policy"] == policy and d["seed"] == 2 and d["n_jobs"] == 3 and d["n_unfinished"] == 0
+    assert d["policy"] == policy and d["key"] == 2 and d["n_jobs"] == 3 and d["n_unfinished"] == 0
     assert set(d["completion_s"]) == {"ncf-0", "bert-1", "ncf-2"}
     jcts = [d["jct_s"][k] for k in ("ncf-0", "bert-1", "ncf-2")]
     assert all(j > 0 for j in jcts) and d["avg_jct_s"] == pytest.approx(sum(jcts) / 3)
