@@ -106,8 +106,8 @@ class JobProfile:
     def from_job(cls, job: ck.Job, key: Any = 0, *, name: str | None = None, c: float | None = None,
                  max_workers: int = 64, snapshots: int = 128, sync_problem: Any = None,
                  param_bytes: float | None = None) -> "JobProfile":
-        """Measure the job once, unperturbed (real training, :class:`~scarjax.cluster.clock.
-        Trainer` keyed like the policies' ``train_key``): ``K0`` = the first step whose loss is
+        """Measure the job once, unperturbed (real training, :class:`~scarjax.cluster.trainer.Trainer`
+        keyed like the policies' ``train_key``): ``K0`` = the first step whose loss is
         ``<= job.target_loss`` (``ValueError`` if none within ``job.max_steps``), the distances
         ``d_k = ‖w_k − w*‖`` (``w*``: ``algorithm.optimum``, else the last iterate, stated) at
         ``snapshots`` evenly spaced steps, ``c`` by :func:`scarjax.bounds.estimate_c`
@@ -176,8 +176,8 @@ class JobProfile:
     def from_pollux(cls, name: str, params: Any, phi: float, base_batch_size: int, iterations: float, c: float,
                     batch_sizes: Sequence[int], *, gpus_per_node: int = 1, **kwargs: Any) -> "JobProfile":
         """A profile with a Pollux goodput profile (A5): ``iterations`` at ``base_batch_size``
-        ``b0``; at each of ``batch_sizes`` the step time is :func:`~scarjax.cluster.clock.
-        step_time_pollux` (thesis Eq 3.5-3.8 with ``params``) and the iterations ``b0 / (b ·
+        ``b0``; at each of ``batch_sizes`` the step time is :func:`~scarjax.cluster.steptime.step_time_pollux`
+        (thesis Eq 3.5-3.8 with ``params``) and the iterations ``b0 / (b ·
         EFFICIENCY(b))`` times ``iterations`` (Eq 3.3, PGNS ``phi``)."""
         bs = tuple(va.check_int("batch_sizes", b, lo=1) for b in batch_sizes)
         if not bs:

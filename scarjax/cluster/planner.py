@@ -1019,8 +1019,8 @@ def preset_job(name: str, *, step_s: float = 120.0, sync_s: float = 1.0) -> ck.J
     """A job for ``scarjax plan --job``: ``'mlr'`` (multinomial logistic regression on the
     embedded digits, full batch, ``lr = 1``, ``l2 = 1e-2``, target loss 0.745: 87 iterations)
     or ``'qp'`` (a 64-D quadratic, condition 10, rate 0.99, target loss 1e-4), with the stated
-    step-time model ``step_s / M + sync_s log2 M`` (:func:`~scarjax.cluster.clock.
-    step_time_linear`), a 60 s checkpoint and a 30 s restore."""
+    step-time model ``step_s / M + sync_s log2 M``
+    (:func:`~scarjax.cluster.steptime.step_time_linear`), a 60 s checkpoint and a 30 s restore."""
     va.check_choice("job", name, JOB_PRESETS)
     st = step_time_linear(step_s, sync_s)
     if name == "mlr":
