@@ -97,6 +97,18 @@ def _starts(key, markets, cfg: Config, n: int) -> np.ndarray:
     return np.sort(np.round(lo + u * (hi - lo)))
 
 
+def _policies(job, markets, start_s, config, common) -> dict:
+    """The four compared runs of one start: all on-demand, checkpointing on spot, Proteus
+    (BidBrain) and aggressive bidding (one price tick above the market)."""
+    return {
+        "on-demand": bb.on_demand(job, markets, start_s, machines=config.od_machines),
+        "checkpointing": bb.checkpoint_spot(job, markets, start_s, machines=config.od_machines),
+        "proteus": bb.bidbrain(job, markets, start_s, **common),
+        "aggressive": bb.bidbrain(job, markets, start_s, fixed_headroom=bb.PRICE_TICK, policy="aggressive",
+                                  **common),
+    }
+
+
 def _revoked_core_s(allocations: list[dict]) -> float:
     """Core-seconds worked by allocations that the provider revoked (the only ones whose last
     partial hour can be free): the upper bound of a run's free computing."""
@@ -141,25 +153,13 @@ def run(config: Config, out_dir) -> dict:
         starts = _starts(jax.random.fold_in(key, zi), markets, config, config.starts_per_zone)
         common = dict(reliable=config.reliable, max_cores=config.max_cores, tables=tables)
         for s in starts:
-            runs = {
-                "on-demand": bb.on_demand(job, markets, s, machines=config.od_machines),
-                "checkpointing": bb.checkpoint_spot(job, markets, s, machines=config.od_machines),
-                "proteus": bb.bidbrain(job, markets, s, **common),
-                "aggressive": bb.bidbrain(job, markets, s, fixed_headroom=bb.PRICE_TICK, policy="aggressive",
-                                          **common),
-            }
+            runs = _policies(job, markets, s, config, common)
             for p, r in runs.items():
                 d = r.to_json()
                 d["revoked_core_s"] = _revoked_core_s(d.pop("allocations"))
                 d["zone"] = zone
                 per_run[p].append(d)
-            cal = {
-                "on-demand": bb.on_demand(cal_job, markets, s, machines=config.od_machines),
-                "checkpointing": bb.checkpoint_spot(cal_job, markets, s, machines=config.od_machines),
-                "proteus": bb.bidbrain(cal_job, markets, s, **common),
-                "aggressive": bb.bidbrain(cal_job, markets, s, fixed_headroom=bb.PRICE_TICK, policy="aggressive",
-                                          **common),
-            }
+            cal = _policies(cal_job, markets, s, config, common)
             for p, r in cal.items():
                 d = r.to_json()
                 d.pop("allocations")
