@@ -569,6 +569,37 @@ class PriceDriven:
         )
 
 
+    def mttf_s(self, window: Any = None) -> float:
+        """Mean time to revocation by renewal over the price series (as :meth:`Replay.mttf_s`
+        over a node trace): an allocation held through every period the price is at or below
+        the bid (granted) lives the period plus the warning (``warning_s``, ``0`` with
+        probability ``unwarned``); the MTTF is the total granted time plus the expected
+        warnings over the revocations (the periods ended by a price change above the bid
+        within ``window``). A period still granted at the window's end is censored there
+        (its time counts, no revocation). ``window``: ``(start_s, end_s)`` on the series'
+        clock (default: from the first change to ``series.end_s``). ``inf``: never revoked
+        within the window; ``0``: never granted in it. Exact on the step function (float64,
+        the series' given values), independent of any draw and of a start time."""
+        ts, ps = self.series.host_arrays()
+        hi_all = float(self.series.end_s)
+        lo, hi = (float(ts[0]), hi_all) if window is None else (float(window[0]), float(window[1]))
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise ValueError(f"window must be (start_s, end_s) with start_s < end_s finite, got {window!r}")
+        bid = float(np.float32(self.bid))  # the simulator compares float32 prices with a float32 bid
+        edges = np.unique(np.concatenate([[lo], ts[(ts > lo) & (ts < hi)], [hi]]))
+        seg_p = np.asarray(ps, np.float32)[np.maximum(np.searchsorted(ts, edges[:-1], side="right") - 1, 0)]
+        ok = seg_p <= bid
+        granted = float(np.sum(np.diff(edges)[ok]))
+        if granted <= 0.0:
+            return 0.0
+        # a revocation: a granted segment followed by one above the bid (within the window)
+        revocations = int(np.sum(ok[:-1] & ~ok[1:]))
+        if revocations == 0:
+            return math.inf
+        warn = (1.0 - float(self.unwarned)) * float(self.warning_s)
+        return (granted + revocations * warn) / revocations
+
+
 _register(PriceDriven, ("series", "bid", "warning_s", "unwarned"), ())
 
 
@@ -1454,12 +1485,20 @@ class Market:
         """Mean time to a transient machine's revocation, needed by Young/Daly: exact for
         exponential (capped), Weibull (uncapped) and empirical processes; a replayed trace's by
         renewal over the trace (the nodes' total time present, censored at the observation's end,
-        over the removals: :meth:`Replay.mttf_s`, never draws of machines not granted); otherwise
+        over the removals: :meth:`Replay.mttf_s`, never draws of machines not granted); a
+        price-driven market's by renewal over its price series (:meth:`PriceDriven.mttf_s`: the
+        granted time over the revocations, the same at every start), except that it is ``0``
+        when the price is above the bid at :attr:`start_time_s` (machines bought then are not
+        granted: the policies start on on-demand machines and take no checkpoints); otherwise
         the mean of 2048 draws at the market's start time (key 0) with ``inf`` (never revoked)
         lifetimes counted as ``inf``."""
         p = self.process
         if p is None:
             return math.inf
+        if isinstance(p, PriceDriven):
+            ts, ps = p.series.host_arrays()
+            at = float(np.float32(ps[max(int(np.searchsorted(ts, float(np.float32(self.start_time_s)), side="right")) - 1, 0)]))
+            return p.mttf_s() if at <= float(np.float32(p.bid)) else 0.0
         if isinstance(p, Exponential):
             m, c = float(p.mean_s), float(p.cap_s)
             return m * (1.0 - math.exp(-c / m)) if math.isfinite(c) else m

@@ -406,11 +406,13 @@ class MarketModel:
         machine type a :class:`~scarjax.cluster.market.PriceSeries` (or ``SpotPrices``) and its
         on-demand price; per bid (fractions of on-demand; 1.0 is always added: TierML bids it)
         measured on the minute grid of ``window = (t0, t1)`` (seconds on the series' clock;
-        default its whole span), like :func:`scarjax.cluster.sweep.mttf_s`: the lifetime
-        of an allocation requested at each minute the price is at or below the bid is the time
-        to the next price above the bid plus the warning (censored at the window's end: never
-        revoked within it), the availability is the share of such minutes, the spot price the
-        mean price over them. Bulk (the allocation goes at once), fallback (A1), hourly
+        default its whole span): the lifetime of an allocation requested at each minute the
+        price is at or below the bid is the time to the next price above the bid plus the
+        warning (censored at the window's end: never revoked within it; its CDF gives the
+        chance that a run is revoked), the availability is the share of such minutes, the spot
+        price the mean price over them; the MTTF (Young/Daly) is the renewal over the window,
+        :meth:`scarjax.cluster.market.PriceDriven.mttf_s` (the granted time over the
+        revocations, as the simulator's ``Market.mttf_s``; ``1e9`` h: never revoked). Bulk (the allocation goes at once), fallback (A1), hourly
         billing, 5-minute start-up (TierML Sec 3.3)."""
         multi = isinstance(series, (list, tuple))
         ss = list(series) if multi else [series]
@@ -456,9 +458,11 @@ class MarketModel:
                 nxt = np.minimum.accumulate(above[::-1])[::-1]  # first minute >= m above the bid
                 nxt = np.concatenate([nxt[1:], [M]])  # strictly after m
                 life = np.where(nxt < M, (nxt - np.arange(M)) * 60.0 + warning_s, np.inf)[ok] / _H
-                c_, r_, s_, m_ = lifetime_tables(life, None, grid)
+                c_, r_, s_, _ = lifetime_tables(life, None, grid)
                 cdf[j, b], ren[j, b], sint[j, b] = c_, r_, s_
-                mttf[j, b] = m_ if math.isfinite(m_) else 1e9
+                # the MTTF (Young/Daly) by renewal over the window, as the simulator's market.mttf_s
+                m_ = mk.price_driven(s, bid, warning_s=warning_s).mttf_s((lo, hi)) / _H
+                mttf[j, b] = m_ if math.isfinite(m_) and m_ > 0 else 1e9
 
         def build(j, frac):
             bid = float(frac) * float(ods[j])

@@ -90,9 +90,13 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     checkpoint-restart and SCAR buy on-demand machines for good (a mixture of the two paths);
     after a revocation the replacements are on-demand (A1's fallback), billed from the expected
     revocation time ``E[τ | τ < T]`` with a free partial spot hour. TierML pays the on-demand
-    price for the share of time the class is unavailable. SCAR's checkpoint period is the
-    simulator's own (Young/Daly from ``market.mttf_s()``), which on a price-driven market is
-    measured at the start time: the prediction uses the window's MTTF instead.
+    price for the share of time the class is unavailable. The Young/Daly interval of
+    checkpoint-restart and SCAR comes from the window's MTTF by renewal over the price series
+    (:meth:`scarjax.cluster.market.PriceDriven.mttf_s`, as the simulator's ``Market.mttf_s``)
+    and is passed to the simulator (:func:`to_simulation`). Stated: ``avail`` and the lifetimes
+    are those of the planning window; a market whose availability at the bid shifts between
+    the planning and the evaluated window is mispredicted by the shift (planner_validation
+    reports the error of a model fitted on the evaluated window itself beside it).
 :A6: *Feasibility.* A candidate is feasible when its expected time is finite, within the
     deadline and the planning horizon (30 days), its expected cost within the budget, its
     machines within ``max_machines`` (and the profile's ``max_workers``), and — for a plan on
