@@ -16,7 +16,8 @@ from scarjax.cluster import market as mk
 #: a machine's own path (tests/test_layout.py's rule for committed reports, in short)
 ABSOLUTE = re.compile(r"(?<![\w.~$/:-])/(?:home|Users|work|root|mnt|opt|srv|data|media)/[\w.$-]")
 CASE_KEYS = {"family", "label", "job", "market", "plan_window", "eval_window", "chosen", "chosen_plan", "pred", "sim",
-             "sim_mean", "err", "censored", "regret", "best", "subset", "subset_censored", "subset_runs"}
+             "sim_mean", "err", "censored", "regret", "best", "subset", "subset_censored", "subset_runs",
+             "pred_same_window", "err_same_window", "spot_avail_eval"}
 
 
 def check_results(res: dict) -> None:
@@ -157,6 +158,10 @@ def test_windows_and_bad_arguments():
         m._starts((3600.0, 0.0), 2, 7200.0, np.random.default_rng(0))
     s = m._starts((0.0, 100 * 3600.0), 50, 48 * 3600.0, np.random.default_rng(0))
     assert s.min() >= 0 and s.max() <= 52 * 3600.0, "starts must leave the horizon inside the window"
+    k = np.floor(s / (52 * 3600.0 / 50) - 1e-9).clip(0, 49)  # stratified: one start per stratum (to the minute)
+    assert np.unique(k).size >= 48, "starts must be stratified over the window"
+    s = m._starts((0.0, 100 * 3600.0), 50, 48 * 3600.0, np.random.default_rng(0), end_s=200 * 3600.0)
+    assert s.max() > 90 * 3600.0 and s.max() <= 100 * 3600.0, "a market that goes on: starts over the whole window"
     with pytest.raises(ValueError, match="families: unknown family"):
         m.cases(m.Config(families=("moon",)))
 
