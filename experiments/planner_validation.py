@@ -588,7 +588,7 @@ def plot(results: dict, out_dir) -> list:
     results = revive(results)
     pts = results["points"]
     fams = list(dict.fromkeys(p["family"] for p in pts))
-    fig, axes = _plot.figure(1, 3, panel=(4.2, 3.6))
+    fig, axes = _plot.figure(1, 3, panel=(5.0, 4.3))
     axes = axes[0]
     for ax, q, unit in ((axes[0], "dollars", "cost ($)"), (axes[1], "time_h", "time to target (h)")):
         pr = np.array([p[f"pred_{q}"] for p in pts], float)
@@ -611,13 +611,13 @@ def plot(results: dict, out_dir) -> list:
         ax.set_xlabel(f"simulated {unit}, mean over starts")
         ax.set_ylabel(f"predicted {unit}")
         ax.set_title(f"{unit}: every simulated candidate")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=7.5)
     ax = axes[2]
     by = results["summary"]["by_family"]
     names = list(by)
     x = np.arange(len(names))
     bars = [("cost |error|", lambda s: s["err_dollars_chosen"]["median_abs"]),
-            ("cost |error|, model fitted on the evaluated window", lambda s: s["err_dollars_same_window"]["median_abs"]),
+            ("cost |error|, model fitted on eval. window", lambda s: s["err_dollars_same_window"]["median_abs"]),
             ("time |error|", lambda s: s["err_time_h_chosen"]["median_abs"]),
             ("regret", lambda s: s["regret"]["median"])]
     if not all("err_dollars_same_window" in by[f] for f in names):  # results recorded before it was measured
@@ -628,14 +628,14 @@ def plot(results: dict, out_dir) -> list:
         xs = x + (k - (len(bars) - 1) / 2) * w
         ax.bar(xs, np.minimum(v, _BAR_TOP), width=w, color=f"C{k + 5}", label=f"median {lab}")
         for xi, vi in zip(xs, v):  # the value on each bar (clipped bars: their true value)
-            ax.annotate(f"{vi:.0f}", (xi, min(vi, _BAR_TOP)), ha="center", va="bottom", fontsize=6)
+            ax.annotate(f"{vi:.0f}", (xi, min(vi, _BAR_TOP)), ha="center", va="bottom", fontsize=7)
     ax.axhline(25, color=_plot.COLORS["reference"], ls="--", lw=0.8, label="goal: error 25%")
     ax.axhline(10, color=_plot.COLORS["reference"], ls=":", lw=0.8, label="goal: regret 10%")
-    ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
+    ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=8.5)
     ax.set_ylim(0, _BAR_TOP * 1.12)
     ax.set_ylabel(f"% (chosen plans; bars clipped at {_BAR_TOP:.0f})")
     ax.set_title("per family: median error and regret")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
     return [_plot.save(fig, out_dir, NAME)]
 
 
