@@ -1,10 +1,12 @@
 """Many market draws as one call (:mod:`scarjax.cluster.draws`) against the per-draw loop, in
 one run: ``--draws`` draws (start offsets uniform over the embedded AWS p3 node trace, one
-market key each) of checkpoint-restart, SCAR and TierML on the trace, each side timed once
-after a warm-up (compilation: the vectorised side on all the draws, its programs being compiled
-per number of draws; the loop on four), and the per-draw summaries (time and dollars to
-the target, steps, reached, end, bill, revocations, rework / recovery / rollback counts)
-asserted equal (``==``, float64 bit for bit; :func:`scarjax.cluster.draws.mismatches`).
+market key each) of checkpoint-restart, SCAR and TierML on the trace, each side timed after a
+warm-up (compilation: the vectorised side on all the draws, its programs being compiled per
+number of draws; the loop on four) ``--repeats`` times alternately (min and median of each
+side, the ratio of the medians and of the minima, the load average before and after each
+policy), and the per-draw summaries (time and dollars to the target, steps, reached, end,
+bill, revocations, rework / recovery / rollback counts) asserted equal (``==``, float64 bit
+for bit; :func:`scarjax.cluster.draws.mismatches`).
 
 The job: multinomial logistic regression on a fixed synthetic set (256 x 16, 4 classes,
 minibatches of 32), 8 workers, a 60 s checkpoint, a 30 s restore, 120 s start-up, at most
@@ -12,8 +14,8 @@ minibatches of 32), 8 workers, a 60 s checkpoint, a 30 s restore, 120 s start-up
 float32 rounding). A small model on purpose: the benchmark measures the engine (clocks,
 draws, dispatch), which is what the per-draw loop repeats per draw.
 
-Run: ``python benchmarks/bench_draws.py [--quick]``; prints one JSON object (``--quick``: 40
-draws, 60 steps, about 30 s of CPU).
+Run: ``python benchmarks/bench_draws.py [--quick] [--repeats N]``; prints one JSON object
+(``--quick``: 40 draws, 60 steps, 3 repeats, about a minute of CPU).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 from pathlib import Path
 import platform
+import statistics
 import sys
 import time
 
@@ -63,10 +66,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--horizon-h", type=float, default=6.0)
     ap.add_argument("--policies", default="checkpoint_restart,scar,tierml")
-    ap.add_argument("--quick", action="store_true", help="40 draws, 60 steps")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs of each side (default 1; --quick: 3)")
+    ap.add_argument("--quick", action="store_true", help="40 draws, 60 steps, 3 repeats")
     args = ap.parse_args(argv)
     if args.quick:
         args.draws, args.steps = 40, 60
+    repeats = args.repeats if args.repeats is not None else (3 if args.quick else 1)
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
     job, market, end = setup(args.steps)
     horizon = 3600.0 * args.horizon_h
     keys = jax.random.split(jax.random.key(2021), args.draws)
@@ -84,23 +91,29 @@ def main(argv=None) -> dict:
         dr.run(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
         warm = min(4, args.draws)
         dr.per_draw(policy, job, market, keys[:warm], horizon_s=horizon, start_s=starts[:warm], **opts)
-        t0 = time.perf_counter()
-        vec = dr.run(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
-        t_vec = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        loop = dr.per_draw(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
-        t_loop = time.perf_counter() - t0
-        a, b = dr.summary(vec, job.target_loss), dr.summary(loop, job.target_loss)
-        bad = dr.mismatches(a, b)
-        assert not bad, f"{policy}: {len(bad)} mismatches, first {bad[:3]}"
+        list(keys)  # the loop iterates over the keys: compile their unstacking for this number too
+        load0, vec_s, loop_s = _timing.loadavg(), [], []
+        for _ in range(repeats):  # alternately, so both sides see the same load
+            t0 = time.perf_counter()
+            vec = dr.run(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
+            vec_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            loop = dr.per_draw(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
+            loop_s.append(time.perf_counter() - t0)
+            a, b = dr.summary(vec, job.target_loss), dr.summary(loop, job.target_loss)
+            bad = dr.mismatches(a, b)
+            assert not bad, f"{policy}: {len(bad)} mismatches, first {bad[:3]}"
+        t_vec, t_loop = statistics.median(vec_s), statistics.median(loop_s)
         total_vec, total_loop = total_vec + t_vec, total_loop + t_loop
         out["policies"][policy] = {
             "vectorised_s": round(t_vec, 3), "per_draw_loop_s": round(t_loop, 3), "ratio": round(t_loop / t_vec, 2),
+            "repeats": repeats, "vectorised_min_s": round(min(vec_s), 3), "per_draw_loop_min_s": round(min(loop_s), 3),
+            "ratio_of_minima": round(min(loop_s) / min(vec_s), 2), "loadavg_before_after": [load0, _timing.loadavg()],
             "identical_fields": sorted(a), "reached": int(a["reached"].sum()),
             "mean_time_to_target_s": float(np.mean(a["time_s"])), "mean_dollars": float(np.mean(a["dollars"])),
             "draws_revoked": int(np.sum(a["revocations"] > 0)),
         }
-    out["total"] = {"vectorised_s": round(total_vec, 3), "per_draw_loop_s": round(total_loop, 3),
+    out["total"] = {"vectorised_median_s": round(total_vec, 3), "per_draw_loop_median_s": round(total_loop, 3),
                     "ratio": round(total_loop / total_vec, 2)}
     out["host"] = {"platform": platform.platform(), "jax": jax.__version__, "backend": jax.default_backend(),
                    "loadavg": _timing.loadavg()}

@@ -21,13 +21,21 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    process (lifetimes depend on the request time through the series) and purchases past the
    tables fall back to :meth:`Market.acquire` itself.
 2. *The clocks* (revocations, waits, start-ups, checkpoints, rework, the ledger) stay one host
-   event loop per draw: the planners of :mod:`~scarjax.cluster.policies` and TierML's
-   controller, unchanged. Not in JAX: the control flow is per draw and data dependent (which
-   trace nodes are held, the cheapest-option choice, ``unavailable="wait"`` retries, the
-   give-up counter, TierML's stage elections and class switches), the number of events varies
-   per draw, and the bills are ``float64`` host arithmetic (:class:`~scarjax.cluster.ledger.
-   Ledger`) that JAX without x64 would not reproduce bit for bit. With the draws served from
-   the tables these loops cost well under a millisecond per event.
+   event loop per draw: the public planning API of :mod:`~scarjax.cluster.policies`
+   (:func:`~scarjax.cluster.policies.plan_checkpoint_restart`,
+   :func:`~scarjax.cluster.policies.plan_scar`, then
+   :func:`~scarjax.cluster.policies.execute_plan` on a
+   :class:`~scarjax.cluster.policies.LossReplay` of the draw's losses) and TierML's controller,
+   the per-draw policies' own code. Not in JAX: the control flow is per draw and data
+   dependent (which trace nodes are held, the cheapest-option choice, ``unavailable="wait"``
+   retries, the give-up counter, TierML's stage elections and class switches), the number of
+   events varies per draw, and the bills are ``float64`` host arithmetic
+   (:class:`~scarjax.cluster.ledger.Ledger`) that JAX without x64 would not reproduce bit for
+   bit. What is per run, not per draw, is computed once: the market's tables, a replayed
+   trace's float64 copy (its availability, next offer and MTTF), the step times and SCAR's
+   write period. What remains per draw is mostly the ledger: one checked entry per machine
+   bought (its start, its stop) and the run's bill curve (:class:`~scarjax.cluster.clock.
+   Recorder`).
 3. *The training.* Checkpoint-restart and TierML restore only states of the one reliable
    trajectory (a checkpoint, a BackupPS push or flush, all taken from it) and a redone step
    draws the same minibatch (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global
@@ -155,7 +163,33 @@ def _tables(process, startup, keys, purchases, machines, nodes):
 
 class _Drawn(mk.Market):
     """A market whose first purchases are served from the tables of one draw (row ``row``);
-    everything else is the market's. Only :func:`run` builds it, with the draw's own key."""
+    everything else is the market's. Only :func:`run` builds it, with the draw's own key. A
+    replayed trace's host questions (:meth:`available`, :meth:`next_available`,
+    :meth:`mttf_s`) are answered from float64 copies of the trace made once for all draws
+    (the same operations as :class:`~scarjax.cluster.market.Replay`'s)."""
+
+    def available(self, t):
+        tab = self.__dict__.get("_tab")
+        if tab is None or not tab["nodes"]:
+            return super().available(t)
+        t = float(t)
+        return float(int(np.sum((tab["add64"] <= t) & (t < tab["rem64"]))))
+
+    def next_available(self, t):
+        tab = self.__dict__.get("_tab")
+        if tab is None or not tab["nodes"]:
+            return super().next_available(t)
+        t, add, rem = float(t), tab["add64"], tab["rem64"]
+        if np.any((add <= t) & (t < rem)):
+            return float(t)
+        later = add[(add > t) & (rem > add)]
+        return float(later.min()) if later.size else math.inf
+
+    def mttf_s(self):
+        tab = self.__dict__.get("_tab")
+        if tab is None or not tab["nodes"]:
+            return super().mttf_s()
+        return tab["mttf"]  # a replayed trace's renewal MTTF: independent of the start
 
     def acquire(self, key, counter, n, t, *, held=None):
         tab = self.__dict__.get("_tab")
@@ -192,7 +226,8 @@ def _drawn_markets(market, keys, starts, machines):
     up, second = _tables(p, market.startup, keys, PURCHASES, int(machines), nodes)
     tab = {"machines": int(machines), "purchases": PURCHASES, "nodes": nodes, "up": np.asarray(up)}
     if replay:
-        tab.update(u=np.asarray(second), add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32))
+        tab.update(u=np.asarray(second), add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
+                   add64=np.asarray(p.add_s, np.float64), rem64=np.asarray(p.remove_s, np.float64), mttf=p.mttf_s())
     else:
         tab["life"] = np.asarray(second)
     for i in range(n):
@@ -226,13 +261,13 @@ def run(policy: Any, job: ck.Job, market: mk.Market, keys: Any, *, horizon_s: fl
 
 def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, interval_steps=None, granularity=25,
                         unavailable="on_demand", stop_at_target=True):
-    po._check(job, market, horizon_s, granularity, unavailable)
+    po.check_arguments(job, market, horizon_s, granularity, unavailable)
     markets = _drawn_markets(market, keys, starts, job.workers)
-    plans = [po._plan_checkpoint_restart(job, m, k, horizon_s, po._interval(job, m, interval_steps), granularity,
-                                         unavailable) for m, k in zip(markets, keys)]
-    need = max([po._furthest(p) for p in plans] + [1])
+    plans = [po.plan_checkpoint_restart(job, m, k, horizon_s, po.resolve_interval_steps(job, m, interval_steps),
+                                        granularity, unavailable) for m, k in zip(markets, keys)]
+    need = max([p.furthest_step() for p in plans] + [1])
     curve = Trainer(job.algorithm, train_key).train(need)
-    return [po._execute(p, po._Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target)
+    return [po.execute_plan(p, po.LossReplay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target)
             for p in plans]
 
 
@@ -292,10 +327,10 @@ def _scar_marks(plan, steps, servers):
 
 def _scar(job, market, keys, starts, horizon_s, *, train_key=0, fraction=0.25, strategy="priority", granularity=25,
           partition_key=0, interval_steps=None, unavailable="on_demand", stop_at_target=True):
-    po._check(job, market, horizon_s, granularity, unavailable)
+    po.check_arguments(job, market, horizon_s, granularity, unavailable)
     markets = _drawn_markets(market, keys, starts, job.workers)
-    setups = [po._scar_setup(job, m, fraction, strategy, partition_key, interval_steps) for m in markets]
-    plans = [po._plan_scar(job, m, k, horizon_s, K, float(fraction), granularity, spec, unavailable)
+    setups = [po.scar_setup(job, m, fraction, strategy, partition_key, interval_steps) for m in markets]
+    plans = [po.plan_scar(job, m, k, horizon_s, K, float(fraction), granularity, spec, unavailable)
              for m, k, (K, _, spec) in zip(markets, keys, setups)]
     tk = core.as_key(train_key)
     init = Trainer(job.algorithm, tk).state
@@ -317,8 +352,8 @@ def _scar(job, market, keys, starts, horizon_s, *, train_key=0, fraction=0.25, s
         losses = np.asarray(losses, np.float64)
         for j, i in enumerate(idx):
             curves[i] = losses[j]
-    return [po._execute(dataclasses.replace(p, ops=[op for op in p.ops if op[0] == "train"]), po._Replay(c), job,
-                        "scar", stop_at_target=stop_at_target) for p, c in zip(plans, curves)]
+    return [po.execute_plan(p.training_only(), po.LossReplay(c), job, "scar", stop_at_target=stop_at_target)
+            for p, c in zip(plans, curves)]
 
 
 # ---- TierML: the controller per draw on the shared trajectory

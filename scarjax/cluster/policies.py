@@ -75,6 +75,17 @@ events per trial; it costs microseconds per event). Then:
   (checkpoint, then recovery, at a step's write point); the floats may differ from it by
   rounding (``vmap``), and minibatch draws differ (``run_trials``' per-trial keys come from
   ``train_key``); the discrete schedule is identical.
+
+**The planning API** (public, for Monte-Carlo drivers such as :mod:`scarjax.cluster.draws`):
+:func:`plan_checkpoint_restart` and :func:`plan_scar` return a :class:`Plan` (the clock of one
+market draw: its operations, fleet, ledger and events, no training; ``K`` from
+:func:`resolve_interval_steps`, SCAR's blocks and running checkpoint from
+:func:`scar_setup`); :func:`execute_plan` runs a plan with a
+:class:`~scarjax.cluster.trainer.Trainer` (what the policies do) or a :class:`LossReplay` of
+precomputed losses (the shared reliable run; SCAR's batched curves, executing
+:meth:`Plan.training_only`) and records the :class:`~scarjax.cluster.clock.ClusterRun`;
+:func:`check_arguments` is the policies' common argument check. A plan executed with a
+Trainer is the policy's run bit for bit.
 """
 
 from __future__ import annotations
@@ -101,7 +112,8 @@ from scarjax.scar import faults as sfl
 from scarjax.scar import partition as spt
 
 __all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps", "UNAVAILABLE",
-           "MAX_FUTILE_RESTARTS", "futile_give_up"]
+           "MAX_FUTILE_RESTARTS", "futile_give_up", "Plan", "LossReplay", "check_arguments",
+           "resolve_interval_steps", "plan_checkpoint_restart", "plan_scar", "scar_setup", "execute_plan"]
 
 _EPS = 1e-9
 #: What a transient policy does while the market offers fewer machines than it needs.
@@ -247,7 +259,7 @@ class _Fleet:
         """The next market time after ``T`` at which the market may offer another machine."""
         p = self.market.process
         if isinstance(p, mk.Replay):  # a node the fleet does not hold: the next one added
-            add = np.asarray(p.add_s, np.float64)
+            add = _by_identity("add_s", None, p, lambda: np.asarray(p.add_s, np.float64))
             later = add[add > T + _EPS]
             return float(later.min()) if later.size else math.inf
         nxt = self.market.next_available(T)
@@ -286,16 +298,63 @@ class _Fleet:
 
 
 @dataclasses.dataclass
-class _Plan:
-    ops: list  # ('train', t, dt, n) | ('save',) | ('rollback',) | ('ckpt', step) | ('lose', servers tuple)
-    fleet: _Fleet
+class Plan:
+    """A transient policy's clock for one market draw, planned before any training (module
+    docstring, "Monte-Carlo"): what :func:`plan_checkpoint_restart` and :func:`plan_scar`
+    return and :func:`execute_plan` runs.
+
+    Attributes:
+      ops: the operations in order, tuples: ``('train', t, dt, n)`` (``n`` steps back to back
+        from elapsed time ``t``, ``dt`` seconds each), ``('save',)`` / ``('rollback',)``
+        (checkpoint-restart: a full checkpoint of the state; back to it), ``('ckpt', step)``
+        / ``('lose', servers)`` (SCAR, thesis Sec 5.4: a priority running-checkpoint write at
+        the step boundary; the blocks of the revoked ``servers`` lost and recovered
+        partially).
+      fleet: the machines and the :class:`~scarjax.cluster.ledger.Ledger` of the draw, all
+        stopped at ``end_s``, with the clock's events ``(t, kind, detail)``.
+      end_s: the planned end (elapsed seconds; :func:`execute_plan` cuts it at the target).
+      meta: the run's ``meta`` (``interval_steps``, counts, ``workers``, ``unavailable``).
+      marks: ``(t, name, amount)``: the ``meta`` counts (``rework_steps``, ``recoveries``) as
+        they accrue, counted to the run's end.
+    """
+
+    ops: list
+    fleet: Any
     end_s: float
     meta: dict
-    marks: list = dataclasses.field(default_factory=list)  # (t, meta name, amount): counted to the run's end
+    marks: list = dataclasses.field(default_factory=list)
+
+    def furthest_step(self) -> int:
+        """The furthest global step the plan trains to (a rollback goes back to the last
+        ``'save'``): how far one shared reliable run must go to serve it."""
+        step, best, saved = 0, 0, 0
+        for op in self.ops:
+            if op[0] == "train":
+                step += op[3]
+                best = max(best, step)
+            elif op[0] == "save":
+                saved = step
+            elif op[0] == "rollback":
+                step = saved
+        return best
+
+    def training_only(self) -> "Plan":
+        """The plan without its state operations (SCAR's ``'ckpt'``/``'lose'`` when they are
+        applied inside a batched training program instead)."""
+        return Plan([op for op in self.ops if op[0] == "train"], self.fleet, self.end_s, self.meta, self.marks)
 
 
 def _dt(job, market, m):
-    return job.step_time(m) / market.machine.speed
+    """Seconds per step on ``m`` live machines (memoised: the same float for every draw)."""
+    try:
+        return _step_seconds(job.step_time, int(m), market.machine.speed)
+    except TypeError:  # an unhashable step time or speed
+        return job.step_time(m) / market.machine.speed
+
+
+@functools.lru_cache(maxsize=512)
+def _step_seconds(step_time, m, speed):
+    return step_time(m) / speed
 
 
 def _chunk(n_max, granularity):
@@ -306,25 +365,44 @@ def _chunk(n_max, granularity):
 # Executing a plan with real training, cut at the target
 
 
-class _Replay:
-    """A trainer stand-in serving a precomputed loss curve (checkpoint-restart's trials)."""
+class LossReplay:
+    """A trainer stand-in serving a precomputed loss curve (``curve[k]``: the loss after
+    global step ``k + 1``) to :func:`execute_plan`: a restore moves back to the step, a
+    redone step serves the same loss (checkpoint-restart restores states of the one reliable
+    trajectory; SCAR's curves come from a batched program that applied the plan's
+    operations)."""
 
-    def __init__(self, curve):
-        self.curve, self.step = curve, 0
+    def __init__(self, curve: Any):
+        self.curve, self.step = np.asarray(curve), 0
 
-    def train(self, n):
+    def train(self, n: int) -> np.ndarray:
+        """The losses of the next ``n`` steps."""
         out = self.curve[self.step:self.step + n]
+        if out.size < n:
+            raise ValueError(f"the curve has {self.curve.size} steps, the plan asks for step {self.step + n}")
         self.step += n
         return out
 
-    def snapshot(self):
+    def snapshot(self) -> None:
         return None
 
-    def restore(self, state, step):
-        self.step = step
+    def restore(self, state: Any, step: int) -> None:
+        self.step = int(step)
 
 
-def _execute(plan: _Plan, trainer, job, policy, *, scar_ctx=None, stop_at_target=True) -> ck.ClusterRun:
+def execute_plan(plan: Plan, trainer: Any, job: ck.Job, policy: str, *, scar_ctx: Any = None,
+                 stop_at_target: bool = True) -> ck.ClusterRun:
+    """Run ``plan`` with ``trainer`` (a :class:`~scarjax.cluster.trainer.Trainer` or a
+    :class:`LossReplay`) and record the :class:`~scarjax.cluster.clock.ClusterRun` of
+    ``policy`` (its name): each ``'train'`` op trains its steps for real, ``'save'`` /
+    ``'rollback'`` snapshot and restore the trainer, ``'ckpt'`` / ``'lose'`` call
+    ``scar_ctx`` (SCAR's running checkpoint and partial recovery, thesis Sec 5.4). The run
+    ends at the first step whose loss is ``<= job.target_loss`` (``stop_at_target``), else at
+    the plan's end; the fleet's events and the ``meta`` counts are kept up to the end."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a policies.Plan, got {type(plan).__name__}")
+    if scar_ctx is None and any(op[0] in ("ckpt", "lose") for op in plan.ops):
+        raise ValueError("scar_ctx is needed by a plan with SCAR operations (or pass plan.training_only())")
     fleet = plan.fleet
     rec = ck.Recorder(policy, fleet.ledger, fleet.t0)
     snap = (trainer.snapshot(), trainer.step)
@@ -378,7 +456,7 @@ def on_demand(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, tra
     """Policy 1: ``job.workers`` on-demand (reliable) machines until the target, the step
     budget or the horizon. ``granularity``: steps per training call (the cut-off's
     resolution is one step whatever it is)."""
-    _check(job, market, horizon_s, granularity)
+    check_arguments(job, market, horizon_s, granularity)
     fleet = _Fleet(job, market, core.as_key(key), prefer_transient=False)
     t = fleet.buy(range(job.workers), 0.0)
     dt = _dt(job, market, job.workers)
@@ -388,11 +466,16 @@ def on_demand(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, tra
         ops.append(("train", t, dt, n))
         t, step = t + n * dt, step + n
     fleet.stop_all(t)
-    plan = _Plan(ops, fleet, t, {"workers": job.workers})
-    return _execute(plan, Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
+    plan = Plan(ops, fleet, t, {"workers": job.workers})
+    return execute_plan(plan, Trainer(job.algorithm, train_key), job, "on_demand", stop_at_target=stop_at_target)
 
 
-def _check(job, market, horizon_s, granularity, unavailable="on_demand"):
+def check_arguments(job: ck.Job, market: mk.Market, horizon_s: float, granularity: int,
+                    unavailable: str = "on_demand") -> None:
+    """Check the arguments every policy of this module shares (``TypeError`` / ``ValueError``
+    naming the argument): ``job`` a :class:`~scarjax.cluster.clock.Job`, ``market`` a
+    :class:`~scarjax.cluster.market.Market`, ``horizon_s > 0``, ``granularity >= 1``,
+    ``unavailable`` one of :data:`UNAVAILABLE`."""
     if not isinstance(job, ck.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
     if not isinstance(market, mk.Market):
@@ -406,7 +489,13 @@ def _check(job, market, horizon_s, granularity, unavailable="on_demand"):
 # 2. Checkpoint-restart
 
 
-def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity, unavailable="on_demand"):
+def plan_checkpoint_restart(job: ck.Job, market: mk.Market, key: Any, horizon_s: float, K: float,
+                            granularity: int = 25, unavailable: str = "on_demand") -> Plan:
+    """The clock of :func:`checkpoint_restart` for the market draw ``key`` (a PRNG key), no
+    training (module docstring, policy 2): a full checkpoint every ``K`` steps (``inf``:
+    never; :func:`resolve_interval_steps`), rollbacks to it on revocations, replacements,
+    restores, the ledger. Run it with :func:`execute_plan`."""
+    check_arguments(job, market, horizon_s, granularity, unavailable)
     fleet = _Fleet(job, market, key, unavailable=unavailable)
     M, delta = job.workers, float(job.checkpoint_s)
     t = fleet.buy(range(M), 0.0)
@@ -475,7 +564,7 @@ def _plan_checkpoint_restart(job, market, key, horizon_s, K, granularity, unavai
         ops.append(("train", t, dt, n))
         t, step, executed, futile = t + n * dt, step + n, executed + n, 0
     fleet.stop_all(t)
-    return _Plan(ops, fleet, t, {"interval_steps": K, "rework_steps": rework, "workers": M,
+    return Plan(ops, fleet, t, {"interval_steps": K, "rework_steps": rework, "workers": M,
                                  "unavailable": unavailable}, marks)
 
 
@@ -489,14 +578,16 @@ def checkpoint_restart(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: f
     "Buying machines"): ``"on_demand"`` buys the missing ones on-demand, ``"wait"`` waits
     for the market (the run ends at the horizon, or with a ``'give_up'`` event when the
     market will offer none again)."""
-    _check(job, market, horizon_s, granularity, unavailable)
-    K = _interval(job, market, interval_steps)
-    plan = _plan_checkpoint_restart(job, market, core.as_key(key), float(horizon_s), K, granularity, unavailable)
-    return _execute(plan, Trainer(job.algorithm, train_key), job, "checkpoint_restart",
-                    stop_at_target=stop_at_target)
+    check_arguments(job, market, horizon_s, granularity, unavailable)
+    K = resolve_interval_steps(job, market, interval_steps)
+    plan = plan_checkpoint_restart(job, market, core.as_key(key), float(horizon_s), K, granularity, unavailable)
+    return execute_plan(plan, Trainer(job.algorithm, train_key), job, "checkpoint_restart",
+                        stop_at_target=stop_at_target)
 
 
-def _interval(job, market, interval_steps):
+def resolve_interval_steps(job: ck.Job, market: mk.Market, interval_steps: Any = None) -> float:
+    """``K``, the steps between checkpoints: ``interval_steps`` (an int ``>= 1``) when given,
+    else the Young/Daly interval :func:`checkpoint_interval_steps` (``inf``: never)."""
     if interval_steps is None:
         return checkpoint_interval_steps(job, market)
     return float(va.check_int("interval_steps", interval_steps, lo=1))
@@ -505,26 +596,12 @@ def _interval(job, market, interval_steps):
 def _checkpoint_restart_trials(job, market, keys, *, horizon_s, train_key=0, interval_steps=None,
                                granularity=25, unavailable="on_demand", stop_at_target=True):
     """Trials of :func:`checkpoint_restart`: one real run shared by all (module docstring)."""
-    _check(job, market, horizon_s, granularity, unavailable)
-    K = _interval(job, market, interval_steps)
-    plans = [_plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity, unavailable) for k in keys]
-    need = max([_furthest(p) for p in plans] + [1])
+    check_arguments(job, market, horizon_s, granularity, unavailable)
+    K = resolve_interval_steps(job, market, interval_steps)
+    plans = [plan_checkpoint_restart(job, market, k, float(horizon_s), K, granularity, unavailable) for k in keys]
+    need = max([p.furthest_step() for p in plans] + [1])
     curve = Trainer(job.algorithm, train_key).train(need)
-    return [_execute(p, _Replay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target) for p in plans]
-
-
-def _furthest(plan):
-    step, best = 0, 0
-    saved = 0
-    for op in plan.ops:
-        if op[0] == "train":
-            step += op[3]
-            best = max(best, step)
-        elif op[0] == "save":
-            saved = step
-        elif op[0] == "rollback":
-            step = saved
-    return best
+    return [execute_plan(p, LossReplay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target) for p in plans]
 
 
 checkpoint_restart.run_trials = _checkpoint_restart_trials
@@ -534,10 +611,19 @@ checkpoint_restart.run_trials = _checkpoint_restart_trials
 # 3. SCAR
 
 
-def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec, unavailable="on_demand"):
+def plan_scar(job: ck.Job, market: mk.Market, key: Any, horizon_s: float, K: float, fraction: float,
+              granularity: int, spec: sck.Checkpoint, unavailable: str = "on_demand") -> Plan:
+    """The clock of :func:`scar` for the market draw ``key`` (a PRNG key), no training (module
+    docstring, policy 3; thesis Sec 5.4): a running-checkpoint write of the ``fraction`` of
+    the blocks every ``spec``'s period (a ``'ckpt'`` op, costing ``fraction *
+    job.checkpoint_s``), a ``'lose'`` op and a partial recovery per revocation, training on
+    the live machines meanwhile. ``K`` and ``spec`` come from :func:`scar_setup`. Run it with
+    :func:`execute_plan` (``scar_ctx``) or apply its operations in a batched program and
+    execute :meth:`Plan.training_only`."""
+    check_arguments(job, market, horizon_s, granularity, unavailable)
     fleet = _Fleet(job, market, key, unavailable=unavailable)
     M, delta = job.workers, float(job.checkpoint_s)
-    I = math.inf if spec.period is None else int(sck.interval(spec))
+    I = math.inf if spec.period is None else _by_identity("every", None, spec, lambda: int(sck.interval(spec)))
     t = fleet.buy(range(M), 0.0)
     ops, marks, step, last_ck, losses_events, futile = [], [], 0, 0, 0, 0
     while step < job.max_steps and t < horizon_s:
@@ -599,7 +685,7 @@ def _plan_scar(job, market, key, horizon_s, K, fraction, granularity, spec, unav
         ops.append(("train", t, dt, n))
         t, step, futile = t + n * dt, step + n, 0
     fleet.stop_all(t)
-    return _Plan(ops, fleet, t, {"interval_steps": K, "checkpoint_every": I, "fraction": fraction,
+    return Plan(ops, fleet, t, {"interval_steps": K, "checkpoint_every": I, "fraction": fraction,
                                  "recoveries": losses_events, "workers": M, "unavailable": unavailable}, marks)
 
 
@@ -607,6 +693,8 @@ _PROGRAMS: dict = {}  # id(partition), id(spec) -> (partition, spec, programs); 
 
 
 def _by_identity(kind, partition, spec, make):
+    """``make()`` cached per ``kind`` and the identity of ``partition`` and ``spec`` (objects
+    kept alive by the cache: an id is never reused while its entry stands)."""
     k = (kind, id(partition), id(spec))
     if k not in _PROGRAMS or _PROGRAMS[k][0] is not partition or _PROGRAMS[k][1] is not spec:
         _PROGRAMS[k] = (partition, spec, make())
@@ -642,10 +730,17 @@ class _ScarHost:
         trainer.restore(core.State(*self._recover(trainer.state, self.ckpt.saved, jnp.asarray(failed))))
 
 
-def _scar_setup(job, market, fraction, strategy, partition_key, interval_steps=None):
+def scar_setup(job: ck.Job, market: mk.Market, fraction: float, strategy: str = "priority",
+               partition_key: int = 0, interval_steps: Any = None) -> tuple:
+    """``(K, partition, spec)`` of :func:`scar`: ``K`` (:func:`resolve_interval_steps`), the
+    blocks (rows of every parameter on ``job.workers`` servers, assigned from
+    ``partition_key``; :func:`scarjax.scar.partition.build`) and the running checkpoint
+    (:class:`scarjax.scar.checkpoint.Checkpoint`: ``strategy`` choosing the ``fraction`` of
+    the blocks written every ``round(fraction K)`` steps, thesis Sec 5.4.2). The partition
+    and spec are cached per setting (the same objects: compiled programs are reused)."""
     va.check_real("fraction", fraction, lo=0.0, hi=1.0, lo_open=True, scalar=True)
     va.check_choice("strategy", strategy, ("priority", "round_robin", "random"))
-    K = _interval(job, market, interval_steps)
+    K = resolve_interval_steps(job, market, interval_steps)
     partition, spec = _scar_spec(job.algorithm, job.workers, float(fraction), strategy, K, int(partition_key))
     return K, partition, spec
 
@@ -671,13 +766,13 @@ def scar(job: ck.Job, market: mk.Market, *, key: Any, horizon_s: float, train_ke
     ``interval_steps``: override ``K`` (default :func:`checkpoint_interval_steps`, as
     :func:`checkpoint_restart`); ``unavailable``: as there (``"wait"``: SCAR trains on the
     machines it has and adds the missing ones when the market offers them)."""
-    _check(job, market, horizon_s, granularity, unavailable)
-    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
-    plan = _plan_scar(job, market, core.as_key(key), float(horizon_s), K, float(fraction), granularity, spec,
+    check_arguments(job, market, horizon_s, granularity, unavailable)
+    K, partition, spec = scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
+    plan = plan_scar(job, market, core.as_key(key), float(horizon_s), K, float(fraction), granularity, spec,
                       unavailable)
     trainer = Trainer(job.algorithm, train_key)
     ctx = _ScarHost(job, trainer.state, partition, spec, jax.random.fold_in(core.as_key(train_key), 7))
-    return _execute(plan, trainer, job, "scar", scar_ctx=ctx, stop_at_target=stop_at_target)
+    return execute_plan(plan, trainer, job, "scar", scar_ctx=ctx, stop_at_target=stop_at_target)
 
 
 def _scar_hook(partition, spec):
@@ -708,9 +803,9 @@ def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, st
                  granularity=25, partition_key=0, interval_steps=None, unavailable="on_demand",
                  stop_at_target=True):
     """Trials of :func:`scar` as one :func:`scarjax.run_trials` program (module docstring)."""
-    _check(job, market, horizon_s, granularity, unavailable)
-    K, partition, spec = _scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
-    plans = [_plan_scar(job, market, k, float(horizon_s), K, float(fraction), granularity, spec, unavailable)
+    check_arguments(job, market, horizon_s, granularity, unavailable)
+    K, partition, spec = scar_setup(job, market, fraction, strategy, partition_key, interval_steps)
+    plans = [plan_scar(job, market, k, float(horizon_s), K, float(fraction), granularity, spec, unavailable)
              for k in keys]
     n = len(plans)
     events = []
@@ -735,13 +830,8 @@ def _scar_trials(job, market, keys, *, horizon_s, train_key=0, fraction=0.25, st
     _, trace = _trials.run_trials(job.algorithm, _scar_hook(partition, spec), steps, tkeys,
                                   hook_args={"step": jnp.asarray(rs), "server": jnp.asarray(rv)}, init_state=init)
     curves = np.asarray(trace.loss[:, 1:], np.float64)
-    return [_execute(_strip(p), _Replay(curves[i]), job, "scar", stop_at_target=stop_at_target)
+    return [execute_plan(p.training_only(), LossReplay(curves[i]), job, "scar", stop_at_target=stop_at_target)
             for i, p in enumerate(plans)]
-
-
-def _strip(plan):
-    """The plan without its state operations (already applied inside the trials' program)."""
-    return dataclasses.replace(plan, ops=[op for op in plan.ops if op[0] == "train"])
 
 
 scar.run_trials = _scar_trials
