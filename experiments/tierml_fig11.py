@@ -156,7 +156,8 @@ def report(results: dict) -> str:
         f"iteration (largest difference {results['runs']['warned']['max_loss_diff_vs_uninterrupted']:.1e}). "
         f"Without the warning (a failure half-way through iteration {cfg['remove_at']}) the ActivePS state is lost: "
         f"{un['meta']['rollbacks']} rollback to the BackupPS copy of the last background push, "
-        f"{un['meta']['lost_iterations']} completed iteration(s) redone, and the half-done iteration's work lost: "
+        f"{un['meta']['lost_iterations']} completed iteration(s) of updates lost with the blocks, and the half-done "
+        "iteration's work lost: "
         f"that iteration took {un['seconds'][cfg['remove_at'] - 1]:.2f} s against {s['after_s']:.2f} s after it "
         "(no flush, but the rework).",
         "",

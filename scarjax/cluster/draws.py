@@ -36,12 +36,15 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    write period. What remains per draw is mostly the ledger: one checked entry per machine
    bought (its start, its stop) and the run's bill curve (:class:`~scarjax.cluster.clock.
    Recorder`).
-3. *The training.* Checkpoint-restart and TierML restore only states of the one reliable
-   trajectory (a checkpoint, a BackupPS push or flush, all taken from it) and a redone step
-   draws the same minibatch (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global
-   step's), so every draw's loss after global step ``k`` is the reliable run's: one real run
-   serves all draws (for TierML also the loss of the state at each step, its recorded
-   points). SCAR's partial recovery makes each draw's trajectory its own: all draws train in
+3. *The training.* Checkpoint-restart restores only states of the one reliable trajectory
+   (its checkpoints are taken from it) and a redone step draws the same minibatch
+   (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global step's), so every draw's
+   loss after global step ``k`` is the reliable run's: one real run serves all draws. TierML's
+   draws share it too (also the loss of the state at each step, its recorded points) until a
+   draw loses ActivePS blocks without warning: those blocks roll back to the BackupPS and the
+   others do not, so from there that draw trains its own state with its own Trainer, as the
+   per-draw policy does (the two states it mixes re-run from the start, bit for bit).
+   SCAR's partial recovery makes each draw's trajectory its own: all draws train in
    one jitted program, ``vmap`` over draws of a ``lax.scan`` over global steps, each step
    ``scarjax.core.run_one`` with the Trainer's key ``fold_in(train_key, step)``, the priority
    checkpoint write (:func:`scarjax.scar.checkpoint.step`) where the draw's plan writes one and
@@ -364,9 +367,20 @@ class _Trajectory:
     step, computed once as far as any draw asks (a real :class:`Trainer`)."""
 
     def __init__(self, algorithm, train_key, init_state):
+        self.algorithm, self.train_key, self.init_state = algorithm, train_key, init_state
         self.trainer = Trainer(algorithm, train_key, init_state=init_state)
         self.after = np.zeros(0)
         self.at = [self.trainer.loss()]  # loss of the state after k steps
+        self._states: dict = {}  # states asked for by state(), by step
+
+    def state(self, step):
+        """The state after ``step`` steps, re-run from the start by a fresh :class:`Trainer` (bit
+        for bit the per-draw Trainer's: the keys are the global step's)."""
+        if step not in self._states:
+            tr = Trainer(self.algorithm, self.train_key, init_state=self.init_state)
+            tr.train(step)
+            self._states[step] = tr.state
+        return self._states[step]
 
     def losses(self, start, n):
         if start + n > self.after.size:
@@ -386,24 +400,39 @@ class _Trajectory:
 
 
 class _Shared:
-    """A Trainer stand-in for one draw serving :class:`_Trajectory` (snapshots are steps)."""
+    """A Trainer stand-in for one draw serving :class:`_Trajectory` (snapshots are steps) until
+    the draw's state leaves it: restored to a state of its own (TierML's rollback of the lost
+    blocks), the draw trains on with its own real :class:`Trainer`, as the per-draw policy."""
 
     def __init__(self, trajectory):
-        self.traj, self.step = trajectory, 0
+        self.traj, self.step, self.own = trajectory, 0, None
 
     def train(self, n):
+        if self.own is not None:
+            out = self.own.train(n)
+            self.step = self.own.step
+            return out
         out = self.traj.losses(self.step, n)
         self.step += n
         return out
 
     def snapshot(self):
-        return self.step
+        return self.step if self.own is None else self.own.snapshot()
+
+    def state_at(self, snapshot):
+        """The state a snapshot stands for (a step of the shared trajectory, or a state)."""
+        return self.traj.state(snapshot) if isinstance(snapshot, (int, np.integer)) else snapshot
 
     def restore(self, state, step=None):
-        self.step = int(state if step is None else step)
+        if isinstance(state, (int, np.integer)):
+            self.own, self.step = None, int(state if step is None else step)
+            return
+        self.own = Trainer(self.traj.algorithm, self.traj.train_key, init_state=self.traj.init_state)
+        self.own.restore(state, self.step if step is None else step)
+        self.step = self.own.step
 
     def loss(self):
-        return self.traj.state_loss(self.step)
+        return self.traj.state_loss(self.step) if self.own is None else self.own.loss()
 
 
 def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None, **options):

@@ -29,9 +29,10 @@ ActivePS state is pushed to the BackupPS in the background every ``push_every`` 
 (or slower when the network cannot carry it, :func:`push_period`). On a warning (eviction)
 the ActivePSs flush their end-of-life deltas to the BackupPS (modelled time
 ``param_bytes / (R · bandwidth)``, Fig 11's blip) and nothing is lost; a revocation without
-warning (failure), or a warning shorter than the flush (effective failure), rolls the real
-training state back to the BackupPS copy (the Trainer is restored to the state and iteration
-of the last push: the iterations since are redone). Proactive switching: every
+warning (failure), or a warning shorter than the flush (effective failure), of machines holding
+ActivePS blocks rolls those blocks of the real training state back to the BackupPS copy (the
+state of the last push); the blocks of the surviving ActivePSs keep their values and the
+iteration counter goes on. Proactive switching: every
 ``check_every_s`` the controller compares the current class's MTTF with the others' and, when
 one is ``switch_factor`` times higher, buys that class; once it runs, the ActivePSs move to it
 and the old machines keep running (stateless) workers until the end of their billing hour,
@@ -53,11 +54,14 @@ of machines that stop hosting are dealt to the hosts (:func:`scarjax.ps.failures
 (:func:`scarjax.ps.elastic.rebalance`, as ``add_servers``), and a revocation is
 :func:`scarjax.ps.tiers.plan_revoke` — the rule :func:`scarjax.ps.tiers.revoke` applies to
 the sharded store: warned ActivePSs flush and migrate their blocks, the blocks of the others
-are lost (tested to agree on a real parameter server). When blocks are lost the controller
-rolls the training back to the BackupPS copy: the whole state and the iterations since the
-last push, a consistent cut, where :func:`~scarjax.ps.tiers.revoke` reloads the lost blocks
-only; the two are the same state when every ActivePS is lost at once (a spot class's bulk
-revocation; tested).
+are lost (tested to agree on a real parameter server). The blocks are the real training
+state's (:func:`state_blocks`: rows of every parameter, optimizer moments with them), and when
+some are lost the controller reloads exactly those from the BackupPS copy with
+:func:`scarjax.ps.tiers.reload_lost`, the rule :func:`~scarjax.ps.tiers.revoke` applies to the
+sharded store (tested: a partial loss keeps the surviving blocks' values; a bulk revocation of
+every ActivePS gives ``revoke``'s state on a real parameter server). ``meta['lost_iterations']``
+sums, over the rollbacks, the iterations since the last push whose updates the lost blocks
+lost (they are not redone: the counter goes on).
 
 **The policy contract.** :func:`tierml` is ``policy(job, market, *, key, horizon_s, ...) ->
 ClusterRun`` (:mod:`scarjax.cluster.clock`): ``job.max_steps`` executed iterations (redone
@@ -96,6 +100,7 @@ from scarjax.cluster import policies as po
 from scarjax.ps import elastic as ps_elastic
 from scarjax.ps import tiers as ps_tiers
 from scarjax.ps.failures import deal
+from scarjax.scar import partition as spt
 
 __all__ = [
     "Thresholds",
@@ -107,6 +112,7 @@ __all__ = [
     "push_period",
     "flush_seconds",
     "mttf_estimate",
+    "state_blocks",
     "tierml",
     "scripted",
     "Scripted",
@@ -267,6 +273,19 @@ def mttf_estimate(times_s: Any, prices: Any, bid: float, t: float, window_s: flo
     return up / (crossings + 1)
 
 
+def state_blocks(state: Any, ps_blocks: int) -> spt.Partition:
+    """The ActivePS's ``ps_blocks`` parameter blocks on a real training ``state`` (Sec 3.3: the
+    parameter server's state is cut into blocks spread over the ActivePSs): the rows of every
+    params leaf (:func:`scarjax.scar.partition.by_row`, optimizer moments co-located, other aux
+    leaves never lost) numbered leaf by leaf, row ``g`` in block ``g mod ps_blocks`` (blocks past
+    the row count are empty). One server: the controller places the blocks (``server_of``)."""
+    ps_blocks = va.check_int("ps_blocks", ps_blocks, lo=1)
+    rows = spt.by_row(state, num_servers=1, key=None)
+    blocks = jax.tree.map(lambda ids: np.where(np.asarray(ids) < 0, spt.NEVER, np.asarray(ids) % ps_blocks)
+                          .astype(np.int32), rows.blocks)
+    return spt.Partition(blocks, np.zeros(ps_blocks, np.int32), ps_blocks, 1)
+
+
 # --------------------------------------------------------------------------------------
 # The controller (host side)
 
@@ -332,6 +351,7 @@ class _Controller:
         self.server_of: np.ndarray | None = None
         self._hosts: tuple = ()
         self._seed = 0
+        self._blocks: spt.Partition | None = None  # the real state's blocks (state_blocks), built at first use
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
@@ -538,14 +558,14 @@ class _Controller:
     def handle_interrupt(self, t: float) -> float:
         """Warnings and revocations due at ``t`` (Sec 3.3). Evictions (warned, with enough lead
         for the flush): the ActivePSs flush their end-of-life state to the BackupPSs and nothing
-        is lost. Failures and effective failures of machines holding ActivePS state: the real
-        training state is rolled back to the BackupPS copy. Returns the seconds the flush
-        takes (0 if none)."""
+        is lost. Failures and effective failures of machines holding ActivePS state: their
+        blocks of the real training state are rolled back to the BackupPS copy
+        (:meth:`_reload`). Returns the seconds the flush takes (0 if none)."""
         self.futile += 1
         stage_before = self.stage()
         flush_s = self.flush_s()
         state_hit = False
-        state_lost = False
+        state_lost = None  # bool[ps_blocks]: the blocks lost (none: None)
         warned_n = failed_n = 0
         saved, failed, dues = [], [], []
         self.at_start = True
@@ -576,20 +596,21 @@ class _Controller:
             if failed:
                 so, alive, lost = ps_tiers.plan_revoke(so, alive, reliable, failed, warning=False,
                                                        key=self._next_seed())
-                state_lost = bool(lost.any())
+                state_lost = lost if lost.any() else None
             self.server_of = np.asarray(so, np.int64)
         for g, due in dues:
             g.alive[due] = False
             g.ps[due] = False
         self.rec.event(t, "revocation" if failed_n else "warning", f"{warned_n} warned, {failed_n} without warning")
         extra = 0.0
-        if state_lost:
+        if state_lost is not None:
             lost = self.trainer.step - self.pushed_at
-            self.trainer.restore(self.backup, self.pushed_at)
+            self._reload(state_lost)
             self.rollbacks += 1
             self.lost_iterations += lost
-            self.rec.event(t, "rollback", f"ActivePS state lost: back to the BackupPS state of iteration "
-                           f"{self.pushed_at} ({lost} iterations to redo)")
+            self.rec.event(t, "rollback", f"ActivePS state lost: {int(state_lost.sum())} of {state_lost.size} blocks "
+                           f"back to the BackupPS state of iteration {self.pushed_at} ({lost} iterations of their "
+                           "updates lost)")
         elif state_hit:
             self.backup = self.trainer.snapshot()  # end-of-life flush: nothing lost
             self.pushed_at = self.trainer.step
@@ -599,6 +620,20 @@ class _Controller:
         self.since_push = 0
         self._elect()
         return extra
+
+    def _reload(self, lost: np.ndarray):
+        """Roll the lost blocks (``bool[ps_blocks]``) of the real training state back to the
+        BackupPS copy, :func:`scarjax.ps.tiers.reload_lost`: the blocks of the surviving
+        ActivePSs keep their values and the iteration counter goes on (the workers' clock;
+        ``ps.tiers.revoke`` likewise). A trainer stand-in whose snapshots are not states
+        gives them through ``state_at``."""
+        state_at = getattr(self.trainer, "state_at", None)
+        cur, backup = self.trainer.snapshot(), self.backup
+        if state_at is not None:
+            cur, backup = state_at(cur), state_at(backup)
+        if self._blocks is None:
+            self._blocks = state_blocks(cur, self.ps_blocks)
+        self.trainer.restore(ps_tiers.reload_lost(cur, backup, self._blocks, lost), self.trainer.step)
 
     # ---- training ---------------------------------------------------------------
     def train(self, n: int, t: float, st: float) -> tuple[float, float]:
@@ -633,11 +668,18 @@ class _Controller:
             g.alive[:] = False
 
 
+def _due_by(t_event: float, horizon_s: float) -> float:
+    """An event's time if it falls before the horizon, else ``inf``: the run's clock stops at
+    its horizon, so a warning, revocation or flush due at or after it is never reached."""
+    return t_event if t_event < horizon_s else math.inf
+
+
 def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check_every_s: float = math.inf,
               target_loss: float = -math.inf, max_steps: int, chunk: int) -> float:
     """Advance real training and the events until the horizon, the target loss or
     ``max_steps`` executed iterations (redone ones included, as every policy counts them);
-    returns the elapsed time at the end.
+    returns the elapsed time at the end, never past ``horizon_s`` (an iteration that would end
+    after it is not run, a flush under way at the horizon is cut off there).
 
     Arrivals, releases and the controller's checks take effect between iterations or, when
     one falls inside an iteration, at that time with the iteration's work done so far kept
@@ -657,7 +699,7 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
             raise RuntimeError("no reliable machine in the computation")
         st = ctl.seconds_per_step()
         first = (1.0 - frac) * st  # time to finish the iteration in progress
-        t_int = ctl.next_interrupt()
+        t_int = _due_by(ctl.next_interrupt(), horizon_s)
         if t_int < t + first - 1e-9:
             # the survivors take over the revoked machines' data (Sec 3.3): the iteration in
             # progress goes on, unless the state is rolled back
@@ -673,7 +715,7 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
             if ctl.rollbacks != before:
                 frac = 0.0
             if extra or ctl.rollbacks != before:
-                t = t + extra
+                t = min(t + extra, horizon_s)  # a flush under way at the horizon is cut off there
                 ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
             if check is not None and not ctl.at_start:
                 check(ctl, t)  # replace the lost machines at once (Sec 3.3)
@@ -691,7 +733,14 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
             n = min(n, 1 + int(math.floor((t_int - t - first) / st + 1e-9)))
         if t_bound < math.inf:
             n = min(n, 1 + int(math.floor((t_bound - t - first) / st + 1e-9)))
-        t, last = ctl.train(max(n, 1), t + first - st, st)
+        n = max(n, 1)
+        while n > 0 and (t + first - st) + n * st > horizon_s:  # iterations end by the horizon (as recorded)
+            n -= 1
+        if n == 0:  # the iteration in progress would end after the horizon: the run ends there
+            frac += (horizon_s - t) / st
+            t = horizon_s
+            continue
+        t, last = ctl.train(n, t + first - st, st)
         frac = 0.0
         ctl.after_chunk(st)
         if last <= target_loss:
@@ -747,8 +796,9 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         placement and the loss rule are :mod:`scarjax.ps`'s; the module docstring); with at
         least as many blocks as ActivePSs every ActivePS holds state.
       trainer: a stand-in for the :class:`~scarjax.cluster.trainer.Trainer` (``step``, ``train``,
-        ``snapshot``, ``restore``, ``loss``; ``None``: a real one from ``train_key`` and
-        ``init_state``), e.g. :mod:`scarjax.cluster.draws`' shared trajectory of many draws.
+        ``snapshot``, ``restore``, ``loss``, and ``state_at(snapshot)`` -> the state when its
+        snapshots are not states; ``None``: a real one from ``train_key`` and ``init_state``),
+        e.g. :mod:`scarjax.cluster.draws`' shared trajectory of many draws.
     """
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
@@ -863,8 +913,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
 
 
 class Scripted(NamedTuple):
-    """Per-iteration record of :func:`scripted` (executed iteration ``i`` is index ``i - 1``;
-    after a rollback the redone iterations are recorded again):
+    """Per-iteration record of :func:`scripted` (executed iteration ``i`` is index ``i - 1``):
     ``seconds`` (time of the iteration, flush included), ``stage``, ``workers`` (machines
     running workers), ``transient``, ``loss`` (real, after the iteration), and the
     :class:`~scarjax.cluster.clock.ClusterRun`."""

@@ -36,8 +36,9 @@ from scarjax.core import State
 from scarjax.ps import mesh as mh
 from scarjax.ps.failures import deal, relocate
 from scarjax.ps.store import Layout, Local, place
+from scarjax.scar import partition as spt
 
-__all__ = ["Tiers", "TierState", "make", "init", "push", "plan_revoke", "revoke", "run"]
+__all__ = ["Tiers", "TierState", "make", "init", "push", "plan_revoke", "revoke", "reload_lost", "run"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -156,6 +157,26 @@ def revoke(ps, tiers: Tiers, state, tstate: TierState, servers: Sequence[int], *
     state = relocate(ps, state, new_server_of, alive=alive, lost_servers=revoked, recovery="none",
                      reload=(tstate.backup, tstate.placement), reload_layout=tiers.layout)
     return state, tstate, affected
+
+
+def reload_lost(state: Any, backup: Any, partition: spt.Partition, lost_blocks: Any) -> Any:
+    """The logical state after an unwarned bulk revocation (Sec 3.3): the ``lost_blocks``
+    (``bool[num_blocks]`` of ``partition``, e.g. :func:`plan_revoke`'s) reloaded from the
+    BackupPS copy ``backup`` (the logical state of the last push), every other block — those
+    of the surviving ActivePSs — and every never-lost entry (``-1`` ids) kept as in ``state``.
+
+    The rule :func:`revoke` applies to the sharded store, on the logical
+    :class:`~scarjax.State` (tested to agree: ``ps.logical`` of :func:`revoke`'s state); the
+    cluster policy (:func:`scarjax.cluster.tierml.tierml`) applies it to its real training
+    state. Raises ``ValueError`` when ``partition``, ``backup`` or ``lost_blocks`` do not fit
+    ``state``."""
+    if not isinstance(partition, spt.Partition):
+        raise TypeError(f"partition must be a scarjax.scar.partition.Partition, got {type(partition).__name__}")
+    lost = np.asarray(lost_blocks)
+    if lost.dtype != bool or lost.shape != (partition.num_blocks,):
+        raise ValueError(f"lost_blocks must be bool[{partition.num_blocks}] (one flag per block), "
+                         f"got {lost.dtype}{list(lost.shape)}")
+    return State(*spt.restore(State(*state), State(*backup), partition, jnp.asarray(lost)))
 
 
 def run(ps, tiers: Tiers, state, tstate: TierState, steps: int, key: Any, *, start: int = 0,

@@ -147,6 +147,43 @@ def test_termination_check_catches_a_run_without_the_give_up(monkeypatch):
         within(3, lambda: _run("checkpoint_restart", _job(), market, 0, "on_demand"))
 
 
+def check_ends_by_the_horizon(run, horizon_s):
+    """Nothing of the run is past its horizon, exactly (no tolerance): its end, its points and
+    its events."""
+    assert run.end_s <= horizon_s, f"the run ends at {run.end_s!r} s, after its horizon {horizon_s!r} s"
+    assert np.all(run.time_s <= run.end_s), "points after the run's end"
+    late = [e for e in run.events if e[0] > run.end_s]
+    assert not late, f"events after the run's end: {late[:3]}"
+
+
+#: A price series whose spot price rises above the bid at 600 s (a 120 s warning at 480 s) and a
+#: horizon before that: TierML once ran to the warning and its flush, ending past the horizon.
+LATE_WARNING = mk.Market(mk.MachineType("m", 0.4, spot=0.12),
+                         mk.price_driven(mk.price_series(np.array([0.3, 2.0, 2.0, 2.0]), np.arange(4) * 600.0,
+                                                         end_s=30600.0), bid=0.5),
+                         billing="per_second", startup=mk.fixed_startup(60.0))
+
+
+@FEW
+@given(markets(), st.integers(0, 2**16), st.floats(300.0, HORIZON), st.integers(0, 3))
+def test_tierml_ends_by_its_horizon(market, seed, horizon, transient):
+    """TierML ends at the target, the step cap, the stated give-up or by its horizon, whatever the
+    market and however the horizon falls between its events (not a whole number of steps)."""
+    run = tm.tierml(_job(), market, key=seed, horizon_s=horizon, transient=transient, chunk=4)
+    check_ends_by_the_horizon(run, horizon)
+
+
+def test_horizon_check_catches_events_past_the_horizon(monkeypatch):
+    """Planted: the controller takes warnings due after the horizon (TierML before the fix)."""
+    horizon = 433.5799051701508
+    check_ends_by_the_horizon(tm.tierml(_job(), LATE_WARNING, key=3, horizon_s=horizon, transient=3, chunk=4),
+                              horizon)
+    monkeypatch.setattr(tm, "_due_by", lambda t, horizon_s: t)
+    with pytest.raises(AssertionError, match="after"):
+        check_ends_by_the_horizon(tm.tierml(_job(), LATE_WARNING, key=3, horizon_s=horizon, transient=3, chunk=4),
+                                  horizon)
+
+
 # ----------------------------------------------------------------------------- 2. the bill
 
 

@@ -98,6 +98,20 @@ def test_exponential_market_draws_equal_the_per_draw_loop(policy):
     check_identical(a, b, job.target_loss)
 
 
+def test_tierml_draws_with_lost_blocks_equal_the_per_draw_loop():
+    """Unwarned revocations of single ActivePSs (1 + 8 machines: 4 ActivePSs): their blocks roll
+    back to the BackupPS and the draw's state leaves the shared trajectory; the runs stay the
+    per-draw ones, bit for bit."""
+    job = _job()
+    market = mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=1.0),
+                       startup=mk.fixed_startup(60.0), billing="per_second")
+    a, b = _both("tierml", job, market, 6, 8, transient=8)
+    assert any(r.meta["rollbacks"] for r in b), "no draw lost blocks: a vacuous test"
+    check_identical(a, b, job.target_loss)
+    for r, q in zip(a, b):
+        assert np.array_equal(r.loss, q.loss) and np.array_equal(r.dollars, q.dollars) and r.events == q.events
+
+
 @pytest.mark.parametrize("policy", ["checkpoint_restart", "scar"])
 @pytest.mark.parametrize("unavailable", ["on_demand", "wait"])
 def test_gap_without_machines_equals_the_per_draw_loop(policy, unavailable):

@@ -8,6 +8,7 @@ planted violation."""
 
 import dataclasses
 import math
+import re
 
 import jax
 import numpy as np
@@ -172,37 +173,135 @@ def test_no_state_loss_check_catches_a_run_without_the_end_of_life_flush():
         check_no_state_lost(bad, ref)
 
 
-def check_rolled_back(run, ref):
-    """Every unwarned revocation of the ActivePSs rolls the real state back to the BackupPS copy:
-    the iteration counter goes back by the iterations since the last push, and the state is the
-    one the uninterrupted run had at that iteration (the losses agree at every recorded step)."""
+def _rollbacks(run):
+    """``[(time, blocks lost, pushed_at, iterations lost)]`` of the run's rollback events."""
+    out = []
+    for t, kind, d in run.events:
+        if kind == "rollback":
+            m = re.search(r"(\d+) of \d+ blocks back to the BackupPS state of iteration (\d+) \((\d+) iter", d)
+            out.append((t, int(m.group(1)), int(m.group(2)), int(m.group(3))))
+    return out
+
+
+def _after(run, t, step):
+    """Index of the point recorded right after the rollback at time ``t`` (iteration ``step``)."""
+    return int(np.flatnonzero((run.time_s == t) & (run.steps == step))[-1])
+
+
+def check_rolled_back(run, ref, init_loss):
+    """Every unwarned revocation of the ActivePSs rolls their blocks back to the BackupPS copy:
+    each is reported, the iteration counter never goes back (the lost updates are not redone),
+    the iterations lost since the last push sum to ``meta['lost_iterations']``; up to the first
+    rollback the run is the uninterrupted one, and right after it (a bulk revocation: every
+    ActivePS lost) the state is the uninterrupted run's at the last push."""
     steps = np.asarray(run.steps)
-    assert run.meta["rollbacks"] >= 1 and run.count("rollback") == run.meta["rollbacks"], \
+    rb = _rollbacks(run)
+    assert run.meta["rollbacks"] >= 1 and len(rb) == run.meta["rollbacks"], \
         f"no rollback after an unwarned revocation ({run.meta})"
-    back = int(np.sum(np.maximum(-np.diff(steps), 0)))
-    assert back == run.meta["lost_iterations"], \
-        f"the counter went back {back} iterations, the policy reports {run.meta['lost_iterations']}"
-    k = steps > 0
-    np.testing.assert_allclose(run.loss[k], ref[steps[k] - 1], rtol=1e-6, atol=0,
-                               err_msg="after the rollback the state is not the BackupPS state")
+    assert np.all(np.diff(steps) >= 0), "the iteration counter went back"
+    assert sum(r[3] for r in rb) == run.meta["lost_iterations"], \
+        f"rollbacks lose {sum(r[3] for r in rb)} iterations, the policy reports {run.meta['lost_iterations']}"
+    t, _, pushed, lost = rb[0]
+    i = _after(run, t, pushed + lost)
+    k = steps[:i] > 0
+    np.testing.assert_allclose(run.loss[:i][k], ref[steps[:i][k] - 1], rtol=1e-6, atol=0,
+                               err_msg="before the rollback the run is not the uninterrupted one")
+    want = ref[pushed - 1] if pushed else init_loss
+    assert run.loss[i] == pytest.approx(want, rel=1e-6), \
+        f"after the rollback the state is not the BackupPS state: loss {run.loss[i]}, BackupPS {want}"
 
 
 def test_rollback_to_the_backup_state_without_warning():
     key = jax.random.key(5)
     ref = _reference_losses(key, JOB.max_steps)
+    init_loss = Trainer(ALG, 0).loss()
     run = tm.tierml(JOB, _market(0.5 * H, warned=False, bulk=True), key=key, horizon_s=48 * H, reliable=1,
                     transient=40, chunk=4, push_every=8)
-    check_rolled_back(run, ref)
+    check_rolled_back(run, ref, init_loss)
     assert run.meta["lost_iterations"] > 0
-    assert run.meta["trained_iterations"] == int(run.steps[-1]) + run.meta["lost_iterations"]
+    assert run.meta["trained_iterations"] == int(run.steps[-1])  # nothing redone
     # planted: the same run reporting no rollback, and one whose rolled-back state is wrong
     with pytest.raises(AssertionError, match="no rollback after an unwarned revocation"):
-        check_rolled_back(dataclasses.replace(run, meta={**run.meta, "rollbacks": 0}), ref)
+        check_rolled_back(dataclasses.replace(run, meta={**run.meta, "rollbacks": 0}), ref, init_loss)
+    t, _, pushed, lost = _rollbacks(run)[0]
+    loss = run.loss.copy()
+    loss[_after(run, t, pushed + lost)] *= 1.01
     with pytest.raises(AssertionError, match="not the BackupPS state"):
-        i = int(np.argmax(-np.diff(run.steps) > 0)) + 1  # first point after a rollback
-        loss = run.loss.copy()
-        loss[i + 1:] *= 1.01
-        check_rolled_back(dataclasses.replace(run, loss=loss), ref)
+        check_rolled_back(dataclasses.replace(run, loss=loss), ref, init_loss)
+
+
+class _Spy(Trainer):
+    """A real Trainer that records its snapshots ``(step, state)`` and its restores
+    ``(step, state before, state after)``."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.snaps, self.restores = [], []
+
+    def snapshot(self):
+        self.snaps.append((self.step, self.state))
+        return super().snapshot()
+
+    def restore(self, state, step=None):
+        self.restores.append((self.step, self.state, state))
+        super().restore(state, step)
+
+
+def check_partial_rollback(run, spy, lost_masks, ps_blocks):
+    """After each rollback the lost blocks (``lost_masks[i]``, ``bool[ps_blocks]``: the blocks the
+    plan lost) equal the BackupPS copy (the state of the last push) and every other entry keeps
+    its value (Sec 3.3: only the failed ActivePSs' blocks are reloaded), bit for bit; the
+    iteration counter is unchanged."""
+    rb = _rollbacks(run)
+    assert len(rb) == len(spy.restores) == len(lost_masks) >= 1, (len(rb), len(spy.restores), len(lost_masks))
+    for (t, nb, pushed, lost), (step, before, after), mask in zip(rb, spy.restores, lost_masks):
+        assert nb == int(mask.sum()) and step == pushed + lost
+        backup = [s for k, s in spy.snaps if k == pushed][-1]
+        part = tm.state_blocks(before, ps_blocks)
+        ent = spt.expand_mask(spt.entry_masks(part, mask), before)
+        for m, a, b, x in zip(jax.tree.leaves(ent), jax.tree.leaves(after), jax.tree.leaves(backup),
+                              jax.tree.leaves(before)):
+            m, a, b, x = (np.asarray(v) for v in (m, a, b, x))
+            np.testing.assert_array_equal(a[m], b[m], err_msg="a lost block is not the BackupPS copy")
+            np.testing.assert_array_equal(a[~m], x[~m], err_msg="a surviving block changed")
+
+
+def _partial_loss_run(monkeypatch, reload=None):
+    """Independent unwarned revocations of 8 transient machines (4 ActivePSs) of 1 + 8: each takes
+    the blocks of one ActivePS (4 blocks: the problem's 4 rows); with the plan's lost blocks and
+    the trainer's restores recorded."""
+    plan, masks = ps_tiers.plan_revoke, []
+
+    def recording(*a, warning, **k):
+        out = plan(*a, warning=warning, **k)
+        if out[2].any():
+            masks.append(out[2])
+        return out
+
+    monkeypatch.setattr(tm.ps_tiers, "plan_revoke", recording)
+    if reload is not None:
+        monkeypatch.setattr(tm.ps_tiers, "reload_lost", reload)
+    spy = _Spy(ALG, 0)
+    job = dataclasses.replace(JOB, max_steps=60)
+    run = tm.tierml(job, _market(3 * H, warned=False), key=jax.random.key(2), horizon_s=48 * H, reliable=1,
+                    transient=8, chunk=4, push_every=8, ps_blocks=4, trainer=spy)
+    return run, spy, masks
+
+
+def test_partial_loss_rolls_back_only_the_lost_blocks(monkeypatch):
+    run, spy, masks = _partial_loss_run(monkeypatch)
+    assert any(m.any() and not m.all() for m in masks), "no partial loss in the scenario"
+    assert run.meta["rollbacks"] >= 2 and run.meta["lost_iterations"] > 0
+    check_partial_rollback(run, spy, masks, 4)
+    assert np.all(np.diff(run.steps) >= 0)
+
+
+def test_partial_rollback_check_catches_a_whole_state_rollback(monkeypatch):
+    """Planted: the controller reloads every block (the whole state back to the last push)."""
+    whole = ps_tiers.reload_lost
+    run, spy, masks = _partial_loss_run(monkeypatch, lambda s, b, p, lo: whole(s, b, p, np.ones_like(lo)))
+    with pytest.raises(AssertionError, match="a surviving block changed"):
+        check_partial_rollback(run, spy, masks, 4)
 
 
 def test_stage1_revocations_lose_nothing_even_without_warning():
@@ -361,9 +460,8 @@ def test_revocation_plan_is_what_ps_tiers_revoke_does(ps4, warning):
 def _rollback_point(run):
     """``(pushed_at, lost, loss)`` of the first rollback: the BackupPS iteration, the iterations
     lost, and the loss the run records right after it."""
-    steps = np.asarray(run.steps)
-    i = int(np.flatnonzero(np.diff(steps) < 0)[0]) + 1
-    return int(steps[i]), int(steps[i - 1] - steps[i]), float(run.loss[i])
+    t, _, pushed, lost = _rollbacks(run)[0]
+    return pushed, lost, float(run.loss[_after(run, t, pushed + lost)])
 
 
 def check_same_rollback(ps, run):
@@ -393,9 +491,10 @@ def test_bulk_rollback_is_the_ps_tiers_state(ps4):
     assert _rollback_point(run)[1] > 0
     check_same_rollback(ps4, run)
     # planted: a run whose rollback kept one of the lost iterations
-    i = int(np.flatnonzero(np.diff(run.steps) < 0)[0]) + 1
+    t, _, pushed, lost = _rollbacks(run)[0]
+    i = _after(run, t, pushed + lost)
     loss = run.loss.copy()
-    loss[i] = float(Trainer(ps4.algorithm, 0).train(int(run.steps[i]) + 1)[-1])
+    loss[i] = float(Trainer(ps4.algorithm, 0).train(pushed + 1)[-1])
     with pytest.raises(AssertionError, match="ps.tiers rolls back"):
         check_same_rollback(ps4, dataclasses.replace(run, loss=loss))
 
@@ -410,7 +509,7 @@ def test_rollback_check_catches_a_policy_that_ignores_the_ps_rule(monkeypatch):
     run = tm.tierml(JOB, _market(0.5 * H, warned=False, bulk=True), key=key, horizon_s=48 * H, reliable=1,
                     transient=40, chunk=4, push_every=8)
     with pytest.raises(AssertionError, match="no rollback after an unwarned revocation"):
-        check_rolled_back(run, ref)
+        check_rolled_back(run, ref, Trainer(ALG, 0).loss())
 
 
 # ---------------------------------------------------------------------------------------------

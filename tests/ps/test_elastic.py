@@ -88,3 +88,33 @@ def test_tiers_revocation(mlr_ps, reference):
         np.testing.assert_array_equal(a[~rows], bn[~rows])
     with pytest.raises(ValueError, match="reliable"):
         tiers.revoke(mlr_ps, tr, st, ts, [0], warning=True, step=6)
+
+
+def check_reload_is_revoke(ps, before, backup, revoked, lost, reload):
+    """``reload(before, backup, partition, lost)`` on the logical states is the state
+    ``tiers.revoke`` leaves on the sharded store after an unwarned revocation, bit for bit."""
+    for path, a, b in zip(jax.tree_util.tree_leaves_with_path(revoked), jax.tree.leaves(revoked),
+                          jax.tree.leaves(reload(before, backup, ps.partition, lost))):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a),
+                                      err_msg=f"reload_lost differs from revoke at {jax.tree_util.keystr(path[0])}")
+
+
+def test_reload_lost_is_revoke_on_the_logical_state(mlr_ps):
+    """The public rule the cluster policy applies to its training state (``tiers.reload_lost``)
+    is ``tiers.revoke``'s on the store: the lost blocks from the last push, the others as they
+    are. Planted: reloading every block (a whole-state rollback) is caught."""
+    key = jax.random.key(21)
+    tr = tiers.make(mlr_ps, [True, True, False, False])
+    st, ts, _ = tiers.run(mlr_ps, tr, mlr_ps.init(key), tiers.init(mlr_ps, tr, mlr_ps.init(key)), 4, key,
+                          push_every=4)
+    backup = mlr_ps.logical(st)
+    st, _ = mlr_ps.run(st, 3, key, start=4)
+    before = mlr_ps.logical(st)
+    st, _, lost = tiers.revoke(mlr_ps, tr, st, ts, [3], warning=False, step=7)
+    assert lost.any() and not lost.all()
+    check_reload_is_revoke(mlr_ps, before, backup, mlr_ps.logical(st), lost, tiers.reload_lost)
+    whole = lambda s, b, p, lo: tiers.reload_lost(s, b, p, np.ones_like(lo))  # noqa: E731
+    with pytest.raises(AssertionError, match="reload_lost differs from revoke"):
+        check_reload_is_revoke(mlr_ps, before, backup, mlr_ps.logical(st), lost, whole)
+    with pytest.raises(ValueError, match="lost_blocks"):
+        tiers.reload_lost(before, backup, mlr_ps.partition, lost[:-1])
