@@ -68,9 +68,9 @@ PAPER = {
 class Config:
     stride: int = 1  # every start minute
     history: str = "full"  # "full": the March-August 2015 files when present, else the embedded month
-    work_hours: tuple[float, ...] = (2.0, 8.0, 20.0)
+    work_s: tuple[float, ...] = (7200.0, 28800.0, 72000.0)  # jobs of 2, 8 and 20 compute-hours
     machines: int = 64
-    checkpoint_min: float = 4.0
+    checkpoint_s: float = 240.0
 
     @classmethod
     def quick(cls) -> "Config":
@@ -96,13 +96,13 @@ def _clean(cells):
 def run(config: Config, out_dir) -> dict:
     cfg = config
     spot, source = _spot(cfg.history)
-    model = dataclasses.replace(sw.default_model(), machines=cfg.machines, checkpoint_min=cfg.checkpoint_min)
-    res = sw.sweep(spot, stride=cfg.stride, work_s=_seconds(cfg.work_hours), model=model, source=source)
+    model = dataclasses.replace(sw.default_model(), machines=cfg.machines, checkpoint_s=cfg.checkpoint_s)
+    res = sw.sweep(spot, stride=cfg.stride, work_s=cfg.work_s, model=model, source=source)
     cells = _in_hours(res["cells"])
     rows = _rows(cells)
     # The same sweep with TierML's stage rates calibrated from the engine's real runs.
-    cal_model = _calibration.progress_model(machines=cfg.machines, checkpoint_min=cfg.checkpoint_min)
-    cal = sw.sweep(spot, stride=cfg.stride, work_s=_seconds(cfg.work_hours), model=cal_model, source=source)
+    cal_model = _calibration.progress_model(machines=cfg.machines, checkpoint_s=cfg.checkpoint_s)
+    cal = sw.sweep(spot, stride=cfg.stride, work_s=cfg.work_s, model=cal_model, source=source)
     cal_rows = _rows(_in_hours(cal["cells"]))
     return {
         "config": dataclasses.asdict(cfg),
@@ -125,9 +125,16 @@ def run(config: Config, out_dir) -> dict:
     }
 
 
-def _seconds(hours) -> tuple[float, ...]:
-    """The sweep takes job lengths in seconds; this record states them in compute-hours."""
-    return tuple(3600.0 * float(w) for w in hours)
+def _work_hours(cfg: dict) -> list[float]:
+    """A results config's job lengths in compute-hours, as the paper states them (``work_s``;
+    results recorded before the configuration took seconds state ``work_hours``)."""
+    return [w / 3600.0 for w in cfg["work_s"]] if "work_s" in cfg else list(cfg["work_hours"])
+
+
+def _checkpoint_min(cfg: dict) -> float:
+    """A results config's checkpoint time in minutes (``checkpoint_s``; older results:
+    ``checkpoint_min``)."""
+    return cfg["checkpoint_s"] / 60.0 if "checkpoint_s" in cfg else cfg["checkpoint_min"]
 
 
 def _in_hours(cells: list[dict]) -> list[dict]:
@@ -199,7 +206,7 @@ def plot(results: dict, out_dir) -> list:
     """Fig 12: mean cost relative to on-demand per zone (error bars: std), one panel per job
     length; second row: mean runtime relative to the on-demand fleet."""
     rows = results["summary"]["by_zone_work_bid_policy"]
-    works = results["config"]["work_hours"]
+    works = _work_hours(results["config"])
     zones = sorted({r["zone"] for r in rows})
     fig, axes = _plot.figure(2, len(works), panel=(4.4, 3.2))
     width = 0.2
@@ -244,13 +251,13 @@ def deviation_note(results: dict) -> str:
     """Why TierML costs more than checkpointing here (the paper: 46-50% less), from the results:
     the markets' measured MTTFs make checkpointing's Young/Daly overhead small."""
     cfg = results["config"]
-    delta = cfg["checkpoint_min"]
+    delta = _checkpoint_min(cfg)
     mttf = np.array([m for v in results["mttf_min"].values() for m in v["on_demand"]], float)
     med = float(np.median(mttf))
     paper_overhead = 0.18  # TierML Sec 4.7: MF's checkpointing overhead at BidOnDemand
     rows = results["summary"]["by_work_bid_policy"]
     gap = {w: _get(rows, work_h=w, bid="on_demand", policy="tierml")["cost"]["mean"]
-           / _get(rows, work_h=w, bid="on_demand", policy="checkpoint")["cost"]["mean"] - 1 for w in cfg["work_hours"]}
+           / _get(rows, work_h=w, bid="on_demand", policy="checkpoint")["cost"]["mean"] - 1 for w in _work_hours(cfg)}
     ck = _get(results["summary"]["by_bid_policy"], bid="on_demand", policy="checkpoint")
     return (
         "**Why TierML costs more than checkpointing here (paper: 46–50% less).** The data: the median measured "
@@ -325,10 +332,10 @@ def report(results: dict) -> str:
         f"**Setting.** Spot prices: {results['data']}, "
         f"{starts} "
         f"({results['scenarios']:,} scenarios: 3 zones × 5 instance types × jobs of "
-        f"{', '.join(f'{w:g}' for w in cfg['work_hours'])} compute-hours × 2 bids × 3 policies). "
+        f"{', '.join(f'{w:g}' for w in _work_hours(cfg))} compute-hours × 2 bids × 3 policies). "
         f"{cfg['machines']} machines; TierML 1 reliable + {cfg['machines'] - 1} spot. Stated progress "
         "model of `scarjax.cluster.sweep` (TierML's stage rates 63/64 and 1/64 of the on-demand fleet, start-up "
-        f"5 min, AWS 2-min warning, checkpoint {cfg['checkpoint_min']:g} min at the Young/Daly interval from "
+        f"5 min, AWS 2-min warning, checkpoint {_checkpoint_min(cfg):g} min at the Young/Daly interval from "
         "each market's measured MTTF); no training inside the sweep. Vectorised NumPy sweep, equal to the "
         "plain Python event loop on random scenarios (tests/cluster/test_sweep.py). "
         + _calibrated_note(results),

@@ -21,7 +21,8 @@ horizons). Two implementations of exactly the same scenario semantics:
   price grid, a Python loop over billed hours), the specification the vectorised code is
   tested against (``tests/cluster/test_sweep.py``) and the benchmark's baseline.
 
-**Clock and prices.** Times are minutes on a one-minute grid: the price of class ``c`` at minute
+**Clock and prices.** Parameters are in seconds (:class:`ProgressModel`, ``work_s``,
+:func:`mttf_s`); inside, the sweep runs on a one-minute grid: the price of class ``c`` at minute
 ``m`` is the market price in effect at the minute's start (:func:`build_markets`). The grid is
 extended past the history's end by holding its last price (``pad``), so every job finishes;
 scenarios that ran past the real end are flagged (``overran``) and counted in the results.
@@ -35,9 +36,9 @@ proactive switching, Sec 3.4 / 4.6). A spot price ``p`` is *usable* when the cha
 on-demand price (BidOnDemand: ``p < od``; BidAggressive: ``ceil(p / step) * step < od``).
 
 **Market rules.** An allocation requested at minute ``a`` of class ``c`` with bid ``b`` gets
-its notice at the first minute ``m > a`` with ``p(c, m) > b`` and is revoked ``warning_min`` (2)
+its notice at the first minute ``m > a`` with ``p(c, m) > b`` and is revoked ``warning_s`` (120 s)
 later (AWS's two-minute warning, :data:`~scarjax.data.transient.AWS_WARNING_S`); it starts
-working ``startup_min`` (5: "the average queuing delay for a spot request on AWS EC2 is 5
+working ``startup_s`` (300 s: "the average queuing delay for a spot request on AWS EC2 is 5
 minutes", Sec 3.3) after the request, and a request revoked before it runs costs nothing. AWS
 2015 hourly billing (:func:`scarjax.cluster.market.bill`'s rule): whole instance-hours from the
 machine's start, each at the price in effect at its beginning (BidOnDemand) or at the bid
@@ -46,9 +47,9 @@ the provider revokes it.
 
 **TierML** (Sec 3.2-3.4; see :class:`ProgressModel` for the rates). The reliable machine runs
 throughout (billed at the on-demand price, ended by the user at completion). On a notice the
-ActivePSs flush to the BackupPS during the warning (the fleet pauses ``flush_min``); a
-revocation with less warning than the flush needs rolls back ``rollback_min`` of fleet work
-(never with AWS's 2 minutes and the default 0.5-minute flush). Between a revocation and the
+ActivePSs flush to the BackupPS during the warning (the fleet pauses ``flush_s``); a
+revocation with less warning than the flush needs rolls back ``rollback_s`` of fleet work
+(never with AWS's 2 minutes and the default 30 s flush). Between a revocation and the
 next fleet's start-up only the reliable machine works (stage 1). When no class is usable,
 TierML falls back to ``N - 1`` on-demand machines until a class is usable again (the on-demand
 fleet runs until the new spot fleet is up, then is ended by the user). **Proactive switching**:
@@ -60,8 +61,8 @@ is up and is kept to the end of the billing hour in which that happens (free if 
 first). With ``switching=False`` TierML stays on its home class (the Sec 4.6 ablation).
 
 **Checkpointing** (Sec 2.3 / 4.7): all ``N`` machines on spot (or on-demand when that is the
-cheapest option - then to the end), full checkpoints of ``checkpoint_min`` every Young/Daly
-interval ``tau = sqrt(2 * checkpoint_min * MTTF)`` of work, MTTF the class's mean spot lifetime
+cheapest option - then to the end), full checkpoints of ``checkpoint_s`` every Young/Daly
+interval ``tau = sqrt(2 * checkpoint_s * MTTF)`` of work, MTTF the class's mean spot lifetime
 under the bid (:func:`mttf_s`, measured on the trace); a revocation loses the work since
 the last completed checkpoint (the warning is not used: a full checkpoint does not fit in it),
 and the restart takes the cheapest option at that minute.
@@ -71,7 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -116,23 +117,23 @@ class ProgressModel:
     ``stage3_efficiency`` ("near ideal performance", Sec 3.2 / Fig 9). With the defaults and
     ``N = 64``: TierML's full fleet works at 63/64, the reliable machine alone at 1/64.
 
-    Overheads: ``checkpoint_min`` the time of one full checkpoint (the checkpointing scheme;
-    default 4 minutes: with the Young/Daly interval the overhead is ``sqrt(2 delta / MTTF)``,
+    Overheads, in seconds: ``checkpoint_s`` the time of one full checkpoint (the checkpointing
+    scheme; default 240 s: with the Young/Daly interval the overhead is ``sqrt(2 delta / MTTF)``,
     18% - TierML Sec 4.7's measured MF checkpoint overhead at BidOnDemand - at an MTTF of 4 h);
-    ``flush_min`` the end-of-life flush of the ActivePSs (Sec 3.3; Fig 11's blip is 13% of one
-    iteration: half a minute is generous); ``rollback_min`` the fleet work lost by a rollback
-    to the BackupPS state (Sec 3.3, revocation without usable warning); ``startup_min`` (5 min,
-    Sec 3.3) and ``warning_min`` (AWS, 2 min); ``switch_ratio`` the price/bid ratio at which
+    ``flush_s`` the end-of-life flush of the ActivePSs (Sec 3.3; Fig 11's blip is 13% of one
+    iteration: 30 s is generous); ``rollback_s`` the fleet work lost by a rollback to the
+    BackupPS state (Sec 3.3, revocation without usable warning); ``startup_s`` (300 s, Sec 3.3)
+    and ``warning_s`` (AWS, 120 s); ``switch_ratio`` the price/bid ratio at which
     TierML looks for a class with a higher MTTF (Sec 3.4's "approach the user bid price").
     """
 
     machines: int = 64
     reliable: int = 1
-    startup_min: float = 5.0
-    warning_min: float = td.AWS_WARNING_S / 60.0
-    checkpoint_min: float = 4.0
-    flush_min: float = 0.5
-    rollback_min: float = 10.0
+    startup_s: float = 300.0
+    warning_s: float = td.AWS_WARNING_S
+    checkpoint_s: float = 240.0
+    flush_s: float = 30.0
+    rollback_s: float = 600.0
     switch_ratio: float = 0.8
     stage2_ratio: float = 2.0
     stage3_ratio: float = 15.0
@@ -156,8 +157,8 @@ class ProgressModel:
             v = getattr(self, f.name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{f.name} must be a finite number >= 0, got {v!r}")
-        if self.checkpoint_min <= 0:
-            raise ValueError(f"checkpoint_min must be > 0, got {self.checkpoint_min}")
+        if self.checkpoint_s <= 0:
+            raise ValueError(f"checkpoint_s must be > 0, got {self.checkpoint_s}")
         for name in ("stage1_efficiency", "stage2_efficiency", "stage3_efficiency"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 (a stage's machines' speed is multiplied by it), got "
@@ -197,11 +198,11 @@ class ProgressModel:
             "stage2_efficiency": "TierML Sec 3.2: ActivePS configuration below ideal at high ratios (stated 0.9; unused at 63:1)",
             "stage1_efficiency": "TierML Sec 3.2: ParamServs on reliable machines, ideal at small ratios (1.0; used for the reliable machine alone)",
             "stage3_ratio": "TierML Sec 3.2: no workers on reliable machines beyond 15:1",
-            "startup_min": "TierML Sec 3.3: average spot request queuing delay 5 minutes (Marathe et al.)",
-            "warning_min": "AWS two-minute termination notice (TierML Sec 2.3)",
-            "checkpoint_min": "stated: 4 min, Young/Daly overhead sqrt(2 delta / MTTF) = 18% (TierML Sec 4.7, MF) at MTTF 4 h",
-            "flush_min": "TierML Fig 11: a 13% blip of one iteration at the end-of-life flush (0.5 min stated, generous)",
-            "rollback_min": "stated: BackupPS lag lost without a usable warning (not reached with AWS's 2-minute notice)",
+            "startup_s": "TierML Sec 3.3: average spot request queuing delay 5 minutes (Marathe et al.)",
+            "warning_s": "AWS two-minute termination notice (TierML Sec 2.3)",
+            "checkpoint_s": "stated: 4 min, Young/Daly overhead sqrt(2 delta / MTTF) = 18% (TierML Sec 4.7, MF) at MTTF 4 h",
+            "flush_s": "TierML Fig 11: a 13% blip of one iteration at the end-of-life flush (30 s stated, generous)",
+            "rollback_s": "stated: BackupPS lag lost without a usable warning (not reached with AWS's 2-minute notice)",
             "switch_ratio": "stated: look for a higher-MTTF class when the price passes 80% of the bid (TierML Sec 3.4)",
         }
 
@@ -227,6 +228,21 @@ class ProgressModel:
             self.fleet_rate(self.machines - self.reliable, self.reliable),
             self.fleet_rate(0, self.reliable),
         )
+
+
+class _Minutes(NamedTuple):
+    """A :class:`ProgressModel`'s durations in the sweep's grid unit (minutes)."""
+
+    startup: float
+    warning: float
+    checkpoint: float
+    flush: float
+    rollback: float
+
+
+def _minutes(model: ProgressModel) -> _Minutes:
+    return _Minutes(model.startup_s / 60.0, model.warning_s / 60.0, model.checkpoint_s / 60.0, model.flush_s / 60.0,
+                    model.rollback_s / 60.0)
 
 
 def default_model() -> ProgressModel:
@@ -605,7 +621,8 @@ def _run_reference(tm, start, home, work_h, bid, policy, model, *, switching=Tru
     od = tm.on_demand
     thr = tm.thresholds(bid)
     N, Rn = model.machines, model.reliable
-    S, wn = model.startup_min, model.warning_min
+    mins = _minutes(model)
+    S, wn = mins.startup, mins.warning
     s = int(start)
     if not 0 <= s < tm.minutes:
         raise ValueError(f"start must be a minute in [0, {tm.minutes}), got {start}")
@@ -636,7 +653,7 @@ def _run_reference(tm, start, home, work_h, bid, policy, model, *, switching=Tru
     if policy == "checkpoint":
         if mttf is None:
             mttf = _mttf_min(tm, bid)
-        delta = model.checkpoint_min
+        delta = mins.checkpoint
         for _ in range(max_segments):
             a = s + int(t)
             _check_in_grid(a, P.shape[1])
@@ -766,12 +783,12 @@ def _run_reference(tm, start, home, work_h, bid, policy, model, *, switching=Tru
                     nsw += 1
                     t, rho0, u0 = g, full, rev
                     continue
-            if model.flush_min <= wn:  # end-of-life flush during the warning
-                done = fin <= rev - model.flush_min
-                lost_R = R - full * max(rev - model.flush_min - up, 0.0)
+            if mins.flush <= wn:  # end-of-life flush during the warning
+                done = fin <= rev - mins.flush
+                lost_R = R - full * max(rev - mins.flush - up, 0.0)
             else:  # effective failure: roll back to the BackupPS state
                 done = fin <= rev
-                lost_R = R - full * max(rev - up - model.rollback_min, 0.0)
+                lost_R = R - full * max(rev - up - mins.rollback, 0.0)
             if done:
                 dollars += (N - Rn) * spot_bill(pick, s + int(up), _ceil((fin - up) / 60.0), b)
                 end = fin
@@ -850,11 +867,12 @@ def _run_vectorised(tm, starts, homes, work_h, bid, policy, model, *, switching=
     thr = tm.thresholds(bid)
     step = aggressive_step(od)
     N, Rn = model.machines, model.reliable
-    S, wn = model.startup_min, model.warning_min
+    mins = _minutes(model)
+    S, wn = mins.startup, mins.warning
     full, rel = model.tierml_rates
     if policy == "checkpoint" and mttf is None:
         mttf = _mttf_min(tm, bid)
-    delta = model.checkpoint_min
+    delta = mins.checkpoint
 
     def bids_of(p):
         return _bid_of(p, bid, od) if bid == "aggressive" else np.full_like(p, _r32(od))
@@ -998,14 +1016,14 @@ def _run_vectorised(tm, starts, homes, work_h, bid, policy, model, *, switching=
                     hg = np.where(ug, (bg - Pg) / bg, -inf)
                     bestg = np.where(ug.any(axis=1), np.argmax(hg, axis=1), _NONE)
                     sw[tg] = (bestg != _NONE) & (bestg != c[tg])
-                if model.flush_min <= wn:
-                    done = live & ~sw & (fin <= rev - model.flush_min)
+                if mins.flush <= wn:
+                    done = live & ~sw & (fin <= rev - mins.flush)
                     with np.errstate(invalid="ignore"):
-                        lost_R = R1 - full * np.maximum(rev - model.flush_min - upi, 0.0)
+                        lost_R = R1 - full * np.maximum(rev - mins.flush - upi, 0.0)
                 else:
                     done = live & ~sw & (fin <= rev)
                     with np.errstate(invalid="ignore"):
-                        lost_R = R1 - full * np.maximum(rev - upi - model.rollback_min, 0.0)
+                        lost_R = R1 - full * np.maximum(rev - upi - mins.rollback, 0.0)
                 revd = live & ~sw & ~done
                 with np.errstate(invalid="ignore"):
                     k = np.ceil((g + S - upi) / 60.0)

@@ -61,8 +61,8 @@ def check_runtime_at_least_on_demand(res: dict):
 # other models: stage 2 with 2 reliable machines; a flush longer than the warning (rollback path)
 MODELS = (
     MODEL,
-    sw.ProgressModel(machines=16, reliable=2, checkpoint_min=1.0, startup_min=3.0),
-    sw.ProgressModel(flush_min=3.0, rollback_min=7.0, switch_ratio=0.6),
+    sw.ProgressModel(machines=16, reliable=2, checkpoint_s=60.0, startup_s=180.0),
+    sw.ProgressModel(flush_s=180.0, rollback_s=420.0, switch_ratio=0.6),
 )
 
 
@@ -156,7 +156,7 @@ def _both_dollars(tm, start, home, w, bid, policy, switching=True):
 
 def test_calm_market_user_ended_partial_hour_is_billed_in_full():
     """No revocation: the last partial hour is charged (the user ends the machines)."""
-    N, R, S, od, p = MODEL.machines, MODEL.reliable, MODEL.startup_min, 0.21, 0.05
+    N, R, S, od, p = MODEL.machines, MODEL.reliable, MODEL.startup_s / 60.0, 0.21, 0.05
     tm = sw.markets_from_grid(np.full((3, 3000), p), od)
     full, _ = MODEL.tierml_rates
     w = 2.0
@@ -165,8 +165,8 @@ def test_calm_market_user_ended_partial_hour_is_billed_in_full():
     check_dollars(r["dollars"], (N - R) * p * math.ceil(run_min / 60) + R * od * math.ceil(run_min / 60), "tierml calm")
     assert math.isclose(r["minutes"], S + run_min)
     mttf = sw.mttf_s(tm, "on_demand") / 60.0
-    tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[1])
-    ck_min = 60 * w + MODEL.checkpoint_min * (math.ceil(60 * w / tau) - 1)
+    tau = math.sqrt(2 * (MODEL.checkpoint_s / 60.0) * mttf[1])
+    ck_min = 60 * w + (MODEL.checkpoint_s / 60.0) * (math.ceil(60 * w / tau) - 1)
     r = _both_dollars(tm, 10, 1, w, "on_demand", "checkpoint")
     check_dollars(r["dollars"], N * p * math.ceil(ck_min / 60), "checkpoint calm")
     # the aggressive bid charges the bid: 0.05 rounds up to a nickel, 0.05
@@ -177,14 +177,14 @@ def test_calm_market_user_ended_partial_hour_is_billed_in_full():
 def test_provider_revocation_never_bills_the_partial_hour():
     """All classes spike above the bid at minute 100 (notice), revoked at 102: the checkpointing
     job has run 97 min on spot and pays one hour, not two; then it restarts on demand."""
-    N, S, od, p = MODEL.machines, MODEL.startup_min, 0.21, 0.05
+    N, S, od, p = MODEL.machines, MODEL.startup_s / 60.0, 0.21, 0.05
     P = np.full((3, 4000), p)
     P[:, 100:400] = 0.5
     tm = sw.markets_from_grid(P, od)
     mttf = sw.mttf_s(tm, "on_demand") / 60.0
-    tau = math.sqrt(2 * MODEL.checkpoint_min * mttf[0])
+    tau = math.sqrt(2 * (MODEL.checkpoint_s / 60.0) * mttf[0])
     ran = 102 - S
-    saved = math.floor(ran / (tau + MODEL.checkpoint_min)) * tau
+    saved = math.floor(ran / (tau + (MODEL.checkpoint_s / 60.0))) * tau
     left = 120 - saved
     r = _both_dollars(tm, 0, 0, 2.0, "on_demand", "checkpoint")
     check_dollars(r["dollars"], N * p * 1 + N * od * math.ceil(left / 60), "checkpoint revoked")
@@ -193,7 +193,7 @@ def test_provider_revocation_never_bills_the_partial_hour():
     full, rel = MODEL.tierml_rates
     w = 8.0
     r = _both_dollars(tm, 0, 0, w, "on_demand", "tierml")
-    done = full * (102 - MODEL.flush_min - S) + rel * S  # spot fleet, then the reliable alone during start-up
+    done = full * (102 - MODEL.flush_s / 60.0 - S) + rel * S  # spot fleet, then the reliable alone during start-up
     assert r["revocations"] == 1
     left = 60 * w - done - full * (400 - 107)  # on demand from 107 to the spot's return at 400
     spot_up = 400 + S

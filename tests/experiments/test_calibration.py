@@ -21,11 +21,11 @@ def test_engine_seconds_are_the_engine_step_time():
 
 def test_progress_model_rates_are_the_measured_ratios():
     t = cal.engine_seconds_per_step((64, 63, 1))
-    pm = cal.progress_model(checkpoint_min=4.0)
+    pm = cal.progress_model(checkpoint_s=240.0)
     full, alone = pm.tierml_rates
     assert full == pytest.approx(t[64] / t[63])
     assert alone == pytest.approx(t[64] / t[1])
-    assert pm.checkpoint_min == 4.0
+    assert pm.checkpoint_s == 240.0
     # the stated model's rates differ from the engine's (what calibration changes)
     assert not math.isclose(alone, 1 / 64, rel_tol=1e-3)
 

@@ -35,7 +35,7 @@ def test_the_calibrated_model_is_run_and_reported_beside_the_stated_one(quick_ru
     cal = results["calibrated"]
     stated = results["model"]
     assert cal["model"]["stage1_efficiency"] != stated["stage1_efficiency"]  # the engine's rates, not the stated
-    for key in ("machines", "reliable", "checkpoint_min", "startup_min"):
+    for key in ("machines", "reliable", "checkpoint_s", "startup_s"):
         assert cal["model"][key] == stated[key]
     text = exp.report(results)
     assert "calibrated on the engine" in text and "Not a bug" in text
