@@ -36,8 +36,9 @@ nodes, ``job.max_steps`` the cap on executed iterations, seconds everywhere, ``k
 market's draws (a scripted schedule draws none), ``train_key`` the training, one ledger entry
 per node. Its extensions: ``spec`` (a :class:`LitzSpec`, default ``job.workers`` executors and
 PShards), ``schedule`` (a :class:`Schedule`: node counts requested at elapsed seconds) and
-``tier`` (which of the market's prices the nodes pay); ``meta['executed_steps']`` counts the
-iterations run, as in every policy.
+``tier`` (which of the market's prices the nodes pay, and which of its offers bounds them:
+:func:`offer`; on transient nodes Litz runs on at most what the market offers at each time,
+:func:`elastic`); ``meta['executed_steps']`` counts the iterations run, as in every policy.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ __all__ = [
     "migration_s",
     "elastic",
     "ideal_time",
+    "offer",
 ]
 
 
@@ -213,6 +215,47 @@ class Schedule:
         return list(zip(self.times_s, self.nodes))
 
 
+def offer(market: mk.Market, tier: str) -> tuple[np.ndarray, np.ndarray]:
+    """What ``market`` offers Litz's nodes of ``tier``, as a step function on the market's
+    clock: ``(times_s, counts)`` float64, ``counts[i]`` nodes obtainable from ``times_s[i]``
+    until ``times_s[i + 1]`` (``times_s[0] = -inf``; a count ``inf``: no limit).
+
+    On-demand nodes (``tier='reliable'``) are always offered. Transient nodes are offered as
+    :meth:`scarjax.cluster.market.Market.available` says: a replayed trace's nodes present
+    (changing at its add and remove times), a price-driven market's unlimited nodes while the
+    price in effect is at most the bid and none above it (changing at the series' price
+    changes), no limit for parametric and empirical processes (their revocations are not
+    availability; :func:`elastic` does not draw them)."""
+    if not isinstance(market, mk.Market):
+        raise TypeError(f"market must be a scarjax.cluster.market.Market, got {type(market).__name__}")
+    va.check_choice("tier", tier, mk.TIERS)
+    p = market.process
+    if tier == "reliable" or not isinstance(p, (mk.Replay, mk.PriceDriven)):
+        return np.array([-math.inf]), np.array([math.inf])
+    if isinstance(p, mk.Replay):
+        add, rem = np.asarray(p.add_s, np.float64), np.asarray(p.remove_s, np.float64)
+        change = np.unique(np.concatenate([add, rem[np.isfinite(rem)]]))
+    else:
+        change = np.unique(np.asarray(p.series.times_s, np.float64))
+    before = market.available(float(change[0]) - 1.0)
+    counts = [before] + [market.available(float(c)) for c in change]
+    return np.concatenate([[-math.inf], change]), np.asarray(counts, np.float64)
+
+
+def _move_s(spec: LitzSpec, old: int, new: int, started: bool) -> float:
+    """The pause of a change from ``old`` to ``new`` nodes: :func:`migration_s` between held
+    nodes; 0 for the job's first start; a resume from no nodes (``old = 0`` after the job ran)
+    reloads the state: every new node receives its share of the executors and PShards (the
+    busiest node's bytes at ``bandwidth``) plus ``latency_s``."""
+    if old == new or (old == 0 and not started):
+        return 0.0
+    if old >= 1:
+        return migration_s(spec, old, new)
+    share = (math.ceil(spec.executors / new) / spec.executors * spec.executor_bytes
+             + math.ceil(spec.pshards / new) / spec.pshards * spec.param_bytes)
+    return spec.latency_s + share / spec.bandwidth
+
+
 def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizon_s: float,
             spec: LitzSpec | None = None, schedule: Schedule | Sequence[tuple[float, int]] = (),
             tier: str = "reliable", policy: str = "litz", train_key: Any = 0) -> clock.ClusterRun:
@@ -226,11 +269,32 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
     then pauses the job for :func:`migration_s`; nodes are billed (``market``, ``tier``; default
     on-demand m4.4xlarge-like $0.8/h per node, per second) from when they join to when they
     leave, on the market's clock (from ``market.start_time_s``, like every policy's ledger).
+
+    **Only what the market offers** (:func:`offer`; on-demand nodes are always offered, transient
+    ones as :meth:`~scarjax.cluster.market.Market.available` says). Litz moves executors and
+    PShards between nodes without a restart (Sec 4.4), which this model applies at iteration
+    boundaries (as for the schedule), so the rule, a stated choice where the thesis is silent
+    (it evaluates scheduled scale-out and scale-in, Sec 4.5.1), is: at every iteration boundary the
+    job runs on ``n = min(requested, offered now)`` nodes, lowered further until the move to
+    ``n`` and one iteration on ``n`` nodes end before the offer next falls below ``n``; a batch
+    of iterations ends at the last boundary before such a fall (the scale-in happens ahead of
+    it) and, while fewer nodes than requested run, at the end of the iteration in progress when
+    the offer rises (the scale-out). Nodes leaving in a scale-in are billed through the
+    migration, but not past the time the offer falls below them (the market takes them then:
+    a provider stop). When no node can run an iteration, the job releases every node and waits,
+    holding and billing none, until the offer next changes (a ``'wait'`` event; past the horizon
+    the run ends there); it then resumes on the offered nodes after reloading its state
+    (``latency_s`` plus each new node's share of the executors' and PShards' bytes at
+    ``bandwidth``; the save at the release is not modelled). A move whose first iteration would
+    end after the horizon is not made (the run ends). With an unlimited offer (on-demand nodes,
+    the default) the run is the scheduled one.
+
     ``key`` has the meaning it has for every policy: the market's draws (a scripted schedule
-    draws none, so it does not change the run); ``train_key`` (default 0) the training
-    (initialisation, minibatches), as in :mod:`scarjax.cluster.policies`. Returns a
-    :class:`~scarjax.cluster.clock.ClusterRun` (one point per iteration, ``'scale'`` events;
-    ``meta['nodes']`` per point) with ``final_state`` (the trained state) attached.
+    and the market's availability draw none, so it does not change the run); ``train_key``
+    (default 0) the training (initialisation, minibatches), as in
+    :mod:`scarjax.cluster.policies`. Returns a :class:`~scarjax.cluster.clock.ClusterRun` (one
+    point per iteration, ``'scale'``, ``'wait'`` and ``'resume'`` events; ``meta['nodes']`` per
+    point) with ``final_state`` (the trained state) attached.
     """
     if not isinstance(job, clock.Job):
         raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
@@ -244,55 +308,96 @@ def elastic(job: clock.Job, market: mk.Market | None = None, *, key: Any, horizo
         market = mk.Market(mk.MachineType("m4.4xlarge", 0.8), None, billing="per_second")
     if not isinstance(market, mk.Market):
         raise TypeError(f"market must be a scarjax.cluster.market.Market or None, got {type(market).__name__}")
+    t0 = float(market.start_time_s)  # the ledger is on the market's clock; t is the job's clock
+    off_t, off_n = offer(market, tier)
+    off_t = off_t - t0  # the offer's changes on the job's clock (one subtraction: exact comparisons)
+
+    def offered(x: float) -> float:
+        return float(off_n[int(np.searchsorted(off_t, x, side="right")) - 1])
+
+    def next_change(x: float, pred) -> float:
+        """The first job time after ``x`` at which the offer changes to a count ``pred`` accepts."""
+        i = int(np.searchsorted(off_t, x, side="right"))
+        j = np.flatnonzero(pred(off_n[i:]))
+        return float(off_t[i + j[0]]) if j.size else math.inf
+
     workers = spec.executors if job.algorithm.has_workers else None
     trainer = Trainer(job.algorithm, train_key, workers=workers)
     ledger = Ledger()
     price = market.price(tier)
-    nodes = int(job.workers)
-    t0 = float(market.start_time_s)  # the ledger is on the market's clock
-    for i in range(nodes):
-        ledger.start(i, t0, price=price, tier=tier, billing=market.billing)
     rec = clock.Recorder(policy, ledger, market.start_time_s)
     rec.point(0.0, trainer.loss(), 0)
-    node_hist = [nodes]
+    node_hist: list = []
+    req, cur, started, waiting = int(job.workers), 0, False, False
     t, loss = 0.0, math.inf
     pending = list(sched)
     while trainer.step < job.max_steps and t < horizon_s:
+        while pending and pending[0][0] <= t + 1e-9:
+            req = pending.pop(0)[1]
+        n = int(min(req, offered(t)))
+        while n >= 1:  # the move to n and one iteration on n nodes end before the offer falls below n
+            fall = next_change(t, lambda c, n=n: c < n)
+            if t + _move_s(spec, cur, n, started) + float(job.step_time(n)) <= fall + 1e-6:
+                break
+            n = int(min(n - 1, offered(fall)))
+        if not node_hist:
+            node_hist.append(n)
+        if n < 1:  # nothing can run an iteration: release every node and wait for the offer to change
+            for i in range(cur):
+                ledger.stop(i, t0 + t)
+            nxt = next_change(t, lambda c: np.ones(c.shape, bool))
+            if not waiting:  # entering the wait (not each change of the offer within it)
+                rec.event(t, "wait", f"{cur} -> 0 nodes at step {trainer.step}: the market offers "
+                                     f"{offered(t):g} nodes, the next change at {nxt:.0f} s")
+            waiting = True
+            cur, started = 0, started or cur > 0
+            t = min(nxt, horizon_s)
+            continue
+        waiting = False
+        if t + _move_s(spec, cur, n, started) + float(job.step_time(n)) > horizon_s:
+            break  # no iteration on n nodes ends before the horizon: the run ends here, without the move
+        if n != cur:
+            pause = _move_s(spec, cur, n, started)
+            for i in range(n, cur):  # leaving nodes stop after the migration, or when the market takes them
+                gone = next_change(t, lambda c, k=i + 1: c < k)
+                ledger.stop(i, t0 + min(t + pause, gone), revoked=bool(gone < t + pause))
+            for i in range(cur, n):  # joining nodes are billed from the start of the migration
+                ledger.start(i, t0 + t, price=price, tier=tier, billing=market.billing)
+            if cur >= 1:
+                rec.event(t, "scale", f"{cur} -> {n} nodes at step {trainer.step}, migration {pause:.1f} s")
+            elif started:
+                rec.event(t, "resume", f"0 -> {n} nodes at step {trainer.step}, state reloaded in {pause:.1f} s")
+            t += pause
+            cur, started = n, True
         # iterations until the next requested event (it takes effect at an iteration's end)
-        dt = float(job.step_time(nodes))
+        dt = float(job.step_time(cur))
+        n_it = job.max_steps - trainer.step
         if pending:
-            n_it = max(1, int(math.ceil((pending[0][0] - t) / dt - 1e-9)))
-        else:
-            n_it = job.max_steps - trainer.step
+            n_it = min(n_it, max(1, int(math.ceil((pending[0][0] - t) / dt - 1e-9))))
+        if cur < req:  # the offer rises: scale out at the end of the iteration in progress
+            rise = next_change(t, lambda c: c > cur)
+            if math.isfinite(rise):
+                n_it = min(n_it, max(1, int(math.ceil((rise - t) / dt - 1e-9))))
+        fall = next_change(t, lambda c: c < cur)
+        if math.isfinite(fall):  # the last boundary before the offer falls below the nodes held
+            n_it = min(n_it, max(1, int(math.floor((fall - t + 1e-6) / dt))))
         fit = int(math.floor((horizon_s - t) / dt + 1e-9))  # whole iterations before the horizon
         if fit < 1:
             break
-        n_it = min(n_it, job.max_steps - trainer.step, fit)
+        n_it = min(n_it, fit)
         losses = trainer.train(n_it)
         hit = np.flatnonzero(losses <= job.target_loss)
         if hit.size:  # stop at the target (the rest of the interval is not needed)
             losses = losses[: hit[0] + 1]
         step0 = trainer.step - n_it
         t = rec.interval(t, dt, losses, step0)
-        node_hist += [nodes] * losses.size
+        node_hist += [cur] * losses.size
         loss = float(losses[-1])
         if hit.size:
             break
-        while pending and pending[0][0] <= t + 1e-9:
-            _, new = pending.pop(0)
-            if new == nodes:
-                continue
-            pause = migration_s(spec, nodes, new)
-            for i in range(new, nodes):  # leaving nodes are stopped after the migration
-                ledger.stop(i, t0 + t + pause)
-            for i in range(nodes, new):  # joining nodes are billed from the start of the migration
-                ledger.start(i, t0 + t, price=price, tier=tier, billing=market.billing)
-            rec.event(t, "scale", f"{nodes} -> {new} nodes at step {trainer.step}, migration {pause:.1f} s")
-            t += pause
-            nodes = new
     for i in ledger.running:  # the user stops the nodes at the run's end
         ledger.stop(i, t0 + t)
-    run = rec.finish(t, nodes=node_hist, final_loss=loss, executed_steps=int(trainer.step))
+    run = rec.finish(t, nodes=node_hist or [0], final_loss=loss, executed_steps=int(trainer.step))
     run.final_state = trainer.state
     return run
 

@@ -1,6 +1,7 @@
 """scarjax.cluster.litz: scale-out keeps the parameter state exactly (no restart), scale-in
 loses nothing, the step-time and migration models on hand values, rebalance invariants."""
 
+import functools
 import math
 
 import jax
@@ -218,3 +219,126 @@ def test_plan_check_catches_a_different_rebalance(ps4, monkeypatch):
     monkeypatch.setattr(litz.ps_elastic, "rebalance", lambda layout, a, alive, key=0: np.arange(a.size) % alive.size)
     with pytest.raises(AssertionError):
         np.testing.assert_array_equal(np.asarray(st.placement.server_of), litz.rebalance(a1, 4)[0])
+
+
+# ----------------------------------------------------------------------------- only what the market offers
+
+
+@functools.lru_cache(maxsize=None)
+def _offer_alg():
+    return mlr.digits(lr=1.0, l2=1e-2)  # full batch: one compiled trainer for these tests
+
+
+def _offer_job(workers=4, max_steps=12, step=None):
+    return clock.Job(_offer_alg(), -1e9, step or step_time_fixed(300.0), workers=workers, max_steps=max_steps)
+
+
+def _counts_market(times, counts, *, start=0.0, billing="per_second"):
+    return mk.Market(mk.MachineType("m", 0.4, spot=0.1), mk.from_availability(times, counts, warning_s=0.0),
+                     billing=billing, start_time_s=start)
+
+
+def test_follows_the_offer_by_hand():
+    """4 nodes offered, then 1 from 1000 s, none from 2000 s, 3 from 3000 s; 300-s iterations,
+    1-s moves: 3 iterations on 4 nodes, the scale-in to 1 at the last boundary before 1000 s
+    (900 s), 3 iterations on 1 node, the release at 1801 s (no iteration fits before 2000 s),
+    the wait until 3000 s, the resume on 3 nodes (1 s) and the 6 remaining iterations."""
+    market = _counts_market([0.0, 1000.0, 2000.0, 3000.0], [4, 1, 0, 3], start=0.0)
+    run = litz.elastic(_offer_job(), market, key=0, horizon_s=1e9, spec=litz.LitzSpec(E, E), tier="transient")
+    np.testing.assert_allclose(run.time_s, [0, 300, 600, 900, 1201, 1501, 1801] + [3001 + 300 * i for i in range(1, 7)])
+    assert run.meta["nodes"] == [4, 4, 4, 4, 1, 1, 1, 3, 3, 3, 3, 3, 3]
+    assert [e[1] for e in run.events] == ["scale", "wait", "resume"]
+    spans = sorted((e.start, e.stop, e.revoked) for e in run.ledger.entries)
+    assert spans == [(0.0, 901.0, False)] * 3 + [(0.0, 1801.0, False)] + [(3000.0, 4801.0, False)] * 3
+    assert sum(run.cost_by_tier.values()) == pytest.approx(0.1 * (3 * 901 + 1801 + 3 * 1801) / 3600)
+    check_within_offer(run, market)
+
+
+def _change_times(market):
+    p = market.process
+    if isinstance(p, mk.Replay):
+        t = np.concatenate([np.asarray(p.add_s, float), np.asarray(p.remove_s, float)])
+    elif isinstance(p, mk.PriceDriven):
+        t = np.asarray(p.series.times_s, float)
+    else:
+        t = np.zeros(0)
+    return t[np.isfinite(t)]
+
+
+def check_within_offer(run, market, tier="transient"):
+    """At every time (each machine's start and the instant before its stop, every change of the
+    market's offer within the run), the run holds no more nodes of ``tier`` than
+    ``market.available`` says; nothing runs after the run's end and the clock advances."""
+    assert np.all(np.diff(run.time_s) > 0), "the clock did not advance between iterations"
+    mine = [e for e in run.ledger.entries if e.tier == tier]
+    t0 = market.start_time_s
+    assert all(e.stop <= t0 + run.end_s + 1e-6 for e in mine), "a node billed after the run's end"
+    times = {e.start for e in mine} | {e.stop - 1e-3 for e in mine if e.stop > e.start}
+    times |= {float(c) for c in _change_times(market) if t0 <= c <= t0 + run.end_s}
+    for t in sorted(times):
+        held = sum(1 for e in mine if e.start <= t < e.stop)
+        offered = market.available(t) if tier == "transient" else math.inf
+        assert held <= offered, f"{held} nodes held at market time {t:.0f} s, the market offers {offered:g}"
+
+
+@st.composite
+def offer_markets(draw):
+    """An availability trace with any gaps and counts (0 included) or a price history with a
+    bid, started at market time 0 or mid-trace, billed hourly or per second."""
+    start = draw(st.sampled_from([0.0, 450.0]))
+    billing = draw(st.sampled_from(["hourly", "per_second"]))
+    if draw(st.booleans()):
+        xs = draw(st.lists(st.tuples(st.sampled_from([60.0, 250.0, 700.0, 1800.0]), st.integers(0, 5)),
+                           min_size=1, max_size=7).filter(lambda v: any(c > 0 for _, c in v)))
+        times = np.cumsum([0.0] + [g for g, _ in xs[:-1]])
+        return _counts_market(times, [c for _, c in xs], start=start, billing=billing)
+    n = draw(st.integers(1, 5))
+    prices = draw(st.lists(st.sampled_from([0.01, 0.05, 0.3]), min_size=n, max_size=n))
+    times = np.arange(n) * draw(st.sampled_from([400.0, 1500.0]))
+    series = mk.price_series(np.asarray(prices), times, end_s=float(times[-1]) + 8 * 3600.0)
+    return mk.Market(mk.MachineType("m", 0.4), mk.price_driven(series, bid=0.1, warning_s=120.0), billing=billing,
+                     start_time_s=start)
+
+
+schedules = st.lists(st.tuples(st.sampled_from([100.0, 500.0, 1300.0, 2500.0]), st.integers(1, 6)), max_size=3).map(
+    lambda v: sorted(v, key=lambda x: x[0]))
+
+
+@settings(max_examples=12, deadline=None)
+@given(offer_markets(), schedules, st.integers(1, 5), st.sampled_from([0.0, 5e8]))
+def test_never_uses_a_node_the_market_did_not_offer(market, schedule, workers, state_bytes):
+    """Any availability trace or price history, any schedule of requests, any start: the run
+    ends within the horizon and never holds more nodes than the market offers."""
+    spec = litz.LitzSpec(E, E, param_bytes=state_bytes)
+    job = _offer_job(workers=workers, step=litz.litz_step_time(200.0, 100.0, E))
+    run = litz.elastic(job, market, key=0, horizon_s=4 * 3600.0, spec=spec, schedule=schedule, tier="transient")
+    assert run.end_s <= 4 * 3600.0 + 1e-6 and run.meta["executed_steps"] <= job.max_steps
+    check_within_offer(run, market)
+
+
+def test_offer_check_catches_a_run_that_ignores_the_market(monkeypatch):
+    """Planted: Litz takes the market's offer as unlimited (the nodes it was asked for, also
+    while none are offered)."""
+    market = _counts_market([0.0, 1000.0, 2000.0, 3000.0], [4, 1, 0, 3], start=450.0)
+    run = litz.elastic(_offer_job(), market, key=0, horizon_s=1e9, spec=litz.LitzSpec(E, E), tier="transient")
+    check_within_offer(run, market)
+    monkeypatch.setattr(litz, "offer", lambda market, tier: (np.array([-math.inf]), np.array([math.inf])))
+    bad = litz.elastic(_offer_job(), market, key=0, horizon_s=1e9, spec=litz.LitzSpec(E, E), tier="transient")
+    with pytest.raises(AssertionError, match="the market offers"):
+        check_within_offer(bad, market)
+
+
+def test_offer_of_each_market_kind():
+    """On-demand nodes: no limit; a counts trace: its counts at its ticks; a price history:
+    unlimited at or below the bid, none above."""
+    m = _counts_market([0.0, 600.0], [2, 0], start=100.0)
+    t, n = litz.offer(m, "transient")
+    assert (t.tolist(), n.tolist()) == ([-math.inf, 0.0, 600.0], [0.0, 2.0, 0.0])
+    assert litz.offer(m, "reliable")[1].tolist() == [math.inf]
+    series = mk.price_series(np.array([0.05, 0.3, 0.05]), np.array([0.0, 100.0, 200.0]), end_s=1e4)
+    pm = mk.Market(mk.MachineType("m", 0.4), mk.price_driven(series, bid=0.1), billing="hourly")
+    assert litz.offer(pm, "transient")[1].tolist() == [math.inf, math.inf, 0.0, math.inf]
+    with pytest.raises(ValueError, match="tier"):
+        litz.offer(m, "spot")
+    with pytest.raises(TypeError, match="market"):
+        litz.offer("m", "transient")
