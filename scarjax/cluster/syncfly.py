@@ -313,22 +313,50 @@ def _draw_generations(process, key, g0, workers):
     return _draw_generations_jit(process, key, g0, workers)
 
 
+#: Processes whose lifetimes do not depend on when a machine is bought (stationary: the same
+#: distribution at every start time); every other process is drawn at each purchase's time.
+_STATIONARY = (mk.Exponential, mk.Weibull, mk.Empirical)
+
+
 def down_intervals(process: Any, key: jax.Array, workers: int, horizon_s: float,
                    restart_s: float | None = 180.0) -> list[np.ndarray]:
-    """When each worker slot is away: per worker an array ``[k, 2]`` of ``(revoked_at, back_at)``.
+    """When each worker slot is away: per worker an array ``[k, 2]`` of ``(revoked_at, back_at)``
+    seconds on the job's clock (rows sorted, disjoint), covering ``[0, horizon_s]``.
 
-    Machine generation ``g`` of every slot draws its lifetime from
-    ``market.sample_lifetimes(process, fold_in(key, g), workers)`` (so the draws do not depend
-    on the policy); a revoked machine's replacement runs ``restart_s`` later (paper: 3 min to
-    find and deploy a new one; ``None`` = never replaced, ``back_at = inf``). ``process=None``:
-    no revocations. Covers ``[0, horizon_s]``."""
+    ``process``: a :class:`~scarjax.cluster.market.Market` (its transient machines' process, on
+    its clock from ``market.start_time_s``), a revocation process (on its own clock from 0) or
+    ``None`` (no revocations). A revoked machine's replacement is bought ``restart_s`` later
+    (paper: 3 min to find and deploy a new one; ``None`` = never replaced, ``back_at = inf``).
+
+    * Stationary processes (exponential, Weibull, empirical: the lifetime does not depend on
+      when the machine is bought): machine generation ``g`` of every slot draws its lifetime
+      from ``market.sample_lifetimes(process, fold_in(key, g), workers)`` (so the draws do not
+      depend on the policy).
+    * Every other process (a price path, a replayed trace) is drawn from the market as it is at
+      each purchase's time: the purchases are made in time order, the ``c``-th by
+      :meth:`~scarjax.cluster.market.Market.acquire` ``(key, c, 1, t)`` at market time ``t``
+      (a price-driven machine lives until the first price change above the bid after ``t``
+      plus the notice; a replayed machine is one of the trace's nodes present at ``t`` and not
+      held by another slot, and dies at that node's removal). A purchase the market does not
+      grant then (the price above the bid, no free node) waits, the slot away, until the market
+      next offers a machine (the price back at or below the bid, a node added), and is made
+      then; a slot the market never serves again stays away (``back_at = inf``)."""
     workers = va.check_int("workers", workers, lo=1)
     va.check_real("horizon_s", horizon_s, lo=0.0, scalar=True)
     if restart_s is not None:
         va.check_real("restart_s", restart_s, lo=0.0, scalar=True)
-    out: list[list[tuple[float, float]]] = [[] for _ in range(workers)]
-    if process is None:
+    market = process
+    if process is not None and not isinstance(process, mk.Market):
+        market = mk.Market(mk.MachineType("worker", 0.0), process)
+    if market is None or market.process is None:
         return [np.zeros((0, 2)) for _ in range(workers)]
+    if isinstance(market.process, _STATIONARY):
+        return _stationary_intervals(market.process, key, workers, horizon_s, restart_s)
+    return _purchase_intervals(market, key, workers, horizon_s, restart_s)
+
+
+def _stationary_intervals(process, key, workers, horizon_s, restart_s):
+    out: list[list[tuple[float, float]]] = [[] for _ in range(workers)]
     start = np.zeros(workers)
     g = 0
     chunk = np.zeros((0, workers))
@@ -349,6 +377,57 @@ def down_intervals(process: Any, key: jax.Array, workers: int, horizon_s: float,
         g += 1
         if g > 100_000:  # pragma: no cover - a process with ~zero lifetimes
             raise ValueError("the revocation process revokes machines faster than they start")
+    return [np.asarray(o, float).reshape(-1, 2) for o in out]
+
+
+def _next_offer(market: mk.Market, t: float) -> float:
+    """The first market time after ``t`` at which a purchase refused at ``t`` can be granted: a
+    replayed trace's next node addition (the nodes present at ``t`` are all held), else the
+    market's :meth:`~scarjax.cluster.market.Market.next_available` (``inf``: never)."""
+    p = market.process
+    if isinstance(p, mk.Replay):
+        add, rem = np.asarray(p.add_s, np.float64), np.asarray(p.remove_s, np.float64)
+        later = add[(add > t) & (rem > add)]
+        return float(later.min()) if later.size else math.inf
+    nxt = market.next_available(t)
+    return nxt if nxt > t else math.inf
+
+
+def _purchase_intervals(market, key, workers, horizon_s, restart_s):
+    t0 = float(market.start_time_s)
+    replay = isinstance(market.process, mk.Replay)
+    K = int(market.process.add_s.shape[0]) if replay else 0
+    out: list[list[list[float]]] = [[] for _ in range(workers)]
+    request = np.zeros(workers)  # job time of each slot's next purchase (inf: none)
+    node = np.full(workers, -1, np.int64)  # the trace node each slot holds
+    death = np.zeros(workers)  # job time its machine dies
+    count = 0
+    while np.min(request) <= horizon_s:
+        m = int(np.argmin(request))  # purchases in time order (ties: the lower slot first)
+        s = float(request[m])
+        held = np.zeros(K, bool)
+        for o in range(workers):
+            if o != m and node[o] >= 0 and death[o] > s:
+                held[node[o]] = True
+        _, life, got = market.acquire(key, count, 1, t0 + s, held=held if replay else None)
+        count += 1
+        if count > 100_000:  # pragma: no cover - a market that revokes machines faster than they start
+            raise ValueError("the revocation process revokes machines faster than they start")
+        if not life[0] > 0:  # not granted now: away until the market next offers a machine
+            back = _next_offer(market, t0 + s) - t0
+            if out[m] and out[m][-1][1] == s:
+                out[m][-1][1] = back
+            else:
+                out[m].append([s, back])
+            request[m] = back
+            continue
+        node[m], death[m] = got[0], s + float(life[0])
+        if death[m] > horizon_s:
+            request[m] = np.inf
+            continue
+        back = np.inf if restart_s is None else death[m] + restart_s
+        out[m].append([death[m], back])
+        request[m] = back
     return [np.asarray(o, float).reshape(-1, 2) for o in out]
 
 
@@ -494,7 +573,7 @@ class _Rec:
         for m, iv in enumerate(self.iv):
             s = 0.0
             for g, (a, b) in enumerate(iv):
-                if s < end:
+                if s < end and a > s:  # a machine ran from s to a (none while the market offered none)
                     led.start((m, g), t0 + s, price=self.price, tier=self.tier, billing=self.billing)
                     led.stop((m, g), t0 + min(a, end), revoked=bool(a <= end))
                 s = b
@@ -530,8 +609,8 @@ def _setup(problem, fleet, market, key, horizon_s, restart_s, intervals, tier):
     if tier not in ("transient", "reliable"):
         raise ValueError(f"tier must be 'transient' or 'reliable', got {tier!r}")
     if intervals is None:
-        process = market.process if tier == "transient" else None
-        intervals = down_intervals(process, jax.random.fold_in(key, 1), fleet.workers, horizon_s, restart_s)
+        intervals = down_intervals(market if tier == "transient" else None, jax.random.fold_in(key, 1),
+                                   fleet.workers, horizon_s, restart_s)
     if len(intervals) != fleet.workers:
         raise ValueError(f"intervals must have one array per worker ({fleet.workers}), got {len(intervals)}")
     return market, [np.asarray(iv, float).reshape(-1, 2) for iv in intervals]
@@ -758,6 +837,12 @@ def checkpoint_recompute(problem: Problem, fleet: Fleet, market: mk.Market | Non
                 return tb
             t0 = tb
 
+    if any(_is_down(iv, 0.0)[0] for iv in intervals):  # BSP starts when every worker has a machine
+        t = all_back(0.0)
+        rec.event(*(0.0, "wait", f"the market offers no machine to every worker until {t:.0f} s"))
+        if t >= horizon_s:  # waited out to the horizon: censored there
+            rec.event(*(0.0, "stall", "no full cluster before the horizon"))
+            t = horizon_s
     while t < horizon_s and done < max_iterations and rec.last_loss > target_loss:
         writes = (k + 1) % checkpoint_every == 0
         dur = iter_s + (checkpoint_s if writes else 0.0)

@@ -249,3 +249,80 @@ def test_checkpoint_recompute_caps_completed_iterations(lr8):
     assert run.count("restart") >= 1
     assert run.meta["executed_steps"] == 6
     assert int(run.steps[-1]) == 4  # 2 iterations were redone after the reload
+
+
+# ----------------------------------------------------------------------------- the market at each purchase
+
+
+def _replay_market(start):
+    """One node at a time: [0, 1000), [1500, 4000), [4000, never) on the trace's clock."""
+    trace = mk.replay((np.array([0.0, 1500.0, 4000.0]), np.array([1000.0, 4000.0, np.inf])), warning_s=0.0)
+    return mk.Market(mk.MachineType("m4.large", 0.1, spot=0.02), trace, billing="per_second", start_time_s=start)
+
+
+def _price_market():
+    """$0.05 from 0, $0.5 from 1000 s, $0.05 from 2000 s, $0.5 from 5000 s; bid $0.1, 120-s notice."""
+    series = mk.price_series(np.array([0.05, 0.5, 0.05, 0.5]), np.array([0.0, 1000.0, 2000.0, 5000.0]), end_s=1e5)
+    return mk.Market(mk.MachineType("m4.large", 0.1), mk.price_driven(series, bid=0.1, warning_s=120.0),
+                     billing="per_second")
+
+
+#: (market, horizon, restart_s, the slot's away intervals worked out by hand, job clock)
+HAND = {
+    # bought at market 500 s (job 0): node 0, removed at 1000 -> revoked at job 500; its replacement
+    # is sought at job 600 (market 1100): no node until 1500 (job 1000); that one is removed at
+    # 4000 (job 3500); the next, sought at job 3600 (market 4100), is node 2: never removed
+    "replay": (_replay_market(500.0), 10_000.0, 100.0, [[500.0, 1000.0], [3500.0, 3600.0]]),
+    # bought at 0: the notice at the price change to $0.5 (1000 s), gone 120 s later; the
+    # replacement (1300 s) is refused while the price is above the bid, bought at 2000 s and
+    # revoked at 5000 + 120 s; the next one (5300 s) never granted again
+    "prices": (_price_market(), 9000.0, 180.0, [[1120.0, 2000.0], [5120.0, math.inf]]),
+}
+
+
+def check_hand_intervals(name):
+    market, horizon, restart, want = HAND[name]
+    got = sf.down_intervals(market, jax.random.key(0), 1, horizon, restart)
+    np.testing.assert_allclose(got[0], want, err_msg=f"{name}: lifetimes not drawn from the market at each purchase")
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_lifetimes_come_from_the_market_at_each_purchase(name):
+    check_hand_intervals(name)
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_purchase_check_catches_draws_from_the_markets_start(name, monkeypatch):
+    """Planted: every purchase is drawn as if made at the market's time 0 (a stationary market)."""
+    acquire = mk.Market.acquire
+    monkeypatch.setattr(mk.Market, "acquire", lambda self, key, c, n, t, held=None: acquire(self, key, c, n, 0.0,
+                                                                                            held=held))
+    with pytest.raises(AssertionError, match="not drawn from the market at each purchase"):
+        check_hand_intervals(name)
+
+
+def test_replayed_workers_hold_distinct_nodes():
+    """Two workers on a trace of two nodes then one: they never run on the same node, so after
+    the first removal only one of them is up until a node is added."""
+    trace = mk.replay((np.array([0.0, 0.0, 3000.0]), np.array([1000.0, 2000.0, np.inf])), warning_s=0.0)
+    market = mk.Market(mk.MachineType("m", 0.1, spot=0.02), trace, billing="per_second")
+    iv = sf.down_intervals(market, jax.random.key(1), 2, 5000.0, 0.0)
+    up = [sum(1 for v in iv if not sf_down(v, t)) for t in (500.0, 1500.0, 2500.0, 3500.0)]
+    assert up == [2, 1, 0, 1]
+
+
+def sf_down(v, t):
+    return bool(np.any((v[:, 0] <= t) & (t < v[:, 1])))
+
+
+def test_a_replay_run_bills_only_the_machines_it_ran(lr8):
+    """Sync-on-the-fly and its baseline on the hand trace: one machine at a time (its runs in the
+    ledger are the trace's stays after the purchase), nothing billed while none is offered."""
+    market = _replay_market(500.0)
+    problem = lr8[0]
+    job = clock.Job(problem.algorithm, -1e9, step_time_fixed(20.0), workers=1, max_steps=100_000)
+    for fn in (sf.sync_on_the_fly_policy, sf.checkpoint_recompute_policy):
+        run = fn(job, market, key=0, horizon_s=5000.0, restart_s=100.0, point_loss=problem.point_loss)
+        spans = sorted((e.start, e.stop) for e in run.ledger.entries)
+        assert spans[:2] == [(500.0, 1000.0), (1500.0, 4000.0)], f"{fn.__name__}: {spans}"
+        assert all(a >= 4100.0 for a, _ in spans[2:]), f"{fn.__name__}: {spans}"
