@@ -1,11 +1,14 @@
 """Proteus (EuroSys'17): BidBrain on the 2015 AWS spot history vs all on-demand and vs spot
 with checkpointing; the share of free computing; aggressive bids near the market price.
 
-One job of ``W`` units (the work a fleet of 16 on-demand c3.xlarge does in ``job_hours`` hours
-under the stated scaling model of :mod:`scarjax.cluster.bidbrain`) is run from many start times
+One :class:`~scarjax.cluster.clock.Job` (the MLR job of the calibration, 16 workers, 60 s
+checkpoints) whose work is ``W`` units (the work a fleet of 16 on-demand c3.xlarge does in
+``job_hours`` hours under the stated scaling model of :mod:`scarjax.cluster.bidbrain`:
+:meth:`~scarjax.cluster.bidbrain.WorkModel.from_job`) is run from many start times
 of the price history (every zone of ``zones``; start times drawn from a PRNG key after the
 first ``warmup_days``, so BidBrain has a week-long or shorter history to estimate eviction
-probabilities from) under four policies on the same clock:
+probabilities from) under four policies of the shared contract
+(``policy(job, markets, *, key, horizon_s, ...) -> ClusterRun``) on the same clock:
 
 * ``on-demand``: 16 on-demand c3.xlarge;
 * ``checkpointing``: 16 spot c3.xlarge at the on-demand bid, Young/Daly checkpoints, restart on
@@ -44,11 +47,18 @@ import numpy as np
 from experiments import _calibration, _common, _plot
 from experiments._common import recorded
 from scarjax.cluster import bidbrain as bb
+from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_fixed
+from scarjax.models import mlr
 
 NAME = "proteus"
 DESCRIPTION = "Proteus BidBrain on 2015 spot prices: cost/runtime vs on-demand and checkpointing, free computing"
 
 POLICIES = ("on-demand", "checkpointing", "proteus", "aggressive")
+#: Every run gives up after a week (none comes near: the job takes hours).
+HORIZON_S = 7 * 86400.0
+#: The job's failure-free iterations on its 16 workers (the work model sees only their runtime).
+ITERATIONS = 300
 
 
 @dataclasses.dataclass
@@ -82,10 +92,21 @@ def _full_history() -> str | None:
     return root if os.path.isdir(os.path.join(root, "aws-spot-2015")) else None
 
 
-def _job(cfg: Config, reconfig_s: float | None = None, scaling: bb.ScalingModel | None = None) -> bb.Job:
+def _job(cfg: Config) -> ck.Job:
+    """The job: MLR on digits (the calibration's job; BidBrain's work model trains nothing) on
+    ``od_machines`` workers, ``ITERATIONS`` iterations taking ``job_hours`` hours on demand,
+    60 s to write or read a full checkpoint (the checkpointing baseline)."""
+    return ck.Job(mlr.digits(lr=1.0, l2=1e-2), -1e30, step_time_fixed(cfg.job_hours * 3600.0 / ITERATIONS),
+                  workers=cfg.od_machines, checkpoint_s=60.0, restore_s=60.0, max_steps=ITERATIONS)
+
+
+def _work(job: ck.Job, cfg: Config, reconfig_s: float | None = None,
+          scaling: bb.ScalingModel | None = None) -> bb.WorkModel:
+    """The job's work under the stated (or a given) scaling model: what its ``od_machines``
+    on-demand c3.xlarge do in ``job_hours`` hours."""
     sc = bb.ScalingModel(cfg.kappa, 4.0 * cfg.reliable) if scaling is None else scaling
-    work = float(sc.rate(cfg.od_machines * bb.CORES["c3.xlarge"])) * cfg.job_hours
-    return bb.Job(work=work, scaling=sc, reconfig_s=cfg.reconfig_s if reconfig_s is None else reconfig_s)
+    return bb.WorkModel.from_job(job, bb.CORES["c3.xlarge"], scaling=sc,
+                                 reconfig_s=cfg.reconfig_s if reconfig_s is None else reconfig_s)
 
 
 def _starts(key, markets, cfg: Config, n: int) -> np.ndarray:
@@ -97,16 +118,33 @@ def _starts(key, markets, cfg: Config, n: int) -> np.ndarray:
     return np.sort(np.round(lo + u * (hi - lo)))
 
 
-def _policies(job, markets, start_s, config, common) -> dict:
-    """The four compared runs of one start: all on-demand, checkpointing on spot, Proteus
-    (BidBrain) and aggressive bidding (one price tick above the market)."""
-    return {
-        "on-demand": bb.on_demand(job, markets, start_s, machines=config.od_machines),
-        "checkpointing": bb.checkpoint_spot(job, markets, start_s, machines=config.od_machines),
-        "proteus": bb.bidbrain(job, markets, start_s, **common),
-        "aggressive": bb.bidbrain(job, markets, start_s, fixed_headroom=bb.PRICE_TICK, policy="aggressive",
-                                  **common),
+def _policies(job, work, markets, start_s, key, common, names=POLICIES) -> dict:
+    """The compared runs of one start (``names`` of them): all on-demand and checkpointing on
+    spot (``job.workers`` machines), Proteus (BidBrain) and aggressive bidding (one price tick
+    above the market); each a :class:`~scarjax.cluster.clock.ClusterRun`."""
+    ms = bb.at(markets, start_s)
+    run = dict(key=key, horizon_s=HORIZON_S, work=work)
+    make = {
+        "on-demand": lambda: bb.on_demand(job, ms, **run),
+        "checkpointing": lambda: bb.checkpoint_spot(job, ms, **run),
+        "proteus": lambda: bb.proteus(job, ms, **run, **common),
+        "aggressive": lambda: bb.proteus(job, ms, fixed_headroom=bb.PRICE_TICK, policy="aggressive", **run,
+                                         **common),
     }
+    return {p: make[p]() for p in names}
+
+
+def _record(run: ck.ClusterRun) -> dict:
+    """One run's row of the results: its Proteus quantities (``ClusterRun.meta``), the runtime
+    (``end_s``) and the cost, the sum of its allocations' ledger charges (equal to the
+    ledger's total, ``sum(cost_by_tier)``, up to the order of the sum)."""
+    m = run.meta
+    usd = np.array([a["usd"] for a in m["allocations"]], np.float64)
+    rel = float(sum(a["usd"] for a in m["allocations"] if a["tier"] == "reliable"))
+    return dict(policy=run.policy, start_s=m["start_s"], finished=m["finished"], runtime_s=float(run.end_s),
+                cost=float(usd.sum()), cost_reliable=rel, cost_transient=float(usd.sum() - rel),
+                free_core_s=m["free_core_s"], compute_core_s=m["compute_core_s"], free_fraction=m["free_fraction"],
+                evictions=m["evictions"])
 
 
 def _revoked_core_s(allocations: list[dict]) -> float:
@@ -141,9 +179,10 @@ def run(config: Config, out_dir) -> dict:
     t_start = time.perf_counter()
     key = jax.random.PRNGKey(config.seed)
     job = _job(config)
+    work = _work(job, config)
     # The same job with the scaling model's kappa fitted to the cluster engine's real runs.
     cal_scaling = _calibration.scaling_model(4.0 * config.reliable, max_machines=config.max_cores // 4)
-    cal_job = _job(config, scaling=cal_scaling)
+    cal_work = _work(job, config, scaling=cal_scaling)
     per_run: dict[str, list] = {p: [] for p in POLICIES}
     cal_run: dict[str, list] = {p: [] for p in POLICIES}
     sweep = {str(r): {"proteus": [], "aggressive": [], "on-demand": []} for r in config.reconfig_sweep}
@@ -153,25 +192,23 @@ def run(config: Config, out_dir) -> dict:
         starts = _starts(jax.random.fold_in(key, zi), markets, config, config.starts_per_zone)
         common = dict(reliable=config.reliable, max_cores=config.max_cores, tables=tables)
         for s in starts:
-            runs = _policies(job, markets, s, config, common)
+            runs = _policies(job, work, markets, s, key, common)
             for p, r in runs.items():
-                d = r.to_json()
-                d["revoked_core_s"] = _revoked_core_s(d.pop("allocations"))
+                d = _record(r)
+                d["revoked_core_s"] = _revoked_core_s(r.meta["allocations"])
                 d["zone"] = zone
                 per_run[p].append(d)
-            cal = _policies(cal_job, markets, s, config, common)
+            cal = _policies(job, cal_work, markets, s, key, common)
             for p, r in cal.items():
-                d = r.to_json()
-                d.pop("allocations")
+                d = _record(r)
                 d["zone"] = zone
                 cal_run[p].append(d)
         for r in config.reconfig_sweep:
-            j = _job(config, r)
+            w = _work(job, config, r)
             for s in starts[: config.sweep_starts]:
-                sweep[str(r)]["on-demand"].append(bb.on_demand(j, markets, s, machines=config.od_machines).to_json())
-                sweep[str(r)]["proteus"].append(bb.bidbrain(j, markets, s, **common).to_json())
-                sweep[str(r)]["aggressive"].append(
-                    bb.bidbrain(j, markets, s, fixed_headroom=bb.PRICE_TICK, policy="aggressive", **common).to_json())
+                runs = _policies(job, w, markets, s, key, common, names=("on-demand", "proteus", "aggressive"))
+                for p, run_ in runs.items():
+                    sweep[str(r)][p].append(_record(run_))
     summary = _summary(per_run)
     sweep_summary = {}
     for r, d in sweep.items():
@@ -190,7 +227,7 @@ def run(config: Config, out_dir) -> dict:
         cfg_json["data_root"] = _common.shown_path(config.data_root)
     return {
         "config": cfg_json,
-        "work_units": job.work,
+        "work_units": work.work,
         "data": ("embedded April 2015 extract" if config.data_root is None
                  else f"full history from {_common.shown_path(config.data_root)}"),
         "progress_model": f"stated scaling model (scarjax.cluster.bidbrain.ScalingModel, kappa = {config.kappa:g})",
@@ -202,7 +239,7 @@ def run(config: Config, out_dir) -> dict:
                               "(experiments/_calibration.py)",
             "kappa": cal_scaling.kappa,
             "engine": _calibration.summary(),
-            "work_units": cal_job.work,
+            "work_units": cal_work.work,
             "runs": cal_run,
             "summary": _summary(cal_run),
         },

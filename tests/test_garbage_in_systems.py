@@ -25,6 +25,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import scarjax
 from scarjax.cluster import bidbrain, cmdare, lifetimes, planner, profile, sweep, syncfly
+from scarjax.cluster import clock as ck
+from scarjax.cluster.steptime import step_time_fixed
 from scarjax.data import pollux_sim, transient
 from scarjax.data import cmdare as cmdare_data
 from scarjax.sched import autoscaler, workload as wl
@@ -120,6 +122,13 @@ def _workload(**cols) -> pollux_sim.Workload:
 
 WL = _workload()
 PRICES = bidbrain.spot_market([0.0, 3600.0], [0.1, 0.2], on_demand=0.5, end_s=7200.0)
+
+
+def _job() -> ck.Job:
+    """A job of the policy contract (BidBrain's work model trains nothing: any algorithm)."""
+    return ck.Job(planner.preset_job("qp").algorithm, 0.0, step_time_fixed(1.0))
+
+
 GRID = np.full((1, 600), 0.1)
 
 # --------------------------------------------------------------------------------------
@@ -257,13 +266,14 @@ CASES = [
      st.one_of(nonfinite, st.floats(max_value=0.0))),
     (lambda v: bidbrain.spot_market([0.0, 3600.0], [0.1, 0.2], on_demand=v), "on_demand", bad_positive),
     (lambda v: bidbrain.spot_market([0.0, 3600.0], [0.1, 0.2], on_demand=0.5, cores=v), "cores", bad_int(1)),
-    (lambda v: bidbrain.Job(v), "work", bad_positive),
-    (lambda v: bidbrain.Job(100.0, startup_s=v), "startup_s", bad_nonneg),
+    (lambda v: bidbrain.WorkModel(v), "work", bad_positive),
+    (lambda v: bidbrain.WorkModel(100.0, startup_s=v), "startup_s", bad_nonneg),
     (lambda v: bidbrain.ScalingModel(kappa=v), "kappa", bad_nonneg),
     (lambda v: bidbrain.eviction_table(PRICES, grid_s=v), "grid_s", bad_positive),
-    (lambda v: bidbrain.on_demand(bidbrain.Job(100.0), [PRICES], v), "start_s", bad_nonneg),
-    (lambda v: bidbrain.on_demand(bidbrain.Job(100.0), [PRICES], 0.0, machines=v), "machines", bad_int(1)),
-    (lambda v: bidbrain.checkpoint_spot(bidbrain.Job(100.0), [PRICES], 0.0, horizon_s=v), "horizon_s", bad_positive),
+    (lambda v: bidbrain.at([PRICES], v), "start_s", bad_nonneg),
+    (lambda v: bidbrain.on_demand(_job(), [PRICES], key=0, horizon_s=3600.0, machines=v), "machines",
+     bad_int(1).filter(lambda v: v is not None)),  # None: job.workers
+    (lambda v: bidbrain.checkpoint_spot(_job(), [PRICES], key=0, horizon_s=v), "horizon_s", bad_positive),
     (lambda v: bidbrain.mttf_before(PRICES, 3600.0, v), "bid", bad_positive),
     # scarjax.cluster.syncfly
     (lambda v: syncfly.Fleet(v), "speeds", st.sampled_from([(), (1.0, math.nan), (1.0, -2.0), (0.0,), "x"])),
@@ -281,7 +291,7 @@ CASES = [
     # scarjax.cluster.sweep
     (lambda v: sweep.ProgressModel(machines=v), "machines", bad_int(1)),
     (lambda v: sweep.ProgressModel(reliable=v), "reliable", bad_int(0, 63)),
-    (lambda v: sweep.ProgressModel(startup_min=v), "startup_min", bad_nonneg),
+    (lambda v: sweep.ProgressModel(startup_s=v), "startup_s", bad_nonneg),
     (lambda v: sweep.ProgressModel(stage2_efficiency=v), "stage2_efficiency", bad_positive),
     (lambda v: sweep.aggressive_step(v), "on_demand", bad_positive),
     (lambda v: sweep.markets_from_grid(v, 0.5), "prices", st.sampled_from([np.full((1, 600), math.nan), np.full((1, 600), -1.0), np.zeros((0, 600)), "x"])),

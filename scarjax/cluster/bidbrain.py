@@ -45,8 +45,10 @@ the on-demand price, :data:`HEADROOMS`) with the acquisition. ``fixed_headroom=`
 delta: the aggressive variant bids one price tick (:data:`PRICE_TICK`) above the market
 (Proteus: "bidding very close to market price ... 4x increase in runtime").
 
-**The job and its scaling model.** A job is ``W`` units of work (core-hours at perfect
-scaling). A fleet of ``C`` working cores does ``rate(C) = C / (1 + kappa * log2(max(C / c0,
+**The job and its work model.** A :class:`~scarjax.cluster.clock.Job` progresses by a
+stated :class:`WorkModel`: ``W`` units of work (core-hours at perfect scaling; default
+:meth:`WorkModel.from_job`, what ``job.workers`` on-demand machines do in the job's
+failure-free runtime). A fleet of ``C`` working cores does ``rate(C) = C / (1 + kappa * log2(max(C / c0,
 1)))`` units per hour (:class:`ScalingModel`: a synchronisation overhead growing with the log
 of the fleet, ``kappa = 0.05`` by default; ``c0`` the reliable tier's cores). This is a stated
 progress model, not calibrated from real training runs; no calibrated model
@@ -56,37 +58,52 @@ and are billed from the purchase. AgileML (Proteus Sec 3) keeps the parameter st
 ``reliable`` on-demand machines (BackupPSs) and flushes on the two-minute warning, so an
 eviction loses no work beyond the reconfiguration pause.
 
-**Baselines** (same job, market and clock): :func:`on_demand` (a fixed fleet of on-demand
-machines) and :func:`checkpoint_spot` (all machines spot at the on-demand bid, full
-checkpoints every Young/Daly interval ``sqrt(2 delta MTTF)`` with the MTTF estimated from
-the history before the start, rollback to the last checkpoint on eviction, restart on the
-cheapest option: on-demand while the spot price is above the bid, back to spot at an
-on-demand hour's end; TierML Sec 4.5's comparison scheme).
+**Baselines** (same job, market and clock): :func:`on_demand` (a fixed fleet of
+``job.workers`` on-demand machines) and :func:`checkpoint_spot` (all machines spot at the
+on-demand bid, full checkpoints of ``job.checkpoint_s`` every Young/Daly interval
+``sqrt(2 delta MTTF)`` with the MTTF estimated from the history before the start, rollback to
+the last checkpoint on eviction, restart on the cheapest option: on-demand while the spot
+price is above the bid, back to spot at an on-demand hour's end; TierML Sec 4.5's comparison
+scheme).
 
-**Free computing.** :attr:`ProteusRun.free_fraction` is the share of all computing
-(core-seconds of running machines, reliable included) that fell in provider-revoked partial
-hours and was therefore not billed (Proteus: ~32%).
+**The policy contract.** :func:`proteus` and the baselines are policies of the shared
+contract ``policy(job, market, *, key, horizon_s, ...) ->``
+:class:`~scarjax.cluster.clock.ClusterRun` (:mod:`scarjax.cluster.clock`), with one
+documented extension: ``market`` is a sequence of price-driven markets (the types BidBrain
+bids across; one is accepted) sharing one ``start_time_s``, the job's start (:func:`at`).
+Times are seconds; ``key`` is checked but draws nothing (a price-driven market's revocations
+follow from its prices and the bid). The run's :class:`~scarjax.cluster.ledger.Ledger` holds
+one entry per machine (spot machines at their market's price series, on-demand ones at the
+on-demand price), so its bill is the ledger's; ``ClusterRun.loss`` is the share of the work
+still to do (``to_target(0.0)`` is completion) and ``meta`` holds the Proteus quantities:
+``finished``, ``free_core_s``, ``compute_core_s``, ``free_fraction``, ``evictions`` and every
+allocation with its bill (``usd``).
+
+**Free computing.** ``meta["free_fraction"]`` is the share of all computing (core-seconds of
+running machines, reliable included) that fell in provider-revoked partial hours and was
+therefore not billed (Proteus: ~32%).
 
 The simulation is a host event loop in NumPy (decisions depend on the fleet, the history and
 the bids: data-dependent control flow, one greedy choice per tick); the hot parts (eviction
-tables over the whole history, candidate evaluation) are vectorised, and the bills are one
-:func:`~scarjax.cluster.market.bill` call per market.
+tables over the whole history, candidate evaluation) are vectorised, and the bills are the
+ledger's (:func:`~scarjax.cluster.market.bill`'s rule).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
+from scarjax import core
 from scarjax import validate as va
+from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
+from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.policies import young_daly_s
 from scarjax.data import transient as td
 
@@ -96,13 +113,11 @@ __all__ = [
     "HOUR_S",
     "PRICE_TICK",
     "Allocation",
-    "BaselineRun",
     "EvictionTable",
-    "Job",
-    "ProteusRun",
     "ScalingModel",
+    "WorkModel",
+    "at",
     "best_acquisition",
-    "bidbrain",
     "checkpoint_spot",
     "eviction_table",
     "expected_hour",
@@ -110,6 +125,7 @@ __all__ = [
     "free_fraction",
     "mttf_before",
     "on_demand",
+    "proteus",
     "renew_or_drop",
     "spot_market",
     "spot_markets",
@@ -151,33 +167,52 @@ class ScalingModel:
 
 
 @dataclasses.dataclass(frozen=True)
-class Job:
-    """``work`` units (core-hours at perfect scaling) with a :class:`ScalingModel`.
+class WorkModel:
+    """The stated progress model by which BidBrain runs a :class:`~scarjax.cluster.clock.Job`
+    (Proteus Sec 3-4; no training inside): ``work`` units (core-hours at perfect scaling)
+    done at :meth:`ScalingModel.rate` of the working cores.
 
     Attributes:
-      startup_s: seconds from buying a machine to its working (AWS spot: 300 s).
+      work: the job's units of work (> 0).
+      scaling: the :class:`ScalingModel`.
+      startup_s: seconds from buying a machine to its working (AWS spot: 300 s,
+        :data:`scarjax.cluster.market.DEFAULT_STARTUP_S`).
       reconfig_s: seconds of whole-fleet pause per allocation joining or leaving (AgileML's
         re-assignment of partitions, Proteus Sec 3).
-      checkpoint_s, restore_s: a full checkpoint's write and read time (the checkpointing
-        baseline only).
+
+    A full checkpoint's write and read time (the checkpointing baseline only) are the job's
+    ``checkpoint_s`` and ``restore_s``.
     """
 
     work: float
     scaling: ScalingModel = ScalingModel()
     startup_s: float = mk.DEFAULT_STARTUP_S["aws"]
     reconfig_s: float = 30.0
-    checkpoint_s: float = 60.0
-    restore_s: float = 60.0
 
     def __post_init__(self):
-        for name in ("work", "startup_s", "reconfig_s", "checkpoint_s", "restore_s"):
+        for name in ("work", "startup_s", "reconfig_s"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.work <= 0:
             raise ValueError(f"work must be > 0, got {self.work}")
         if not isinstance(self.scaling, ScalingModel):
             raise TypeError(f"scaling must be a ScalingModel, got {type(self.scaling).__name__}")
+
+    @classmethod
+    def from_job(cls, job: ck.Job, cores_per_machine: int, *, scaling: ScalingModel = ScalingModel(),
+                 **kw: Any) -> "WorkModel":
+        """The work ``job.workers`` on-demand machines of ``cores_per_machine`` cores do in the
+        job's failure-free runtime ``job.max_steps * job.step_time(job.workers)`` seconds:
+        ``scaling.rate(workers * cores) * runtime_s / 3600`` units; ``**kw``: ``startup_s``,
+        ``reconfig_s``."""
+        if not isinstance(job, ck.Job):
+            raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+        va.check_int("cores_per_machine", cores_per_machine, lo=1)
+        if not isinstance(scaling, ScalingModel):
+            raise TypeError(f"scaling must be a ScalingModel, got {type(scaling).__name__}")
+        runtime_h = job.max_steps * float(job.step_time(job.workers)) / 3600.0
+        return cls(float(scaling.rate(job.workers * cores_per_machine)) * runtime_h, scaling, **kw)
 
 
 # --------------------------------------------------------------------------------------
@@ -224,11 +259,12 @@ class _PriceView:
         return np.where(pos < T, self.times[np.minimum(pos, T - 1)], np.inf)
 
 
-_VIEWS: dict[int, tuple[Any, _PriceView]] = {}
+_VIEWS: dict[tuple, tuple[Any, _PriceView]] = {}
 
 
 def _view(market: Any, what: str = "market") -> _PriceView:
-    """The :class:`_PriceView` of a price-driven market (built once per market object)."""
+    """The :class:`_PriceView` of a price-driven market (built once per revocation process and
+    machine: the same market at another ``start_time_s`` shares it)."""
     if isinstance(market, _PriceView):
         return market
     if not isinstance(market, mk.Market):
@@ -236,8 +272,10 @@ def _view(market: Any, what: str = "market") -> _PriceView:
     if not isinstance(market.process, mk.PriceDriven):
         raise ValueError(f"{what} must be a price-driven market (Market.from_prices / from_spot_prices), "
                          f"got process {type(market.process).__name__}")
-    hit = _VIEWS.get(id(market))
-    if hit is not None and hit[0]() is market:
+    key = (id(market.process), market.machine.name, float(market.machine.on_demand_price),
+           int(market.machine.cores), market.billing)
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0]() is market.process:
         return hit[1]
     series = market.process.series
     times, prices = series.host_arrays()
@@ -246,7 +284,7 @@ def _view(market: Any, what: str = "market") -> _PriceView:
                    market.billing, np.asarray(series.maxtab, np.float64))
     if len(_VIEWS) > 256:
         _VIEWS.clear()
-    _VIEWS[id(market)] = (weakref.ref(market), v)
+    _VIEWS[key] = (weakref.ref(market.process), v)
     return v
 
 
@@ -468,79 +506,42 @@ def free_fraction(allocs: Sequence[Allocation], cores: Sequence[int]) -> tuple[f
     return free, comp, (free / comp if comp > 0 else 0.0)
 
 
-@functools.lru_cache(maxsize=None)
-def _bill_fn():
-    return jax.jit(mk.bill, static_argnames=("scheme",))
-
-
-def _bills(allocs: Sequence[Allocation], markets: Sequence[_PriceView]) -> np.ndarray:
-    """USD per allocation (``n`` x :func:`~scarjax.cluster.market.bill`): spot allocations at
-    their market's price series, on-demand ones at the on-demand price; one call per market,
-    padded to a power of two (few compilations)."""
-    markets = [_view(m) for m in markets]
-    out = np.zeros(len(allocs))
-    groups: dict[tuple[int, str], list[int]] = {}
-    for i, a in enumerate(allocs):
-        groups.setdefault((a.market, a.tier), []).append(i)
-    for (m, tier), idx in groups.items():
-        size = 1 << max(3, math.ceil(math.log2(len(idx))))
-        start = np.zeros(size, np.float32)
-        end = np.zeros(size, np.float32)
-        rev = np.zeros(size, bool)
-        for k, i in enumerate(idx):
-            start[k], end[k], rev[k] = allocs[i].start, allocs[i].end, allocs[i].revoked
-        price = markets[m].series if tier == "transient" else np.float32(markets[m].on_demand)
-        per = np.asarray(_bill_fn()(start, end, price, rev, scheme=markets[m].billing))
-        out[idx] = per[: len(idx)] * np.array([allocs[i].n for i in idx])
-    return out
-
-
-@dataclasses.dataclass
-class ProteusRun:
-    """What :func:`bidbrain` and the baselines return.
-
-    Attributes:
-      policy: a label.
-      finished: the job's work was done before ``horizon``.
-      runtime_s: from the start to completion (or to the horizon).
-      cost: USD, everything billed.
-      cost_reliable, cost_transient: the split by tier.
-      free_core_s, compute_core_s, free_fraction: see :func:`free_fraction` (all tiers).
-      evictions: provider revocations.
-      allocations: every allocation with its bill (``as dicts``).
-    """
-
-    policy: str
-    start_s: float
-    finished: bool
-    runtime_s: float
-    cost: float
-    cost_reliable: float
-    cost_transient: float
-    free_core_s: float
-    compute_core_s: float
-    free_fraction: float
-    evictions: int
-    allocations: list
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-BaselineRun = ProteusRun
-
-
-def _finish(policy, t0, finished, t_end, allocs, markets) -> ProteusRun:
+def _result(policy, work, t0, finished, t_end, allocs, markets, points) -> ck.ClusterRun:
+    """The :class:`~scarjax.cluster.clock.ClusterRun` of a run: every allocation's machines
+    one :class:`~scarjax.cluster.ledger.Ledger` entry each (spot machines at their market's
+    price series, on-demand ones at the on-demand price; times on the markets' clock), one
+    point per decision (``loss``: the share of the work still to do), an ``'allocate'`` event
+    per allocation and a ``'revocation'`` event per provider revocation, and the Proteus
+    quantities in ``meta``."""
     for a in allocs:
         if not np.isfinite(a.end):
             a.end = max(t_end, a.start)
-    b = _bills(allocs, markets)
+    ledger = Ledger()
+    usd = []
+    for i, a in enumerate(allocs):
+        mkt = markets[a.market]
+        price = mkt.series if a.tier == "transient" else mkt.on_demand
+        for k in range(a.n):
+            ledger.start((i, k), a.start, price=price, tier=a.tier, billing=mkt.billing)
+        charged = [ledger.stop((i, k), a.end, revoked=bool(a.revoked)) for k in range(a.n)]
+        usd.append(a.n * charged[0])  # the allocation's machines bill alike
+    rec = ck.Recorder(policy, ledger, t0)
+    for j, (t, w) in enumerate(points):
+        rec.point(t - t0, float(np.clip(1.0 - w / work.work, 0.0, 1.0)), j)
+    events = []
+    for a in allocs:
+        name = markets[a.market].name
+        events.append((a.start - t0, "allocate", f"{a.n} x {name} ({a.tier}, bid {a.bid:g})"))
+        if a.revoked:
+            events.append((a.end - t0, "revocation", f"{a.n} x {name}"))
+    for e in sorted(events, key=lambda e: e[0]):
+        rec.event(*e)
     free, comp, frac = free_fraction(allocs, [m.cores for m in markets])
-    rel = float(sum(x for x, a in zip(b, allocs) if a.tier == "reliable"))
-    return ProteusRun(
-        policy, float(t0), bool(finished), float(t_end - t0), float(b.sum()), rel, float(b.sum() - rel), free, comp,
-        frac, sum(a.revoked for a in allocs),
-        [dict(dataclasses.asdict(a), name=markets[a.market].name, usd=float(x)) for a, x in zip(allocs, b)],
+    return rec.finish(
+        float(t_end - t0), start_s=float(t0), finished=bool(finished), work_units=float(work.work),
+        free_core_s=free, compute_core_s=comp, free_fraction=frac, evictions=int(sum(a.revoked for a in allocs)),
+        allocations=[dict(dataclasses.asdict(a), name=markets[a.market].name, usd=float(x))
+                     for a, x in zip(allocs, usd)],
     )
 
 
@@ -558,11 +559,45 @@ def _integrate(allocs, cores, scaling, t, t_next, work, target):
     return work, None
 
 
-def bidbrain(
-    job: Job,
-    markets: Sequence[mk.Market],
-    start_s: float,
+def at(markets: Any, start_s: float) -> tuple[mk.Market, ...]:
+    """The same markets with the job starting at ``start_s`` on their clock
+    (``Market.start_time_s``): where :func:`proteus` and the baselines start."""
+    va.check_real("start_s", start_s, lo=0.0, scalar=True)
+    markets = (markets,) if isinstance(markets, mk.Market) else markets
+    _views(markets)
+    return tuple(dataclasses.replace(m, start_time_s=float(start_s)) for m in markets)
+
+
+def _contract(job, markets, key, horizon_s, work, cores_market=0, what="market"):
+    """Checks of the shared policy signature; returns ``(views, start_s, work model)``: the
+    markets' host views, their common ``start_time_s`` and the work model (default
+    :meth:`WorkModel.from_job` on ``markets[cores_market]``'s machine)."""
+    if not isinstance(job, ck.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    core.as_key(key)
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    markets = (markets,) if isinstance(markets, mk.Market) else markets
+    views = _views(markets)
+    starts = {float(m.start_time_s) for m in markets}
+    if len(starts) != 1:
+        raise ValueError(f"markets must share one start_time_s (the job's start; see bidbrain.at), got {sorted(starts)}")
+    va.check_int(what, cores_market, lo=0)
+    if cores_market >= len(views):
+        raise ValueError(f"{what} must be an index into markets ({len(views)} of them), got {cores_market}")
+    if work is None:
+        work = WorkModel.from_job(job, views[cores_market].cores)
+    if not isinstance(work, WorkModel):
+        raise TypeError(f"work must be a bidbrain.WorkModel or None, got {type(work).__name__}")
+    return views, starts.pop(), work
+
+
+def proteus(
+    job: ck.Job,
+    markets: Any,
     *,
+    key: Any,
+    horizon_s: float,
+    work: WorkModel | None = None,
     reliable: int = 2,
     reliable_market: int = 0,
     max_cores: int = 128,
@@ -572,17 +607,25 @@ def bidbrain(
     fixed_headroom: float | None = None,
     tables: Sequence[EvictionTable] | None = None,
     min_gain: float = 0.01,
-    horizon_s: float = 7 * 86400.0,
     policy: str = "proteus",
-) -> ProteusRun:
-    """Run ``job`` under BidBrain from ``start_s`` (seconds on the markets' clock).
+) -> ck.ClusterRun:
+    """Proteus: ``job`` under BidBrain (Proteus Sec 4) from the markets' ``start_time_s``, a
+    policy of the shared contract ``policy(job, market, *, key, horizon_s, ...) ->
+    ClusterRun`` (:mod:`scarjax.cluster.clock`).
 
     Args:
-      markets: price-driven :class:`~scarjax.cluster.market.Market` objects on one clock (the
-        types BidBrain buys from; see the module docstring).
+      job: the :class:`~scarjax.cluster.clock.Job`; its progress is the stated ``work`` model
+        (BidBrain trains nothing).
+      markets: the documented extension of the contract's ``market``: a sequence of
+        price-driven :class:`~scarjax.cluster.market.Market` objects on one clock sharing one
+        ``start_time_s`` (the types BidBrain buys from; :func:`at` sets the start), or one.
+      key: the contract's market key: price-driven markets draw nothing (a revocation is the
+        first price above the bid), so the run is the same for every key; checked only.
+      horizon_s: give up (unfinished) after this long, or at the markets' end.
+      work: the :class:`WorkModel` (default :meth:`WorkModel.from_job` on
+        ``markets[reliable_market]``'s machine).
       reliable: on-demand machines of ``markets[reliable_market]``'s type (the BackupPS tier),
-        always on and working; their cores are the scaling model's ``base_cores`` in spirit
-        (the model is the job's).
+        always on and working.
       max_cores: a cap on the fleet's cores (reliable + spot).
       sizes: the allocation sizes (machines) BidBrain considers.
       tick_s: how often it considers buying; lead_s: how long before an allocation's billing
@@ -591,29 +634,39 @@ def bidbrain(
         a number: always bid that many USD/h above the market (aggressive: :data:`PRICE_TICK`).
       tables: the markets' :class:`EvictionTable` (built if ``None``; share them across runs).
       min_gain: buy only if the fleet's expected cost per work drops by this fraction.
-      horizon_s: give up (unfinished) after this long, or at the markets' end.
+      policy: the run's label.
+
+    Returns:
+      A :class:`~scarjax.cluster.clock.ClusterRun`: one :class:`~scarjax.cluster.ledger.Ledger`
+      entry per machine, one point per decision tick (``loss`` the share of the work still to
+      do, so ``to_target(0.0)`` is completion; ``steps`` the tick), ``'allocate'`` and
+      ``'revocation'`` events, and in ``meta``: ``start_s``, ``finished``, ``work_units``,
+      ``free_core_s``, ``compute_core_s``, ``free_fraction`` (:func:`free_fraction`),
+      ``evictions`` (provider revocations) and ``allocations`` (each with its ``usd``).
     """
     if lead_s < tick_s:
         raise ValueError(f"lead_s ({lead_s}) must be >= tick_s ({tick_s}) so no hour end is missed")
-    if reliable < 0 or not (0 <= reliable_market < len(markets)):
-        raise ValueError(f"reliable must be >= 0 and reliable_market an index into markets, got {reliable}, "
-                         f"{reliable_market}")
+    markets = (markets,) if isinstance(markets, mk.Market) else markets
+    if not isinstance(markets, Sequence) or isinstance(markets, str) or not (0 <= reliable_market < len(markets)):
+        raise ValueError(f"reliable_market must be an index into markets, got {reliable_market}")
+    va.check_int("reliable", reliable, lo=0)
     if fixed_headroom is not None and not fixed_headroom >= 0:
         raise ValueError(f"fixed_headroom must be >= 0 or None, got {fixed_headroom}")
-    views = _views(markets)
+    views, start_s, work = _contract(job, markets, key, horizon_s, work, reliable_market, "reliable_market")
     tables = [eviction_table(m) for m in markets] if tables is None else list(tables)
     markets = views
     if len(tables) != len(markets):
         raise ValueError("tables must have one EvictionTable per market")
     cores = [m.cores for m in markets]
-    sc, H = job.scaling, HOUR_S
+    sc, H = work.scaling, HOUR_S
     end_clock = min(start_s + horizon_s, min(m.end_s for m in markets))
+    points = [(float(start_s), 0.0)]
     t = float(start_s)
     allocs: list[Allocation] = []
     if reliable:
-        allocs.append(Allocation(reliable_market, reliable, math.inf, t, t + job.startup_s, tier="reliable"))
+        allocs.append(Allocation(reliable_market, reliable, math.inf, t, t + work.startup_s, tier="reliable"))
     rel_price = markets[reliable_market].on_demand
-    work, done = 0.0, None
+    done_w, done = 0.0, None
     while t < end_clock:
         live = [a for a in allocs if a.end > t]
         spot = [a for a in live if a.tier == "transient" and not a.dropping]
@@ -635,7 +688,7 @@ def bidbrain(
             hour_end = a.start + H * math.ceil((t - a.start) / H + 1e-9)
             if hour_end - t <= lead_s:
                 i = len(rel) + j
-                if not renew_or_drop(m_cost, m_core, m_beta, i, sc, job.reconfig_s):
+                if not renew_or_drop(m_cost, m_core, m_beta, i, sc, work.reconfig_s):
                     a.dropping, a.end = True, min(hour_end, a.revoke_at)
                     a.revoked = a.revoke_at <= hour_end
                     m_cost[i], m_core[i], m_beta[i] = 0.0, 0.0, 0.0
@@ -652,30 +705,32 @@ def bidbrain(
                         cand.append((mi, float(h), n, p, beta, tau))
         if cand:
             arr = np.array([(c[3], c[2], cores[c[0]], c[4], c[5]) for c in cand])
-            cc, cs = expected_hour(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], job.startup_s)
-            k = best_acquisition(m_cost, m_core, m_beta, cc, cs, arr[:, 3], sc, job.reconfig_s, min_gain=min_gain)
+            cc, cs = expected_hour(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], work.startup_s)
+            k = best_acquisition(m_cost, m_core, m_beta, cc, cs, arr[:, 3], sc, work.reconfig_s, min_gain=min_gain)
             if k >= 0:
                 mi, h, n, p, _, _ = cand[k]
                 bid = p + h
                 notice = float(markets[mi].notice(t, bid))
-                a = Allocation(mi, n, bid, t, t + job.startup_s, revoke_at=notice + markets[mi].warning_s)
+                a = Allocation(mi, n, bid, t, t + work.startup_s, revoke_at=notice + markets[mi].warning_s)
                 allocs.append(a)
-                work -= float(sc.rate(used)) * job.reconfig_s / 3600.0  # the join's pause
+                done_w -= float(sc.rate(used)) * work.reconfig_s / 3600.0  # the join's pause
         # provider revocations during the next tick
         t_next = min(t + tick_s, end_clock)
         for a in allocs:
             if a.tier == "transient" and not a.dropping and a.end > t and a.revoke_at < t_next + 1e-9:
                 a.end, a.revoked = max(a.revoke_at, a.start), True
-        work, done = _integrate(allocs, cores, sc, t, t_next, work, job.work)
+        done_w, done = _integrate(allocs, cores, sc, t, t_next, done_w, work.work)
         # an eviction pauses the fleet too
         for a in allocs:
             if a.revoked and t <= a.end < t_next and a.end > a.ready:
                 c = sum(b.n * cores[b.market] for b in allocs if b.ready <= a.end < b.end)
-                work -= float(sc.rate(c)) * job.reconfig_s / 3600.0
+                done_w -= float(sc.rate(c)) * work.reconfig_s / 3600.0
         if done is not None:
-            return _finish(policy, start_s, True, done, _cut(allocs, done), markets)
+            points.append((done, work.work))
+            return _result(policy, work, start_s, True, done, _cut(allocs, done), markets, points)
+        points.append((t_next, done_w))
         t = t_next
-    return _finish(policy, start_s, False, t, _cut(allocs, t), markets)
+    return _result(policy, work, start_s, False, t, _cut(allocs, t), markets, points)
 
 
 def _cut(allocs, t_end):
@@ -690,21 +745,26 @@ def _cut(allocs, t_end):
     return out
 
 
+
 # --------------------------------------------------------------------------------------
 # Baselines
 
 
-def on_demand(job: Job, markets: Sequence[mk.Market], start_s: float, *, machines: int = 16,
-              market: int = 0) -> ProteusRun:
-    """A fixed fleet of ``machines`` on-demand instances of ``markets[market]``'s type."""
-    markets = _views(markets)
-    va.check_int("machines", machines, lo=1)
-    va.check_real("start_s", start_s, lo=0.0, scalar=True)
-    c = machines * markets[market].cores
-    rate = float(job.scaling.rate(c)) / 3600.0
-    t_end = start_s + job.startup_s + job.work / rate
-    a = Allocation(market, machines, math.inf, float(start_s), start_s + job.startup_s, end=t_end, tier="reliable")
-    return _finish("on-demand", start_s, True, t_end, [a], markets)
+def on_demand(job: ck.Job, markets: Any, *, key: Any, horizon_s: float, work: WorkModel | None = None,
+              machines: int | None = None, market: int = 0, policy: str = "on-demand") -> ck.ClusterRun:
+    """A fixed fleet of ``machines`` (default ``job.workers``) on-demand instances of
+    ``markets[market]``'s type from the markets' ``start_time_s``, working from start-up to the
+    end of the ``work`` (or the horizon); arguments and result as :func:`proteus`."""
+    views, start_s, work = _contract(job, markets, key, horizon_s, work, market)
+    machines = job.workers if machines is None else va.check_int("machines", machines, lo=1)
+    c = machines * views[market].cores
+    rate = float(work.scaling.rate(c)) / 3600.0
+    ready = start_s + work.startup_s
+    t_done = ready + work.work / rate
+    t_end = min(t_done, start_s + horizon_s)
+    a = Allocation(market, machines, math.inf, float(start_s), ready, end=t_end, tier="reliable")
+    points = [(start_s, 0.0), (max(min(ready, t_end), start_s), 0.0), (t_end, rate * max(t_end - ready, 0.0))]
+    return _result(policy, work, start_s, t_done <= t_end, t_end, [a], views, points)
 
 
 def mttf_before(market: mk.Market, t: float, bid: float, lookback_s: float = 7 * 86400.0) -> float:
@@ -723,27 +783,29 @@ def mttf_before(market: mk.Market, t: float, bid: float, lookback_s: float = 7 *
     return span / ups if ups else span
 
 
-def checkpoint_spot(job: Job, markets: Sequence[mk.Market], start_s: float, *, machines: int = 16,
-                    market: int = 0, bid: float | None = None, horizon_s: float = 7 * 86400.0,
-                    lookback_s: float = 7 * 86400.0) -> ProteusRun:
-    """All machines spot (``bid``: the on-demand price) with full checkpoints every
-    ``sqrt(2 * checkpoint_s * MTTF)`` (Young/Daly; MTTF from :func:`mttf_before`); an eviction
-    rolls back to the last checkpoint and the job restarts on the cheapest option (on-demand
-    while the spot price is above the bid, back to spot at the end of an on-demand hour)."""
-    va.check_real("start_s", start_s, lo=0.0, scalar=True)
-    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
-    va.check_int("machines", machines, lo=1)
-    markets = _views(markets)
+def checkpoint_spot(job: ck.Job, markets: Any, *, key: Any, horizon_s: float, work: WorkModel | None = None,
+                    machines: int | None = None, market: int = 0, bid: float | None = None,
+                    lookback_s: float = 7 * 86400.0, policy: str = "checkpointing") -> ck.ClusterRun:
+    """All ``machines`` (default ``job.workers``) spot (``bid``: the on-demand price) with full
+    checkpoints of ``job.checkpoint_s`` every ``sqrt(2 * checkpoint_s * MTTF)`` (Young/Daly;
+    MTTF from :func:`mttf_before`); an eviction rolls back to the last checkpoint and the job
+    restarts (reading it back in ``job.restore_s``) on the cheapest option (on-demand while the
+    spot price is above the bid, back to spot at the end of an on-demand hour). Arguments and
+    result as :func:`proteus` (points at each allocation's end: the work committed)."""
+    views, start_s, work = _contract(job, markets, key, horizon_s, work, market)
+    machines = job.workers if machines is None else va.check_int("machines", machines, lo=1)
+    markets = views
     mkt = markets[market]
     bid = mkt.on_demand if bid is None else float(bid)
     mttf = mttf_before(mkt, start_s, bid, lookback_s)
     period = young_daly_s(job.checkpoint_s, mttf)
-    rate = float(job.scaling.rate(machines * mkt.cores)) / 3600.0
+    rate = float(work.scaling.rate(machines * mkt.cores)) / 3600.0
     end_clock = min(start_s + horizon_s, mkt.end_s)
     t, committed, allocs = float(start_s), 0.0, []
+    points = [(t, 0.0)]
     while t < end_clock:
         spot_ok = float(mkt.price_at(t)) <= bid
-        ready = t + job.startup_s + (job.restore_s if committed > 0 else 0.0)
+        ready = t + work.startup_s + (job.restore_s if committed > 0 else 0.0)
         if spot_ok:
             stop = min(float(mkt.notice(t, bid)) + mkt.warning_s, end_clock)
             planned = False
@@ -756,7 +818,7 @@ def checkpoint_spot(job: Job, markets: Sequence[mk.Market], start_s: float, *, m
                        tier="transient" if spot_ok else "reliable")
         allocs.append(a)
         # cycles of `period` compute + one checkpoint, from `ready`
-        need = (job.work - committed) / rate  # compute seconds still needed
+        need = (work.work - committed) / rate  # compute seconds still needed
         avail = max(stop - ready, 0.0)
         cyc = period + job.checkpoint_s
         full = math.floor(need / period) if period > 0 else 0
@@ -765,7 +827,8 @@ def checkpoint_spot(job: Job, markets: Sequence[mk.Market], start_s: float, *, m
             t_done = ready + full * cyc - job.checkpoint_s
         if t_done <= stop:
             a.end = t_done
-            return _finish("checkpointing", start_s, True, t_done, allocs, markets)
+            points.append((t_done, work.work))
+            return _result(policy, work, start_s, True, t_done, allocs, markets, points)
         if planned:  # a last checkpoint before leaving on-demand
             compute = max(avail - job.checkpoint_s, 0.0)
             n = math.floor(compute / cyc)
@@ -774,5 +837,6 @@ def checkpoint_spot(job: Job, markets: Sequence[mk.Market], start_s: float, *, m
             n = math.floor(avail / cyc)
             committed += rate * n * period
         a.end, a.revoked = stop, (not planned) and stop < end_clock
+        points.append((stop, committed))
         t = stop
-    return _finish("checkpointing", start_s, False, t, allocs, markets)
+    return _result(policy, work, start_s, False, t, allocs, markets, points)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import numpy as np
 
 from scarjax import validate as va
@@ -29,6 +30,9 @@ __all__ = ["Ledger", "hourly_bill"]
 
 TIERS = mk.TIERS
 BILLINGS = mk.BILLINGS
+# The JAX billing rule compiled once per argument shape (op by op, every new shape or price
+# series would compile each operation anew); the ledger checks its entries itself.
+_series_bill = jax.jit(mk.bill, static_argnames=("scheme",))
 
 # --------------------------------------------------------------------------------------
 # Bills
@@ -160,7 +164,7 @@ class Ledger:
         out = np.zeros(len(entries))
         for i, (e, t1, r) in enumerate(zip(entries, ends, revoked)):
             if isinstance(e.price, mk.PriceSeries):
-                out[i] = float(mk.bill(e.start, t1, e.price, r, e.billing))
+                out[i] = float(_series_bill(e.start, t1, e.price, r, scheme=e.billing))
             else:
                 out[i] = float(hourly_bill(e.start, t1, e.price, r, e.billing))
         return out
@@ -191,8 +195,11 @@ class Ledger:
             total += n * np.where(done, e.charged if e.charged is not None else 0.0, 0.0)
             if not mid.any():
                 continue
-            if isinstance(e.price, mk.PriceSeries):
-                part = np.asarray(mk.bill(e.start, np.maximum(times, e.start), e.price, False, e.billing), np.float64)
+            if isinstance(e.price, mk.PriceSeries):  # padded to a power of two: one compilation per size class
+                pad = np.full(max(8, 1 << max(times.size - 1, 0).bit_length()), e.start)
+                pad[: times.size] = np.maximum(times.ravel(), e.start)
+                part = np.asarray(_series_bill(e.start, pad, e.price, False, scheme=e.billing), np.float64)[: times.size]
+                part = part.reshape(times.shape)
             else:
                 part = hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
             total += n * np.where(mid, part, 0.0)

@@ -1087,8 +1087,10 @@ def bill_np(
     return price * charged_seconds(dur, minimum_s=float(minimum_s)) / 3600.0
 
 
+@jax.jit
 def _hourly_series(series: PriceSeries, start, hours):
-    """``sum_{k < hours} price(start + 3600 k)`` elementwise (a loop over max(hours) hours)."""
+    """``sum_{k < hours} price(start + 3600 k)`` elementwise (a loop over max(hours) hours;
+    compiled once per shape: an eager loop would be traced and compiled again on every call)."""
 
     def cond(c):
         k, _ = c

@@ -1,10 +1,12 @@
 """Proteus BidBrain (scarjax.cluster.bidbrain): the expected-cost decision on hand-made price
 series, bills without the provider-revoked partial hour, the free-computing fraction, no
-peeking into the future, determinism, the baselines on hand-computed cases.
+peeking into the future, determinism, the baselines on hand-computed cases, and Proteus as a
+policy of the shared contract (``policy(job, markets, *, key, horizon_s, ...) -> ClusterRun``).
 
 Every check is a helper with a message; each is shown to fail on a planted violation."""
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -14,11 +16,34 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scarjax.cluster import bidbrain as bb
+from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
+from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.steptime import step_time_fixed
 from scarjax.data import transient as td
+from scarjax.models import quadratic
 
 DAY = 86400.0
+WEEK = 7 * DAY
 SC = bb.ScalingModel(0.05, 4.0)
+POLICIES = (bb.proteus, bb.on_demand, bb.checkpoint_spot)
+
+
+@functools.lru_cache(maxsize=None)
+def _job(workers=16, checkpoint_s=60.0, restore_s=60.0):
+    """A contract job (the work model trains nothing: any algorithm)."""
+    return ck.Job(quadratic.random_problem(0, 4, 10.0), 0.0, step_time_fixed(60.0), workers=workers,
+                  checkpoint_s=checkpoint_s, restore_s=restore_s)
+
+
+def _run(markets, start, work, policy=bb.proteus, *, key=0, horizon_s=WEEK, job=None, scaling=SC, **kw):
+    """``policy`` on ``markets`` from ``start`` for ``work`` units under ``scaling``."""
+    return policy(job or _job(), bb.at(markets, start), key=key, horizon_s=horizon_s,
+                  work=bb.WorkModel(work, scaling), **kw)
+
+
+def _cost(run) -> float:
+    return sum(run.cost_by_tier.values())
 
 
 def _flat(price, days=10.0, od=0.21, cores=4, name="flat"):
@@ -37,15 +62,15 @@ def _flicker(base, spike, every_s, days=10.0, od=0.21, cores=4, name="flicker", 
 # ---- checks (each with a message) ---------------------------------------------------------
 
 
-def check_first_choice(run: bb.ProteusRun, want: str) -> None:
-    spot = [a for a in run.allocations if a["tier"] == "transient"]
+def check_first_choice(run: ck.ClusterRun, want: str) -> None:
+    spot = [a for a in run.meta["allocations"] if a["tier"] == "transient"]
     assert spot, "BidBrain bought no spot allocation"
     assert spot[0]["name"] == want, f"BidBrain chose {spot[0]['name']}, expected the cheaper {want}"
 
 
-def check_no_partial_hour_bill(run: bb.ProteusRun, markets) -> None:
+def check_no_partial_hour_bill(run: ck.ClusterRun, markets) -> None:
     """A provider-revoked allocation is charged whole hours only, each at its start price."""
-    for a in run.allocations:
+    for a in run.meta["allocations"]:
         if a["revoked"]:
             m = markets[a["market"]]
             hours = math.floor((a["end"] - a["start"]) / 3600.0 + 1e-6)
@@ -65,6 +90,26 @@ def check_fraction(free, comp, frac, want=None) -> None:
 
 def check_same(a: dict, b: dict) -> None:
     assert a == b, "two runs with the same inputs differ"
+
+
+def check_contract(run: ck.ClusterRun, horizon_s: float) -> None:
+    """The shared contract's result: one ledger entry per machine, the bill the sum of the
+    entries' charges (and of the allocations'), the run ended by the horizon."""
+    entries = run.ledger.entries
+    allocs = run.meta["allocations"]
+    assert len(entries) == sum(a["n"] for a in allocs), "not one ledger entry per machine"
+    assert all(e.stop is not None for e in entries), "a machine is still billed after the run"
+    total = sum(e.charged for e in entries)
+    assert _cost(run) == pytest.approx(total, rel=1e-12, abs=1e-12), (
+        f"the bill {_cost(run)} is not the sum over ledger entries {total}")
+    assert sum(a["usd"] for a in allocs) == pytest.approx(total, rel=1e-12, abs=1e-12), (
+        "the allocations' bills are not their ledger entries'")
+    assert 0.0 <= run.end_s <= horizon_s, f"the run ended at {run.end_s} s, past the horizon {horizon_s} s"
+    assert run.time_s.size and np.all(np.diff(run.time_s) >= 0) and run.time_s[-1] == run.end_s, (
+        "the points do not run forward to the run's end")
+    out = run.to_target(0.0)
+    assert out.reached == run.meta["finished"], "to_target(0) disagrees with finished"
+    assert run.count("revocation") == run.meta["evictions"], "revocation events disagree with evictions"
 
 
 # ---- the decision ---------------------------------------------------------------------
@@ -99,16 +144,15 @@ def test_best_acquisition_and_renewal_pick_the_lower_expected_cost_per_work():
 
 
 def test_bidbrain_buys_the_cheaper_market_on_hand_made_series():
-    job = bb.Job(work=200.0, scaling=SC)
     a, b = _flat(0.06, name="A"), _flat(0.05, name="B")
-    run = bb.bidbrain(job, [a, b], 2 * DAY, reliable=1)
+    run = _run([a, b], 2 * DAY, 200.0, reliable=1)
     check_first_choice(run, "B")
     # B jumps above any bid for 30 s every 4 minutes (history included): an allocation there
     # is revoked about when it starts working, so BidBrain's expectation picks A
     b2 = _flicker(0.05, 5.0, 240.0, name="B", spike_s=30.0)
-    run2 = bb.bidbrain(job, [a, b2], 2 * DAY, reliable=1)
+    run2 = _run([a, b2], 2 * DAY, 200.0, reliable=1)
     check_first_choice(run2, "A")
-    assert run.finished and run2.finished
+    assert run.meta["finished"] and run2.meta["finished"]
     with pytest.raises(AssertionError, match="expected the cheaper A"):  # planted: the wrong market
         check_first_choice(run, "A")
 
@@ -151,15 +195,18 @@ def test_no_bill_for_a_provider_revoked_partial_hour():
     t0 = 2 * DAY
     # stable at 0.05, then far above any bid 1.5 hours after the start
     m = bb.spot_market([0.0, t0 + 5400.0], [0.05, 9.0], on_demand=0.21, end_s=5 * DAY)
-    run = bb.bidbrain(bb.Job(work=400.0, scaling=SC), [m], t0, reliable=1, max_cores=24)
-    revoked = [a for a in run.allocations if a["revoked"]]
+    run = _run([m], t0, 400.0, reliable=1, max_cores=24)
+    revoked = [a for a in run.meta["allocations"] if a["revoked"]]
     assert revoked and all(a["end"] == pytest.approx(t0 + 5400.0 + mk.AWS_WARNING_S) for a in revoked)
     assert all(a["usd"] == pytest.approx(a["n"] * 0.05) for a in revoked)  # hour 1 only
     check_no_partial_hour_bill(run, [m])
-    # the same allocation ended by the user is billed the partial hour
-    a = bb.Allocation(0, 2, 0.06, t0, t0 + 300.0, end=t0 + 5520.0)
-    assert bb._bills([a], [m])[0] == pytest.approx(2 * (0.05 + 0.05))
-    planted = dataclasses.replace(run, allocations=[dict(x, usd=x["usd"] + 0.05) for x in run.allocations])
+    check_contract(run, WEEK)
+    # the same machine ended by the user is billed the partial hour
+    ledger = Ledger()
+    ledger.start(0, t0, price=m.spot)
+    assert ledger.stop(0, t0 + 5520.0) == pytest.approx(0.05 + 0.05)
+    planted = dataclasses.replace(
+        run, meta=dict(run.meta, allocations=[dict(x, usd=x["usd"] + 0.05) for x in run.meta["allocations"]]))
     with pytest.raises(AssertionError, match="partial hour was charged"):
         check_no_partial_hour_bill(planted, [m])
 
@@ -195,42 +242,55 @@ def test_free_fraction_lies_in_the_unit_interval(rows):
 def test_determinism_and_billing_invariants_on_the_embedded_history():
     markets = bb.spot_markets("us-east-1a")
     tables = [bb.eviction_table(m) for m in markets]
-    job = bb.Job(work=150.0, scaling=bb.ScalingModel(0.05, 8.0))
+    sc = bb.ScalingModel(0.05, 8.0)
     for start in (4 * DAY + 3600.0, 17 * DAY):
-        r1 = bb.bidbrain(job, markets, start, tables=tables).to_json()
-        r2 = bb.bidbrain(job, markets, start).to_json()  # tables rebuilt: the same
+        r1 = _run(markets, start, 150.0, scaling=sc, tables=tables).to_json()
+        r2 = _run(markets, start, 150.0, scaling=sc).to_json()  # tables rebuilt: the same
         check_same(r1, r2)
-        run = bb.bidbrain(job, markets, start, tables=tables, fixed_headroom=bb.PRICE_TICK)
+        run = _run(markets, start, 150.0, scaling=sc, tables=tables, fixed_headroom=bb.PRICE_TICK)
         check_no_partial_hour_bill(run, markets)
-        check_fraction(run.free_core_s, run.compute_core_s, run.free_fraction)
-        assert run.cost == pytest.approx(sum(a["usd"] for a in run.allocations), rel=1e-6)
+        check_contract(run, WEEK)
+        m = run.meta
+        check_fraction(m["free_core_s"], m["compute_core_s"], m["free_fraction"])
         assert all(a["bid"] == pytest.approx(float(markets[a["market"]].price_at("transient", a["start"])) + bb.PRICE_TICK)
-                   for a in run.allocations if a["tier"] == "transient")
+                   for a in m["allocations"] if a["tier"] == "transient")
     with pytest.raises(AssertionError, match="differ"):
-        check_same(r1, dict(r1, cost=r1["cost"] + 1))
+        check_same(r1, dict(r1, cost_by_tier={k: v + 1 for k, v in r1["cost_by_tier"].items()}))
 
 
 def test_baselines_hand_computed():
     m = _flat(0.05)
-    job = bb.Job(work=100.0, scaling=SC, checkpoint_s=60.0, restore_s=60.0)
     rate = float(SC.rate(16 * 4))
-    od = bb.on_demand(job, [m], DAY)
-    assert od.runtime_s == pytest.approx(300.0 + 3600.0 * 100.0 / rate)
-    assert od.cost == pytest.approx(16 * 0.21 * math.ceil(od.runtime_s / 3600.0))
-    ck = bb.checkpoint_spot(job, [m], DAY)  # never evicted: MTTF = the history's day
+    od = _run([m], DAY, 100.0, bb.on_demand)  # job.workers = 16 machines
+    assert od.end_s == pytest.approx(300.0 + 3600.0 * 100.0 / rate)
+    assert _cost(od) == pytest.approx(16 * 0.21 * math.ceil(od.end_s / 3600.0))
+    cp = _run([m], DAY, 100.0, bb.checkpoint_spot)  # never evicted: MTTF = the history's day
     period = math.sqrt(2 * 60.0 * DAY)
     need = 3600.0 * 100.0 / rate
-    assert ck.runtime_s == pytest.approx(300.0 + need + 60.0 * math.floor(need / period))
-    assert ck.cost == pytest.approx(16 * 0.05 * math.ceil(ck.runtime_s / 3600.0))
+    assert cp.end_s == pytest.approx(300.0 + need + 60.0 * math.floor(need / period))
+    assert _cost(cp) == pytest.approx(16 * 0.05 * math.ceil(cp.end_s / 3600.0))
+    for run in (od, cp):
+        check_contract(run, WEEK)
+        assert run.meta["finished"] and run.to_target(0.0).time_s == run.end_s
     assert bb.mttf_before(_flicker(0.05, 1.0, 3600.0), 2 * DAY, 0.21) == pytest.approx(3600.0, rel=0.01)
 
 
 def test_bad_arguments_are_named():
     m = _flat(0.05)
     with pytest.raises(ValueError, match="work"):
-        bb.Job(work=0.0)
+        bb.WorkModel(work=0.0)
     with pytest.raises(ValueError, match="lead_s"):
-        bb.bidbrain(bb.Job(work=1.0), [m], DAY, tick_s=600.0, lead_s=300.0)
+        _run([m], DAY, 1.0, tick_s=600.0, lead_s=300.0)
+    with pytest.raises(TypeError, match="job must be a scarjax.cluster.clock.Job"):
+        bb.proteus(object(), [m], key=0, horizon_s=DAY)
+    with pytest.raises(ValueError, match="horizon_s"):
+        _run([m], DAY, 1.0, horizon_s=0.0)
+    with pytest.raises(ValueError, match="start_time_s"):
+        bb.proteus(_job(), [m, *bb.at(m, DAY)], key=0, horizon_s=DAY)
+    with pytest.raises(TypeError, match="work must be a bidbrain.WorkModel"):
+        bb.on_demand(_job(), [m], key=0, horizon_s=DAY, work=5.0)
+    with pytest.raises(ValueError, match="machines"):
+        _run([m], DAY, 1.0, bb.on_demand, machines=0)
     with pytest.raises(ValueError, match="kappa"):
         bb.ScalingModel(-1.0)
     with pytest.raises(ValueError, match="on_demand"):
@@ -253,20 +313,69 @@ def test_bidbrain_runs_on_markets_from_arrays_and_from_the_parser_record():
     times, prices = own.spot.host_arrays()
     same = mk.Market.from_prices(times, prices, bid=spot.on_demand, provider="aws", end_s=float(own.spot.end_s),
                                  machine=mk.MachineType(own.machine.name, spot.on_demand, cores=4))
-    job = bb.Job(work=60.0, scaling=SC)
-    r1, r2 = (bb.bidbrain(job, [m], 4 * DAY, reliable=1).to_json() for m in (own, same))
+    r1, r2 = (_run([m], 4 * DAY, 60.0, reliable=1).to_json() for m in (own, same))
     check_same(r1, r2)
-    assert r1["finished"]
+    assert r1["meta"]["finished"]
 
 
 def test_bidbrain_refuses_what_is_not_a_price_driven_market():
-    job = bb.Job(work=1.0)
     with pytest.raises(TypeError, match="markets"):
-        bb.bidbrain(job, [object()], DAY)
+        bb.proteus(_job(), [object()], key=0, horizon_s=DAY)
     fixed = mk.Market(mk.MachineType("m", 0.2, spot=0.05), mk.exponential(3600.0))
     with pytest.raises(ValueError, match=r"markets\[0\] must be a price-driven market"):
-        bb.on_demand(job, [fixed], DAY)
+        bb.on_demand(_job(), [fixed], key=0, horizon_s=DAY)
     with pytest.raises(ValueError, match="warning_s"):
         mk.Market.from_prices([0.0], [0.1], bid=0.2, billing="hourly", machine=mk.MachineType("m", 0.2))
     with pytest.raises(ValueError, match="cores"):
         mk.MachineType("m", 0.2, cores=0)
+
+
+# ---- the shared policy contract -------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from(POLICIES), st.floats(2 * DAY, 6 * DAY), st.floats(600.0, 3 * DAY), st.integers(0, 2 ** 31 - 1))
+def test_proteus_and_its_baselines_are_policies_of_the_shared_contract(policy, start, horizon_s, seed):
+    """Callable as ``policy(job, markets, *, key, horizon_s, work=...)`` like every policy:
+    the same key gives the same run (price-driven markets draw nothing, so another key too),
+    the bill is the sum over the ledger's per-machine entries, and the run ends by the
+    horizon."""
+    markets = [_flicker(0.05, 0.3, 5400.0, name="A"), _flat(0.07, cores=8, name="B")]
+    run = _run(markets, start, 300.0, policy, key=seed, horizon_s=horizon_s, reliable=1) if policy is bb.proteus \
+        else _run(markets, start, 300.0, policy, key=seed, horizon_s=horizon_s)
+    check_contract(run, horizon_s)
+    again = policy(_job(), bb.at(markets, start), key=jax.random.PRNGKey(seed), horizon_s=horizon_s,
+                   work=bb.WorkModel(300.0, SC), **({"reliable": 1} if policy is bb.proteus else {}))
+    check_same(run.to_json(), again.to_json())
+
+
+def test_the_contract_check_catches_planted_violations():
+    m = _flicker(0.05, 0.3, 5400.0)
+    run = _run([m], 2 * DAY, 300.0, reliable=1)
+    check_contract(run, WEEK)
+    with pytest.raises(AssertionError, match="past the horizon"):  # planted: a horizon ignored
+        check_contract(run, run.end_s / 2)
+    with pytest.raises(AssertionError, match="not the sum over ledger entries"):  # planted: a bill off the ledger
+        check_contract(dataclasses.replace(run, cost_by_tier={"reliable": 1.0, "transient": 0.0}), WEEK)
+    with pytest.raises(AssertionError, match="one ledger entry per machine"):  # planted: one entry per allocation
+        a = run.meta["allocations"]
+        check_contract(dataclasses.replace(run, meta=dict(run.meta, allocations=[dict(x, n=x["n"] + 1) for x in a])),
+                       WEEK)
+
+
+def test_proteus_under_simulate_trials_and_a_horizon_cut():
+    """The engine's Monte-Carlo helper runs Proteus like any policy; a horizon shorter than the
+    job leaves it unfinished at the horizon, machines billed to then."""
+    m = _flat(0.05)
+    job = _job()
+    runs = ck.simulate_trials(bb.proteus, job, bb.at(m, DAY), 2, 0, horizon_s=WEEK, work=bb.WorkModel(300.0, SC))
+    check_same(runs[0].to_json(), runs[1].to_json())
+    full = runs[0]
+    assert full.meta["finished"] and full.to_target(0.0).reached
+    cut = _run([m], DAY, 300.0, horizon_s=full.end_s / 2)
+    check_contract(cut, full.end_s / 2)
+    assert not cut.meta["finished"] and cut.end_s == pytest.approx(full.end_s / 2)
+    assert not cut.to_target(0.0).reached and cut.loss[-1] > 0.0
+    # the default work model: what job.workers machines of the first market do in the job's runtime
+    w = bb.WorkModel.from_job(job, 4, scaling=SC)
+    assert w.work == pytest.approx(float(SC.rate(16 * 4)) * job.max_steps * 60.0 / 3600.0)

@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scarjax.cluster import clock
 from scarjax.cluster import market as mk
@@ -326,3 +328,39 @@ def test_a_replay_run_bills_only_the_machines_it_ran(lr8):
         spans = sorted((e.start, e.stop) for e in run.ledger.entries)
         assert spans[:2] == [(500.0, 1000.0), (1500.0, 4000.0)], f"{fn.__name__}: {spans}"
         assert all(a >= 4100.0 for a, _ in spans[2:]), f"{fn.__name__}: {spans}"
+
+
+def check_within_availability(iv, market, horizon_s):
+    """At every time up to the horizon (each end of an away interval, every change of the trace),
+    no more worker slots have a machine than the market offers then."""
+    t0 = market.start_time_s
+    p = market.process
+    times = {0.0} | {float(x) for v in iv for x in v.ravel() if np.isfinite(x) and x <= horizon_s}
+    times |= {float(c) - t0 for c in np.concatenate([np.asarray(p.add_s), np.asarray(p.remove_s)])
+              if np.isfinite(c) and t0 <= c <= t0 + horizon_s}
+    for t in sorted(times):
+        up = sum(1 for v in iv if not sf_down(v, t))
+        assert up <= market.available(t0 + t), f"{up} workers up at {t:.0f} s, the market offers {market.available(t0 + t):g}"
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([60.0, 250.0, 900.0]), st.integers(0, 4)), min_size=1, max_size=7)
+       .filter(lambda v: any(c > 0 for _, c in v)),
+       st.integers(1, 4), st.sampled_from([0.0, 100.0]), st.sampled_from([0.0, 450.0]), st.integers(0, 2**16))
+def test_workers_never_run_beyond_a_random_traces_availability(xs, workers, restart, start, seed):
+    times = np.cumsum([0.0] + [g for g, _ in xs[:-1]])
+    market = mk.Market(mk.MachineType("m", 0.1, spot=0.02), mk.from_availability(times, [c for _, c in xs], warning_s=0.0),
+                       billing="per_second", start_time_s=start)
+    iv = sf.down_intervals(market, jax.random.key(seed), workers, 6000.0, restart)
+    check_within_availability(iv, market, 6000.0)
+
+
+def test_availability_check_catches_workers_sharing_a_node(monkeypatch):
+    """Planted: purchases ignore which trace nodes the other workers hold."""
+    market = mk.Market(mk.MachineType("m", 0.1, spot=0.02), mk.from_availability([0.0, 1000.0], [2, 1], warning_s=0.0),
+                       billing="per_second")
+    check_within_availability(sf.down_intervals(market, jax.random.key(0), 2, 3000.0, 0.0), market, 3000.0)
+    acquire = mk.Market.acquire
+    monkeypatch.setattr(mk.Market, "acquire", lambda self, key, c, n, t, held=None: acquire(self, key, c, n, t))
+    with pytest.raises(AssertionError, match="the market offers"):
+        check_within_availability(sf.down_intervals(market, jax.random.key(0), 2, 3000.0, 0.0), market, 3000.0)
