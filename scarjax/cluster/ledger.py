@@ -196,7 +196,7 @@ class Ledger:
             if not mid.any():
                 continue
             if isinstance(e.price, mk.PriceSeries):  # padded to a power of two: one compilation per size class
-                pad = np.full(max(8, 1 << max(times.size - 1, 0).bit_length()), e.start)
+                pad = np.full(max(64, 1 << max(times.size - 1, 0).bit_length()), e.start)
                 pad[: times.size] = np.maximum(times.ravel(), e.start)
                 part = np.asarray(_series_bill(e.start, pad, e.price, False, scheme=e.billing), np.float64)[: times.size]
                 part = part.reshape(times.shape)
