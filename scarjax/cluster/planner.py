@@ -89,7 +89,11 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     ``avail`` (the share of the window's minutes at or below the bid), else the simulator's
     checkpoint-restart and SCAR buy on-demand machines for good (a mixture of the two paths);
     after a revocation the replacements are on-demand (A1's fallback), billed from the expected
-    revocation time ``E[τ | τ < T]`` with a free partial spot hour. TierML pays the on-demand
+    revocation time ``E[τ | τ < T]`` (``T`` the run without a revocation) to the end of the
+    revoked run, which is longer by the revocation's cost (checkpoint-restart: the restart and
+    half a segment of lost work; SCAR: its per-event time), hourly: half an hour of rounding
+    per machine and at least one hour; the spot machines' whole hours before ``τ`` are billed
+    (``max(τ/h − 1/2, 0)`` of them, hourly), the partial one free. TierML pays the on-demand
     price for the share of time the class is unavailable. The Young/Daly interval of
     checkpoint-restart and SCAR comes from the window's MTTF by renewal over the price series
     (:meth:`scarjax.cluster.market.PriceDriven.mttf_s`, as the simulator's ``Market.mttf_s``)
@@ -570,12 +574,19 @@ def _predict_one(c_, t):
     def rounded_h(x):  # billed hours of one machine run x seconds, stopped by the user
         return jnp.where(hourly, _billed_hours(x), x / _H)
 
-    def fb_cost(run):  # A1/A4 on a fallback market: (mean, var) of the bill of a run of `run` s
-        p = F(run)  # the allocation is revoked before the end (at most once)
-        tau = jnp.clip((S(run) - run * (1 - p)) / jnp.maximum(p, 1e-9), 0.0, run)  # E[life | < run]
+    def fb_cost(run, extra):  # A5b: (mean, var) of the bill on a fallback market
+        # `run`: the run's seconds without a revocation; `extra`: the seconds a revocation adds
+        # (restart and lost work), spent on the on-demand replacements
+        # lifetimes count from the request, the machines are billed after their start-up s0
+        R = s0 + run
+        p = F(R)  # the allocation is revoked before the end (at most once)
+        tau = jnp.clip((S(R) - R * (1 - p)) / jnp.maximum(p, 1e-9), 0.0, R)  # E[life | < R]
         c_no = n * sp * rounded_h(run)
-        c_rev = n * (jnp.where(hourly, 0.0, sp * tau / _H)
-                     + od * (jnp.maximum(run - tau, 0.0) / _H + jnp.where(hourly, 0.5, 0.0)))
+        # the spot machines' whole hours before the revocation are billed, the partial one free
+        sp_h = jnp.maximum(tau - s0, 0.0) / _H
+        od_h = jnp.maximum(run + extra - tau, 0.0) / _H  # the replacements, each at least an hour (hourly)
+        c_rev = n * (sp * jnp.where(hourly, jnp.maximum(sp_h - 0.5, 0.0), sp_h)
+                     + od * jnp.where(hourly, jnp.maximum(od_h + 0.5, 1.0), od_h))
         return (1 - p) * c_no + p * c_rev, p * (1 - p) * (c_rev - c_no) ** 2
 
     # --- on-demand
@@ -602,7 +613,7 @@ def _predict_one(c_, t):
     lost = jnp.where(x > 1e-6, 1.0 / jnp.maximum(lam, 1e-30) - L / jnp.maximum(em1, 1e-30), L / 2)
     cr_N_nf = nseg * em1
     cr_T_nf = s0 + W_start + nseg * seg
-    p1 = F(T0)
+    p1 = jnp.where(fb, F(s0 + T0), 0.0)  # A5b: a lifetime counts from the request
     cr_T_fb = s0 + T0 + p1 * (Rr + L / 2)
     cr_N = jnp.where(fb, p1, cr_N_nf)
     cr_T = jnp.where(fb, cr_T_fb, cr_T_nf)
@@ -611,7 +622,7 @@ def _predict_one(c_, t):
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
     ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0 - n * (1.0 - held) * W_start
     cr_c_nf, cr_cv = billed_mixed(ms_nf, cr_N * k_lost_n, cr_T - s0)
-    cr_c_fb, cr_fbv = fb_cost(cr_T - s0)
+    cr_c_fb, cr_fbv = fb_cost(T0, Rr + L / 2)
     cr_cost = jnp.where(fb, cr_c_fb, cr_c_nf)
     cr_cost_var = jnp.where(fb, cr_fbv, cr_cv + (n * sp / _H) ** 2 * cr_var)
     # a fallback market may not grant the start (price above the bid): on-demand throughout
@@ -646,18 +657,18 @@ def _predict_one(c_, t):
     fb_fp = fb & ~is_tm
 
     def fp_body(_, T):
-        ev = jnp.where(fb_fp, F(T - off), jnp.where(bulk, 1.0, n) * m_slot(T - off))
+        ev = jnp.where(fb_fp, F(A_fp), jnp.where(bulk, 1.0, n) * m_slot(T - off))  # A5b: at most one, by the end
         return jnp.minimum(A_fp + ev * B_fp, 10 * HORIZON_S)
 
     T_fp = jax.lax.fori_loop(0, _FIXED_POINT, fp_body, A_fp)
     sc_T = T_fp
-    sc_N = events(sc_T - s0, n)
+    sc_N = jnp.where(fb, F(A_s), events(sc_T - s0, n))
     sc_var = jnp.where(fb, sc_N * (1 - sc_N), sc_N) * B_ev ** 2
     sc_rework = sc_N * rho
     ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow) - n * (1.0 - held) * W_start \
         - sc_N * k_lost_n * W_rev
     sc_c_nf, sc_cv = billed_mixed(ms, sc_N * k_lost_n, sc_T - s0)
-    sc_c_fb, sc_fbv = fb_cost(sc_T - s0)
+    sc_c_fb, sc_fbv = fb_cost(A_s - s0, B_ev)
     sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
     sc_cost_var = jnp.where(fb, sc_fbv, sc_cv + (n * sp / _H) ** 2 * sc_var)
     sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework = _start_mix(

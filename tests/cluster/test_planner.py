@@ -578,3 +578,32 @@ def check_hours(run_s, got):
     want = float(mk.billed_hours(np.float32(run_s), False))
     assert abs(got - want) <= 1.0 and (got == want or abs(run_s % 3600.0) < 2.0 or abs(run_s % 3600.0 - 3600.0) < 2.0), \
         f"{run_s} s: expected hours {got} != billed_hours {want}"
+
+
+def check_mean_cost(pred_cost, sim_costs, rtol):
+    """The predicted cost is the mean simulated cost over the starts within ``rtol``."""
+    sim = float(np.mean(sim_costs))
+    assert abs(pred_cost - sim) <= rtol * sim, \
+        f"predicted cost {pred_cost:.4g} vs mean simulated {sim:.4g} ({100 * (pred_cost / sim - 1):+.1f}%)"
+
+
+def test_price_driven_revoked_run_is_billed_to_its_end():
+    """A price-driven market (A5b) whose price rises above the bid 20 minutes in: every granted
+    start is revoked, its replacements are on-demand to the end of the revoked run (restart and
+    lost work included), billed after their start-up (hourly: at least one hour each); the
+    checkpoint-restart prediction is the mean over the window's minute starts of the simulator's
+    bill (the model's own definition of a random start) within 6%, for both billing rules."""
+    prof = _qp_setup()[0]
+    ser = mk.price_series([0.1, 2.0], [0.0, 1200.0], end_s=40 * 3600.0)
+    for billing in ("per_second", "hourly"):
+        m = mk.Market(mk.MachineType("x", 1.0, ser), mk.price_driven(ser, 0.5), billing=billing,
+                      startup=mk.fixed_startup(300.0))
+        model = MarketModel.from_market(m, window=(0.0, 1260.0))
+        cands = pl.candidates(prof, model, workers=[4], policies=["checkpoint_restart"], periods=[1.0], bids=[0.5])
+        pred = pl.predict(prof, model, cands)
+        sim = pl.to_simulation(0, cands, prof, m)
+        costs = [sim.policy(sim.job, dataclasses.replace(sim.market, start_time_s=float(s)), key=0, horizon_s=1e6)
+                 .to_target(sim.job.target_loss).dollars for s in np.arange(0.0, 1260.0, 60.0)]
+        check_mean_cost(float(pred.cost[0]), costs, 0.06)
+    with pytest.raises(AssertionError, match="predicted cost"):  # planted: the bill of the revoked run cut short
+        check_mean_cost(0.8 * float(np.mean(costs)), costs, 0.06)
