@@ -157,7 +157,7 @@ def checkpoint_interval_steps(job: ck.Job, market: mk.Market) -> float:
     tau = young_daly_s(job.checkpoint_s, mttf)
     if not math.isfinite(tau):
         return math.inf
-    dt = job.step_time(job.workers) / market.machine.speed
+    dt = _dt(job, market, job.workers)
     return float(max(1, round(tau / dt)))
 
 
@@ -230,6 +230,7 @@ class _Fleet:
         other = "reliable" if (want == "reliable" or self.unavailable == "on_demand") else None
         tiers = ["transient" if g else other for g in granted]
         last = t
+        price = {tier: m.price(tier) for tier in set(tiers) if tier is not None}
         for i, s in enumerate(slots):
             tier = tiers[i]
             if tier is None:
@@ -240,7 +241,7 @@ class _Fleet:
             self.death[s] = death[i] if tier == "transient" else np.inf
             self.node[s] = node[i] if tier == "transient" else -1
             self.billed_from[s] = T + up[i]
-            self.ledger.start(self.mid[s], self.billed_from[s], price=m.price(tier), tier=tier, billing=m.billing)
+            self.ledger.start(self.mid[s], self.billed_from[s], price=price[tier], tier=tier, billing=m.billing)
             last = max(last, float(t + up[i]))
         for tier in ("transient", "reliable"):
             n_t = tiers.count(tier)
