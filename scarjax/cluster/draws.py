@@ -32,7 +32,7 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    events varies per draw, and the bills are ``float64`` host arithmetic
    (:class:`~scarjax.cluster.ledger.Ledger`) that JAX without x64 would not reproduce bit for
    bit. What is per run, not per draw, is computed once: the market's tables, a replayed
-   trace's float64 copy (its availability, next offer and MTTF), the step times and SCAR's
+   trace's float64 copy (its availability and MTTF), the step times and SCAR's
    write period. What remains per draw is mostly the ledger: one checked entry per machine
    bought (its start, its stop) and the run's bill curve (:class:`~scarjax.cluster.clock.
    Recorder`).
@@ -167,9 +167,9 @@ def _tables(process, startup, keys, purchases, machines, nodes):
 class _Drawn(mk.Market):
     """A market whose first purchases are served from the tables of one draw (row ``row``);
     everything else is the market's. Only :func:`run` builds it, with the draw's own key. A
-    replayed trace's host questions (:meth:`available`, :meth:`next_available`,
-    :meth:`mttf_s`) are answered from float64 copies of the trace made once for all draws
-    (the same operations as :class:`~scarjax.cluster.market.Replay`'s)."""
+    replayed trace's host questions the planners ask (:meth:`available`, :meth:`mttf_s`) are
+    answered from float64 copies of the trace made once for all draws (the same operations as
+    :class:`~scarjax.cluster.market.Replay`'s)."""
 
     def available(self, t):
         tab = self.__dict__.get("_tab")
@@ -177,16 +177,6 @@ class _Drawn(mk.Market):
             return super().available(t)
         t = float(t)
         return float(int(np.sum((tab["add64"] <= t) & (t < tab["rem64"]))))
-
-    def next_available(self, t):
-        tab = self.__dict__.get("_tab")
-        if tab is None or not tab["nodes"]:
-            return super().next_available(t)
-        t, add, rem = float(t), tab["add64"], tab["rem64"]
-        if np.any((add <= t) & (t < rem)):
-            return float(t)
-        later = add[(add > t) & (rem > add)]
-        return float(later.min()) if later.size else math.inf
 
     def mttf_s(self):
         tab = self.__dict__.get("_tab")
@@ -435,13 +425,119 @@ class _Shared:
         return self.traj.state_loss(self.step) if self.own is None else self.own.loss()
 
 
-def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None, **options):
+#: Keys of TierML's market-draw chain drawn ahead per draw (later ones: split on the host).
+TIER_CALLS = 64
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _tier_tables(startup, keys, calls, nodes):
+    """For every draw the first ``calls`` keys of TierML's chain (``key, k = split(key)``, the
+    controller's order), with what the market draws from each: a machine's start-up delay
+    (``startup.sample(k, 1)``) and, on a replayed trace of ``nodes`` nodes, the priorities
+    :meth:`~scarjax.cluster.market.Replay.pick` ranks them by (``uniform(split(k)[0], (K,))``).
+    Returns ``(keys [n, calls], carry [n], up float32[n, calls], u float32[n, calls, K])``."""
+
+    def one(key):
+        def body(k, _):
+            k2 = jax.random.split(k)
+            k_pick = jax.random.split(k2[1])[0]
+            up = jnp.zeros((), jnp.float32) if startup is None else startup.sample(k2[1], 1)[0]
+            u = jax.random.uniform(k_pick, (nodes,)) if nodes else jnp.zeros((0,), jnp.float32)
+            return k2[0], (k2[1], up, u)
+
+        carry, (ks, up, u) = jax.lax.scan(body, key, None, length=calls)
+        return ks, carry, up, u
+
+    return jax.vmap(one)(keys)
+
+
+def _replay_tabled(process) -> bool:
+    """Whether a replayed trace's revocations are served from the tables: the warning's coin
+    (``bernoulli(unwarned)``) is certain (0 or 1), so its draws do not depend on the count."""
+    if not isinstance(process, mk.Replay):
+        return False
+    try:
+        return float(process.unwarned) in (0.0, 1.0)
+    except (TypeError, jax.errors.ConcretizationTypeError):  # a traced field: drawn per call
+        return False
+
+
+class _TierDraws:
+    """TierML's market draws for one draw (``tierml(market_draws=...)``): call ``c`` of the
+    chain (a start-up or a purchase's revocations, in the controller's order) served from the
+    tables of :func:`_tier_tables` where they hold it, in float32 NumPy as the market's
+    programs compute it (:meth:`Replay.pick`: the nodes present at the request time, ranked by
+    their priorities, ``remove - t``; the warning ``max(life - warning_s, 0)`` or none); other
+    calls go to the market with the chain's key, as the controller would."""
+
+    def __init__(self, markets, tab, row):
+        self.markets, self.tab, self.row, self.c = markets, tab, row, 0
+        self.carry = None  # the chain past the tables (a key), once needed
+
+    def _key(self, c):
+        if c < self.tab["calls"]:
+            return self.tab["keys"][self.row, c]
+        if self.carry is None:
+            self.carry = self.tab["carry"][self.row]
+        self.carry, k = jax.random.split(self.carry)
+        return k
+
+    def startup(self, cls):
+        c, self.c = self.c, self.c + 1
+        if cls == 0 and c < self.tab["calls"]:
+            return float(np.float64(self.tab["up"][self.row, c])) if self.tab["startup"] else 0.0
+        return float(self.markets[cls].startup_s(self._key(c), 1)[0])
+
+    def revocations(self, cls, n, t):
+        c, self.c = self.c, self.c + 1
+        if cls != 0 or c >= self.tab["calls"] or not self.tab["nodes"]:
+            return self.markets[cls].revocations(self._key(c), n, t)
+        add, rem, K = self.tab["add"], self.tab["rem"], self.tab["nodes"]
+        t0 = np.float32(t)
+        free = (add <= t0) & (t0 < rem)
+        prio = np.where(free, self.tab["u"][self.row, c], np.float32(-1.0))
+        order = np.argsort(-prio, kind="stable")
+        idx = np.arange(n)
+        pick = order[idx % K]
+        ok = free[pick] & (idx < K)
+        life = np.where(ok, rem[pick] - t0, np.float32(0.0)).astype(np.float32)
+        if self.tab["unwarned"]:
+            warn = life
+        else:
+            warn = np.maximum(life - self.tab["warning_s"], np.float32(0.0)).astype(np.float32)
+        return life.astype(np.float64), warn.astype(np.float64)
+
+
+def _tier_draws(market, markets_of, keys):
+    """One :class:`_TierDraws` per draw (``markets_of[i]``: draw ``i``'s markets, the first the
+    market at its start), or ``None`` each where the tables do not apply (a price-driven
+    market: its lifetimes depend on the request time through the series)."""
+    n = int(keys.shape[0])
+    p = market.process
+    if isinstance(p, mk.PriceDriven):
+        return [None] * n
+    replay = _replay_tabled(p)
+    nodes = int(p.add_s.shape[0]) if replay else 0
+    ks, carry, up, u = _tier_tables(market.startup, keys, TIER_CALLS, nodes)
+    tab = {"calls": TIER_CALLS, "keys": ks, "carry": carry, "up": np.asarray(up),
+           "startup": market.startup is not None, "nodes": nodes}
+    if replay:
+        tab.update(u=np.asarray(u), add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
+                   warning_s=np.float32(p.warning_s), unwarned=float(p.unwarned) == 1.0)
+    return [_TierDraws(ms, tab, i) for i, ms in enumerate(markets_of)]
+
+
+def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None,
+            alternatives=(), **options):
     trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:  # as tierml's default: the real state's bytes
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     traj = _Trajectory(job.algorithm, train_key, init_state)
-    return [tml.tierml(job, _market_at(market, s), key=k, horizon_s=horizon_s, train_key=train_key,
-                       param_bytes=param_bytes, trainer=_Shared(traj), **options) for k, s in zip(keys, starts)]
+    at = [_market_at(market, s) for s in starts]
+    draws = _tier_draws(market, [[m, *alternatives] for m in at], keys)
+    return [tml.tierml(job, m, key=k, horizon_s=horizon_s, train_key=train_key, param_bytes=param_bytes,
+                       trainer=_Shared(traj), alternatives=alternatives, market_draws=d, **options)
+            for k, m, d in zip(keys, at, draws)]
 
 
 # --------------------------------------------------------------------------------------
