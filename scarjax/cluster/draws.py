@@ -19,7 +19,12 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    operations as :meth:`Replay.pick`: which nodes are present and not held at the request
    time, their order, ``remove - t``), bit for bit the per-call result. A price-driven
    process (lifetimes depend on the request time through the series) and purchases past the
-   tables fall back to :meth:`Market.acquire` itself.
+   tables fall back to :meth:`Market.acquire` itself. TierML's controller draws through its own
+   key chain (``key, k = split(key)`` per start-up and per purchase): the first
+   :data:`TIER_CALLS` keys of every draw, their start-up delays and a replayed trace's node
+   priorities come from one program too, the host finishing each purchase as
+   :meth:`Replay.pick` does (when the trace's warning coin is certain); other lifetimes, other
+   classes and later calls go to the market with the chain's key.
 2. *The clocks* (revocations, waits, start-ups, checkpoints, rework, the ledger) stay one host
    event loop per draw: the public planning API of :mod:`~scarjax.cluster.policies`
    (:func:`~scarjax.cluster.policies.plan_checkpoint_restart`,

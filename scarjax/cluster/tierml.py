@@ -310,6 +310,27 @@ class _Group:
     first: int = 0  # machine index of ids[0] (the server index of the ActivePS block placement)
 
 
+_PLACEMENTS: dict = {}  # _placement's results by input (many draws repeat the same moves)
+_PLACEMENTS_MAX = 4096
+
+
+def _placement(so: np.ndarray, moving: np.ndarray, host: np.ndarray, seed_deal: int | None,
+               seed_rebalance: int) -> np.ndarray:
+    """The ActivePS blocks' new servers (``int64[B]``): the ``moving`` blocks dealt to the
+    ``host`` machines (:func:`scarjax.ps.failures.deal`, seeded ``seed_deal``; none moving:
+    ``None``), then :func:`scarjax.ps.elastic.rebalance` (seeded ``seed_rebalance``). Pure:
+    results are kept by input, so draws that repeat a placement compute it once."""
+    key = (so.dtype.str, so.tobytes(), moving.tobytes(), host.tobytes(), seed_deal, seed_rebalance)
+    hit = _PLACEMENTS.get(key)
+    if hit is None:
+        out = deal(so, moving, host, None, seed_deal) if seed_deal is not None else so
+        hit = np.asarray(ps_elastic.rebalance(None, out, host, seed_rebalance), np.int64)
+        if len(_PLACEMENTS) >= _PLACEMENTS_MAX:
+            _PLACEMENTS.clear()
+        _PLACEMENTS[key] = hit
+    return hit.copy()
+
+
 def _next_hour_end(start: float, t: float) -> float:
     k = max(1, math.ceil((t - start) / _H - 1e-9))
     return start + k * _H
@@ -321,10 +342,11 @@ class _Controller:
     the real training state and the :class:`~scarjax.cluster.trainer.Trainer`."""
 
     def __init__(self, job, markets, *, key, thresholds, push_every, param_bytes, bandwidth_bps,
-                 flush_on_warning, recorder, ledger, trainer, ps_blocks=256):
+                 flush_on_warning, recorder, ledger, trainer, ps_blocks=256, market_draws=None):
         self.job, self.markets = job, markets
         self.t0 = float(markets[0].start_time_s)
         self.key = key
+        self.market_draws = market_draws
         self.th = thresholds
         self.push_every = push_every
         self.param_bytes = float(param_bytes)
@@ -352,11 +374,26 @@ class _Controller:
         self._hosts: tuple = ()
         self._seed = 0
         self._blocks: spt.Partition | None = None  # the real state's blocks (state_blocks), built at first use
+        # the stage, time per iteration and flush time of each machine count, computed once (pure
+        # functions of the counts; the controller asks at every event)
+        self._memo: dict = {}
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
         self.key, k = jax.random.split(self.key)
         return k
+
+    def _startup(self, cls: int) -> float:
+        """One new machine's start-up delay in market ``cls`` (the next key of the chain)."""
+        if self.market_draws is not None:
+            return self.market_draws.startup(cls)
+        return float(self.markets[cls].startup_s(self._draw(), 1)[0])
+
+    def _revocations(self, cls: int, n: int, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` spot machines' ``(lifetime, warning)`` bought at market time ``t`` (the next key)."""
+        if self.market_draws is not None:
+            return self.market_draws.revocations(cls, n, t)
+        return self.markets[cls].revocations(self._draw(), n, t)
 
     def buy(self, kind: str, cls: int, n: int, t: float, *, delay: float | None = None,
             switch: bool = False) -> _Group:
@@ -365,12 +402,12 @@ class _Controller:
         market's process, bought when they start. ``switch``: on joining they take over from the
         current transient machines (which keep running workers to their billing hour's end)."""
         m = self.markets[cls]
-        ready = t + (float(m.startup_s(self._draw(), 1)[0]) if delay is None else float(delay))
+        ready = t + (self._startup(cls) if delay is None else float(delay))
         ids = [f"{kind}{self.next_id + i}" for i in range(n)]
         gid = self.next_id
         self.next_id += n
         if kind == "spot":
-            life, warn = m.revocations(self._draw(), n, self.t0 + ready)
+            life, warn = self._revocations(cls, n, self.t0 + ready)
             life, warn = ready + life, ready + warn
         else:
             life = warn = np.full(n, math.inf)
@@ -421,7 +458,10 @@ class _Controller:
 
     def stage(self) -> int:
         tr, re = self.counts()
-        return int(select_stage(tr, re, self.th))
+        got = self._memo.get(("stage", tr, re))
+        if got is None:
+            got = self._memo[("stage", tr, re)] = int(select_stage(tr, re, self.th))
+        return got
 
     def pending(self, kind: str) -> int:
         return sum(len(g.ids) for g in self.groups if g.kind == kind and not g.joined)
@@ -429,10 +469,17 @@ class _Controller:
     def seconds_per_step(self) -> float:
         tr, re = self.counts()
         speed = min(float(self.markets[g.cls].machine.speed) for g in self.groups if g.alive.any())
-        return step_seconds(self.job.step_time, tr, re, self.th) / speed
+        got = self._memo.get(("step", tr, re, speed))
+        if got is None:
+            got = self._memo[("step", tr, re, speed)] = step_seconds(self.job.step_time, tr, re, self.th) / speed
+        return got
 
     def flush_s(self) -> float:
-        return flush_seconds(self.param_bytes, max(1, self.counts()[1]), self.bw)
+        re = max(1, self.counts()[1])
+        got = self._memo.get(("flush", re))
+        if got is None:
+            got = self._memo[("flush", re)] = flush_seconds(self.param_bytes, re, self.bw)
+        return got
 
     # ---- events -----------------------------------------------------------------
     def next_interrupt(self) -> float:
@@ -542,9 +589,8 @@ class _Controller:
             return
         so = np.zeros(self.ps_blocks, np.int64) if self.server_of is None else self.server_of
         moving = np.ones(so.size, bool) if self.server_of is None else ~host[so]
-        if moving.any():
-            so = deal(so, moving, host, None, self._next_seed())
-        self.server_of = np.asarray(ps_elastic.rebalance(None, so, host, self._next_seed()), np.int64)
+        seed_deal = self._next_seed() if moving.any() else None
+        self.server_of = _placement(so, moving, host, seed_deal, self._next_seed())
         self._hosts = hosts
 
     def current_class(self) -> int:
@@ -762,7 +808,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
            param_bytes: float | None = None, bandwidth_bps: float = 1e9, switch_factor: float = 2.0,
            mttf_window_s: float = 24 * _H, check_every_s: float = 300.0, proactive: bool = True,
            flush_on_warning: bool = True, chunk: int = 8, train_key: Any = 0, init_state=None,
-           trainer: Any = None, ps_blocks: int = 256):
+           trainer: Any = None, ps_blocks: int = 256, market_draws: Any = None):
     """TierML (Secs 3.2–3.4) on ``market`` and the other spot classes ``alternatives``: returns a
     :class:`~scarjax.cluster.clock.ClusterRun` (``meta``: rollbacks, lost and trained
     iterations, flushes, the stages used).
@@ -799,6 +845,11 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         ``snapshot``, ``restore``, ``loss``, and ``state_at(snapshot)`` -> the state when its
         snapshots are not states; ``None``: a real one from ``train_key`` and ``init_state``),
         e.g. :mod:`scarjax.cluster.draws`' shared trajectory of many draws.
+      market_draws: a stand-in for the market draws of ``key`` (``startup(cls) -> float`` and
+        ``revocations(cls, n, t) -> (lifetime, warning)``, each taking the next key of the chain
+        ``key, k = split(key)`` as :meth:`~scarjax.cluster.market.Market.startup_s` and
+        :meth:`~scarjax.cluster.market.Market.revocations` would; ``None``: those calls), e.g.
+        :mod:`scarjax.cluster.draws`' tables drawn for many draws in one program.
     """
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
@@ -828,7 +879,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
     rec = ck.Recorder("tierml", ledger, market.start_time_s)
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
-                      recorder=rec, ledger=ledger, trainer=trainer, ps_blocks=ps_blocks)
+                      recorder=rec, ledger=ledger, trainer=trainer, ps_blocks=ps_blocks, market_draws=market_draws)
     series = {}  # the market prices the controller watches (the process's series when price-driven)
     for i, m in enumerate(markets):
         sp = m.process.series if isinstance(m.process, mk.PriceDriven) else m.spot

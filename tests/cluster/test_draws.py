@@ -98,6 +98,23 @@ def test_exponential_market_draws_equal_the_per_draw_loop(policy):
     check_identical(a, b, job.target_loss)
 
 
+def test_tierml_market_draws_beyond_the_tables_fall_back(monkeypatch):
+    """TierML's chain of market draws past :data:`TIER_CALLS` is split on the host and its calls go
+    to the market: the same runs. Planted: a chain that hands out a wrong key is caught."""
+    monkeypatch.setattr(dr, "TIER_CALLS", 2)
+    job = _job()
+    starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 6)
+    a, b = _both("tierml", job, _p3(), 6, 3, starts)
+    check_identical(a, b, job.target_loss)
+    real = dr._TierDraws._key
+    monkeypatch.setattr(dr._TierDraws, "_key", lambda self, c: jax.random.fold_in(real(self, c), 1))
+    monkeypatch.setattr(dr, "TIER_CALLS", 0)
+    bad = dr.run("tierml", job, _p3(), jax.random.split(jax.random.key(3), 6), horizon_s=HORIZON, start_s=starts,
+                 **OPTS["tierml"])
+    with pytest.raises(AssertionError, match="mismatches"):
+        check_identical(bad, b, job.target_loss)
+
+
 def test_tierml_draws_with_lost_blocks_equal_the_per_draw_loop():
     """Unwarned revocations of single ActivePSs (1 + 8 machines: 4 ActivePSs): their blocks roll
     back to the BackupPS and the draw's state leaves the shared trajectory; the runs stay the
