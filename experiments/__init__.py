@@ -64,20 +64,21 @@ REGISTRY: tuple[str, ...] = (
     "experiments.planner_validation",  # the planner against the simulator
 )
 
-# Expected cost of each experiment, ``{NAME: (quick seconds, full seconds)}``: wall times of
-# one sequential run on the project's shared 2-core machine (from results' ``meta.wall_s``;
-# quick under a load average near 10, so only their ratios matter). ``scarjax reproduce
-# --jobs N`` starts the longest first (:func:`experiments._parallel.schedule`); a missing or
-# stale entry only costs time, never changes results.
+# Expected cost of each experiment, ``{NAME: (quick seconds, full seconds)}``: wall times
+# (results' ``meta.wall_s``) of one ``scarjax reproduce --quick`` (``--jobs 2``, on an idle
+# 2-core machine) and of one sequential full run on the project's shared 2-core machine.
+# ``scarjax reproduce --jobs N`` starts the longest first
+# (:func:`experiments._parallel.schedule`); a missing or stale entry only costs time, never
+# changes results.
 COST: dict[str, tuple[float, float]] = {
-    "fig5_3_qp": (31, 29), "fig5_5_mlr": (224, 172), "fig5_6_reset": (217, 145),
-    "fig5_7_partial_recovery": (146, 356), "fig5_9_priority_checkpoint": (237, 676),
-    "fig5_11_large_scale": (71, 62), "staleness": (139, 55), "precision": (140, 31), "revocation": (129, 40),
-    "combined": (134, 24), "pollux_efficiency": (141, 521), "pollux_throughput": (378, 193),
-    "pollux_adaptive": (95, 115), "proteus": (25, 19), "tierml_fig12": (6, 63), "sched_main": (126, 825),
-    "sched_sweeps": (126, 3959), "sched_autoscale": (18, 49), "sync_on_the_fly": (64, 20),
-    "litz_elasticity": (60, 6), "cluster_scar": (84, 37), "tierml_fig1": (53, 414), "tierml_fig11": (26, 3),
-    "cmdare": (17, 10), "perf_models_local": (109, 204), "planner_validation": (78, 115),
+    "fig5_3_qp": (10, 29), "fig5_5_mlr": (44, 172), "fig5_6_reset": (30, 145),
+    "fig5_7_partial_recovery": (14, 356), "fig5_9_priority_checkpoint": (37, 676),
+    "fig5_11_large_scale": (14, 62), "staleness": (30, 55), "precision": (16, 31), "revocation": (15, 40),
+    "combined": (15, 24), "pollux_efficiency": (31, 521), "pollux_throughput": (56, 193),
+    "pollux_adaptive": (21, 115), "proteus": (10, 19), "tierml_fig12": (3, 63), "sched_main": (8, 825),
+    "sched_sweeps": (45, 3959), "sched_autoscale": (8, 49), "sync_on_the_fly": (16, 20),
+    "litz_elasticity": (11, 6), "cluster_scar": (9, 37), "tierml_fig1": (10, 414), "tierml_fig11": (4, 3),
+    "cmdare": (3, 10), "perf_models_local": (11, 204), "planner_validation": (16, 115),
 }
 
 # Experiments that share memoised problems or compiled programs: with ``--jobs N`` each group
