@@ -55,7 +55,8 @@ simulator.
 
 **Run time** (the project's shared 2-core machine at a load average near 20): ``--quick`` (the
 p3 and one rare-spot case, one start) about 2 minutes wall, 26 s of CPU, most of it compiling
-the prediction program once; the full run (14 cases) about 9 minutes wall (``meta.wall_s``).
+the prediction program once; the full run (18 cases, 24 starts on each price case) about 14
+minutes wall at a load average near 24 (``meta.wall_s``).
 """
 
 from __future__ import annotations
