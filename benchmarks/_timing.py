@@ -114,9 +114,9 @@ def emit(name: str, results: dict) -> None:
     print(json.dumps({"benchmark": name, "environment": environment(), **results}, indent=1))
 
 
-def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int, workers: int | None = None) -> float:
-    """Median seconds per iteration of ``scarjax.run(algorithm, hooks, steps, seed,
-    workers=workers)`` over ``repeats`` fresh seeds, after one compiling run."""
+def run_step_samples(algorithm: Any, hooks: Any, steps: int, repeats: int, workers: int | None = None) -> list[float]:
+    """Seconds per iteration of ``scarjax.run(algorithm, hooks, steps, seed,
+    workers=workers)`` for each of ``repeats`` fresh seeds, after one compiling run."""
     import scarjax
 
     def go(seed):
@@ -128,4 +128,9 @@ def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int, w
         t0 = time.perf_counter()
         go(r + 1)
         times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
+    return times
+
+
+def run_seconds_per_step(algorithm: Any, hooks: Any, steps: int, repeats: int, workers: int | None = None) -> float:
+    """Median of :func:`run_step_samples`: seconds per iteration over ``repeats`` fresh seeds."""
+    return statistics.median(run_step_samples(algorithm, hooks, steps, repeats, workers))

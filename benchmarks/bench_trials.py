@@ -1,6 +1,7 @@
 """Trials per second of ``scarjax.run_trials``: one device vs sharded over 8 devices vs
 chunked, for 10,000 QP and 10,000 MLR trials, measured side by side in one run; and the
-peak memory of 100,000 QP trials.
+peak memory of 100,000 QP trials. ``--quick`` (under a minute): 200 QP trials only (each MLR
+program takes about 10 s of CPU time to compile), and two memory runs of 10,000 trials.
 
 Configurations (same keys, same hooks, same compiled loop; only the mesh and chunks differ):
 
@@ -46,12 +47,12 @@ from scarjax.models import mlr, quadratic  # noqa: E402
 
 def problems(quick: bool) -> dict:
     """(algorithm, hooks, steps): the Fig 5.3 QP with a Gaussian kick half-way, and MLR on
-    digits (minibatches of 64) with a Gaussian kick half-way."""
+    digits (minibatches of 64) with a Gaussian kick half-way (``quick``: the QP alone)."""
     qp_steps, mlr_steps = (20, 2) if quick else (100, 2)
-    return {
-        "qp": (quadratic.fig53_problem(), hooks.scheduled(perturb.gaussian(1.0), qp_steps // 2), qp_steps),
-        "mlr": (mlr.digits(batch_size=64), hooks.scheduled(perturb.gaussian(0.1), mlr_steps // 2), mlr_steps),
-    }
+    out = {"qp": (quadratic.fig53_problem(), hooks.scheduled(perturb.gaussian(1.0), qp_steps // 2), qp_steps)}
+    if not quick:
+        out["mlr"] = (mlr.digits(batch_size=64), hooks.scheduled(perturb.gaussian(0.1), mlr_steps // 2), mlr_steps)
+    return out
 
 
 def throughput(n: int, chunk: int, rounds: int, quick: bool) -> dict:
@@ -109,7 +110,8 @@ def _memory_child(n: int, steps: int, how: str) -> None:
     qp = quadratic.fig53_problem()
     h = hooks.scheduled(perturb.gaussian(1.0), steps // 2)
     keys = jax.random.split(jax.random.key(0), n)
-    kw = {"one_program": dict(chunk_size=n), "default_budget": {}, "chunks_of_10000": dict(chunk_size=10_000)}[how]
+    named = {"one_program": dict(chunk_size=n), "default_budget": {}}
+    kw = named[how] if how in named else dict(chunk_size=int(how.split("_")[-1]))  # "chunks_of_<k>"
     calls = []
     inner = trials._sharded
     trials._sharded = lambda *a, **k: calls.append(1) or inner(*a, **k)  # count the chunks
@@ -125,12 +127,12 @@ def _memory_child(n: int, steps: int, how: str) -> None:
                       "results_mb": round(result_mb, 1)}))
 
 
-def memory(n: int, steps: int, concurrent: bool = False) -> list:
-    """Peak RSS of the three ways in fresh processes, one after another (``concurrent``: all
-    three at once, as ``--quick`` does: each peak is still its own process's, but the seconds
-    include sharing the cores)."""
+def memory(n: int, steps: int, concurrent: bool = False,
+           hows: tuple = ("one_program", "default_budget", "chunks_of_10000")) -> list:
+    """Peak RSS of the ways ``hows`` in fresh processes, one after another (``concurrent``: all
+    at once, as ``--quick`` does with one program vs chunks of a quarter: each peak is still its
+    own process's, but the seconds include sharing the cores)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    hows = ("one_program", "default_budget", "chunks_of_10000")
 
     def start(how):
         return subprocess.Popen([sys.executable, __file__, "--no-force", "--memory-child", how, str(n), str(steps)],
@@ -150,8 +152,9 @@ def memory(n: int, steps: int, concurrent: bool = False) -> list:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="200 trials in chunks of 50, few steps, 2 rounds, each problem's programs compiled at once; "
-                             "10,000 memory trials of 50 steps, the three processes at once (under a minute)")
+                        help="the QP alone: 200 trials in chunks of 50, 20 steps, 3 rounds, the three programs "
+                             "compiled at once; 10,000 memory trials of 50 steps in one program vs chunks of 2,500, "
+                             "the two processes at once (under a minute)")
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--chunk", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -165,10 +168,11 @@ def main(argv=None) -> None:
         how, n, steps = a.memory_child
         return _memory_child(int(n), int(steps), how)
     if a.quick:
-        a.trials, a.chunk, a.rounds, a.memory_trials, a.memory_steps = 200, 50, 2, 10_000, 50
+        a.trials, a.chunk, a.rounds, a.memory_trials, a.memory_steps = 200, 50, 3, 10_000, 50
     results = {"throughput": throughput(a.trials, a.chunk, a.rounds, a.quick), "load_average": _timing.loadavg()}
     if not a.no_memory:
-        results["memory"] = memory(a.memory_trials, a.memory_steps, concurrent=a.quick)
+        hows = ("one_program", f"chunks_of_{a.memory_trials // 4}") if a.quick else ("one_program", "default_budget", "chunks_of_10000")
+        results["memory"] = memory(a.memory_trials, a.memory_steps, concurrent=a.quick, hows=hows)
     _timing.emit("bench_trials", results)
 
 
