@@ -444,10 +444,6 @@ ABSOLUTE_PATH = re.compile(
     r"(?<![\w.~$/:-])/(?:home|Users|work|root|mnt|opt|srv|private|scratch|data|media|Volumes)/[\w.$-]"
     r"|(?<![\w])[A-Za-z]:\\{1,2}[\w.$-]+\\")
 TEXT_SUFFIXES = (".py", ".md", ".json", ".txt", ".toml", ".cfg", ".yml", ".yaml", ".ipynb", ".rst")
-#: recorded run inputs (``config``) written before the experiments printed paths relative to
-#: the shared data root (:func:`experiments._common.shown_path`); the next run of each records
-#: the relative form. ``(file, config key)``.
-RECORDED_INPUTS: set[tuple[str, str]] = set()
 
 
 def issue_refs(text: str) -> list[str]:
@@ -470,15 +466,6 @@ def _committed_text_files() -> list[str]:
     if out is None or out.returncode != 0:
         pytest.skip("not a git checkout: the committed files are unknown")
     return [f for f in out.stdout.splitlines() if f.endswith(TEXT_SUFFIXES) and (REPO / f).is_file()]
-
-
-def _without_recorded_inputs(path: str, text: str) -> str:
-    if not path.startswith("results/") or not path.endswith(".json"):
-        return text
-    data = json.loads(text)
-    if isinstance(data, dict) and isinstance(data.get("config"), dict):
-        data["config"] = {k: ("" if (path, k) in RECORDED_INPUTS else v) for k, v in data["config"].items()}
-    return json.dumps(data, indent=1)
 
 
 # The planted texts spell the word with "%" (this file is committed text too).
@@ -515,5 +502,5 @@ def test_no_absolute_paths_in_committed_text():
     """Reports, docs and code print paths relative to the repository or the data root
     (``$SCARJAX_SHARED_DATA/...``), never one machine's absolute path."""
     bad = [f"{f}:{b}" for f in _committed_text_files()
-           for b in absolute_paths(_without_recorded_inputs(f, (REPO / f).read_text(errors="replace")))]
+           for b in absolute_paths((REPO / f).read_text(errors="replace"))]
     assert not bad, "absolute paths in committed text:\n" + "\n".join(bad)
