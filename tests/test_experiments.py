@@ -203,6 +203,7 @@ def test_pollux_throughput_tiny_end_to_end(tmp_path):
         hidden=64,
         reps=3,
         rounds=1,
+        forced_reps=2,  # the forced host devices' own repeat count (quick mode's cut)
     )
     res = m.run(cfg, tmp_path)
     recs = res["records"]
@@ -220,9 +221,8 @@ def test_pollux_throughput_tiny_end_to_end(tmp_path):
         assert np.isfinite(rmsle) and rmsle >= 0.0
     assert np.isfinite(res["fit"]["mean_rel_error"])
     assert (tmp_path / "paper_figs" / "pollux_throughput.png").stat().st_size > 0
-    assert "process per core" in m.report(
-        json.loads((tmp_path / "results" / "pollux_throughput.json").read_text())
-    )
+    text = m.report(json.loads((tmp_path / "results" / "pollux_throughput.json").read_text()))
+    assert "process per core" in text and "K = 1, 2, timed 1 x 2 times;" in text
 
 
 def test_pollux_efficiency_tiny_end_to_end(tmp_path):
