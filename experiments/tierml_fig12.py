@@ -18,7 +18,7 @@ engine measures for 64, 63 and 1 workers); results key ``calibrated``, last colu
 report's table.
 
 **The largest deviation** (TierML vs checkpointing: more expensive here, 46-50% cheaper in
-the paper; also in ``tierml_fig1``, +24% vs -48%) is the data, not the model or a bug
+the paper; also in ``tierml_fig1``, +11% vs -48%) is the data, not the model or a bug
 (:func:`deviation_note` computes the evidence): the 2015 markets' measured MTTFs at the
 on-demand bid are days to months, so checkpointing's Young/Daly overhead is a few percent
 (the paper measured 18%, an MTTF of about 4 hours) and TierML's reliable on-demand machine
