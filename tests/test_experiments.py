@@ -132,6 +132,7 @@ def test_fig5_3_tiny_end_to_end(tmp_path):
     assert f"| fig5_3_qp | custom | {meta['started_utc'].replace('T', ' ').replace('+00:00', '')} |" in text
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_fig5_5_tiny_end_to_end(tmp_path):
     from experiments import fig5_5_mlr as m
 
@@ -191,6 +192,7 @@ def test_staleness_report_counts_censored_trials_everywhere():
     assert "the rework bound in 15 of 16" in text
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_pollux_throughput_tiny_end_to_end(tmp_path):
     """Both device kinds measured for real (gloo processes and forced host devices)."""
     from experiments import pollux_throughput as m
@@ -225,6 +227,7 @@ def test_pollux_throughput_tiny_end_to_end(tmp_path):
     assert "process per core" in text and "K = 1, 2, timed 1 x 2 times;" in text
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_pollux_efficiency_tiny_end_to_end(tmp_path):
     from experiments import pollux_efficiency as m
 
@@ -254,6 +257,7 @@ def test_pollux_efficiency_tiny_end_to_end(tmp_path):
     )
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_pollux_adaptive_tiny_end_to_end(tmp_path):
     """Without pollux_throughput results in the output folder the simulated clock uses defaults."""
     from experiments import pollux_adaptive as m

@@ -17,6 +17,7 @@ def qp():
     return quadratic.fig53_problem()
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_zero_staleness_equals_synchronous_bit_for_bit(qp, sgd):
     # "Synchronous" = the same M-worker data sharding with fresh views (worker mode, no hooks).
     for alg, hooks in (

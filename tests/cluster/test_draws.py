@@ -158,6 +158,7 @@ def _random_trace(data):
     return mk.Market(_machine(), mk.replay((add, rem), warning_s=0.0), startup=mk.fixed_startup(30.0))
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_property_random_traces_equal_the_per_draw_loop(data):

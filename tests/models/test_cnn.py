@@ -117,6 +117,7 @@ def test_mnist_small_partitions(small):
                for i, l in zip(ids, jax.tree.leaves(s0.params)))
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_mnist_small_determinism_and_convergence(small):
     keys = jax.random.split(jax.random.key(3), 2)
     _, tr = scarjax.run_trials(small, None, 12, keys)

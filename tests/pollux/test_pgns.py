@@ -101,7 +101,7 @@ def _trained(name):
     return prob, params
 
 
-@pytest.mark.parametrize("name,steps", [("mlr", 100), ("cnn", 400)])
+@pytest.mark.parametrize("name,steps", [("mlr", 100), pytest.param("cnn", 400, marks=pytest.mark.slow)])  # cnn: long, CI's `-m slow` step
 def test_estimator_within_10pct_of_exact(name, steps):
     """Averaging `steps` estimates (K=8 micro-batches of 32, drawn with replacement) at fixed
     params gives phi within 10% of the exact per-example value (Eq 3.2)."""
