@@ -55,7 +55,7 @@ def test_write_perturbation_follows_eq_5_2(qp):
     np.testing.assert_allclose(pert.perturbation_norms()[T], np.linalg.norm(delta), rtol=1e-6)
 
 
-@pytest.mark.parametrize("model", ["qp", "mlr"])
+@pytest.mark.parametrize("model", ["qp", pytest.param("mlr", marks=pytest.mark.slow)])  # mlr: long, CI's `-m slow` step
 def test_same_key_same_result_int_seed_and_trial_i_equals_run_i(model, qp, small_mlr):
     """The kit's determinism check (scarjax.testing.check_determinism) under hooks whose
     norms and the model's products are batched (noise at random steps, a reset, an

@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 REPLOT = ("fig5_7_partial_recovery", "staleness", "precision", "pollux_efficiency", "pollux_throughput")
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 @pytest.mark.filterwarnings("error::UserWarning")  # _plot.save warns on overlapping labels
 def test_replot_from_committed_results_without_overlapping_labels(tmp_path):
     """``scarjax replot`` redraws figures from results/*.json alone (nothing is re-run), and

@@ -53,6 +53,7 @@ def test_init_differs_by_key(alg):
     assert not np.array_equal(a["fc1"]["kernel"], b["fc1"]["kernel"])
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_conv_and_pool_match_flax():
     for cin in (1, 5):
         c = nnx.Conv(cin, 3, (3, 3), padding="SAME", rngs=nnx.Rngs(0))

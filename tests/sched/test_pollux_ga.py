@@ -134,6 +134,7 @@ def test_assert_feasible_catches_planted_violations():
 # -- decisions within the cluster and the caps; determinism -------------------------------------
 
 
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 def test_policy_allocations_within_cluster_and_caps(apps):
     cluster = Cluster(nodes=4, gpus_per_node=4)
     jobs = _jobs(apps, 10, 4, seed=1)
