@@ -72,10 +72,14 @@ def main(argv=None) -> dict:
     if args.quick:
         args.draws, args.steps = 40, 60
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 1)
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    for flag, value in (("--repeats", repeats), ("--draws", args.draws), ("--steps", args.steps)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
     job, market, end = setup(args.steps)
     horizon = 3600.0 * args.horizon_h
+    if not 0.0 < horizon < end:
+        ap.error(f"--horizon-h must lie in (0, {end / 3600.0:.2f}): the starts are drawn so that a run's "
+                 f"whole horizon fits in the embedded trace ({end / 3600.0:.2f} h), got {args.horizon_h}")
     keys = jax.random.split(jax.random.key(2021), args.draws)
     # whole seconds: with fractional starts one draw of the 1,000 (start 389.70 s, key 486) makes
     # the per-draw policies' fleet stop a machine a float64 rounding before its ledger start
