@@ -644,9 +644,13 @@ def proteus(
       ``free_core_s``, ``compute_core_s``, ``free_fraction`` (:func:`free_fraction`),
       ``evictions`` (provider revocations) and ``allocations`` (each with its ``usd``).
     """
+    va.check_real("tick_s", tick_s, lo=0.0, lo_open=True, scalar=True)
+    va.check_real("lead_s", lead_s, lo=0.0, lo_open=True, scalar=True)
     if lead_s < tick_s:
         raise ValueError(f"lead_s ({lead_s}) must be >= tick_s ({tick_s}) so no hour end is missed")
     markets = (markets,) if isinstance(markets, mk.Market) else markets
+    if isinstance(markets, Sequence) and not isinstance(markets, str) and len(markets) == 0:
+        raise ValueError("markets must hold at least one Market, got an empty sequence")
     if not isinstance(markets, Sequence) or isinstance(markets, str) or not (0 <= reliable_market < len(markets)):
         raise ValueError(f"reliable_market must be an index into markets, got {reliable_market}")
     va.check_int("reliable", reliable, lo=0)

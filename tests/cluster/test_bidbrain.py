@@ -281,6 +281,13 @@ def test_bad_arguments_are_named():
         bb.WorkModel(work=0.0)
     with pytest.raises(ValueError, match="lead_s"):
         _run([m], DAY, 1.0, tick_s=600.0, lead_s=300.0)
+    # a zero tick never advanced the decision clock (the run hung); NaN and an empty list are named
+    with pytest.raises(ValueError, match="tick_s must lie in"):
+        _run([m], DAY, 1.0, tick_s=0.0, lead_s=300.0)
+    with pytest.raises(ValueError, match="lead_s must not be NaN"):
+        _run([m], DAY, 1.0, lead_s=float("nan"))
+    with pytest.raises(ValueError, match="markets must hold at least one Market"):
+        bb.proteus(_job(), [], key=0, horizon_s=DAY)
     with pytest.raises(TypeError, match="job must be a scarjax.cluster.clock.Job"):
         bb.proteus(object(), [m], key=0, horizon_s=DAY)
     with pytest.raises(ValueError, match="horizon_s"):
