@@ -86,6 +86,10 @@ def mlr(
     d = x.shape[1]
 
     def init_params(key):
+        if init_scale == 0:
+            # No draw: 0 × N(0, 1) is zeros but XLA may not fold it (NaN semantics), and
+            # the draw's random-bit loops cost a GPU more launches than a short run itself.
+            return {"w": jnp.zeros((d, k), jnp.float32)}
         return {"w": init_scale * jax.random.normal(key, (d, k), jnp.float32)}
 
     return algorithms.from_optax(
