@@ -39,6 +39,7 @@ Layers: :func:`prepare` validates a call and :func:`run_one` is one un-jitted ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from typing import Any, Callable, NamedTuple, Sequence
@@ -106,6 +107,15 @@ class Algorithm:
         aux_state)`` applied to the merged message.
       shard: optional ``shard(data, M) -> shards`` (leaves with a leading axis ``M``);
         ``None`` gives every worker all of ``data``.
+      precision: the precision of the algorithm's float32 matrix products in a run, a
+        ``jax_default_matmul_precision`` value (``'highest'``: full float32 on every
+        backend); ``None`` (default): the setting in effect where the run is made (TF32
+        on a GPU, one-pass bfloat16 on a TPU, float32 on CPU). :func:`run` traces the
+        algorithm under it and records it in :attr:`Trace.matmul_eps`, so the rounding
+        floor that :mod:`scarjax.rework` measures is that precision's. The theory's
+        reference problems (:mod:`scarjax.models.quadratic`) use ``'highest'``; for a
+        rework measurement of your own model on a GPU or TPU,
+        ``alg.replace(precision='highest')``.
     """
 
     init: Callable[[jax.Array, PyTree], State]
@@ -118,6 +128,7 @@ class Algorithm:
     grad: Callable[..., tuple[PyTree, jax.Array]] | None = None
     apply: Callable[[PyTree, State, PyTree, jax.Array], tuple[Params, State]] | None = None
     shard: Callable[[PyTree, int], PyTree] | None = None
+    precision: str | None = None
 
     def __post_init__(self):
         # Only the static fields are checked here: ``data`` and ``optimum`` are leaves that
@@ -129,6 +140,8 @@ class Algorithm:
             if getattr(self, nm) is not None:
                 va.check_callable(nm, getattr(self, nm))
         va.check_str("name", self.name)
+        if self.precision is not None:
+            numerics.check_setting("precision", self.precision)
 
     @property
     def has_workers(self) -> bool:
@@ -150,7 +163,7 @@ class Algorithm:
 jax.tree_util.register_dataclass(
     Algorithm,
     data_fields=["data", "optimum"],
-    meta_fields=["init", "update", "loss", "norm", "name", "grad", "apply", "shard"],
+    meta_fields=["init", "update", "loss", "norm", "name", "grad", "apply", "shard", "precision"],
 )
 
 
@@ -663,8 +676,11 @@ def run_one(
     """One un-jitted run from a :class:`Prepared` call (what :func:`run` jits and
     :func:`run_trials` vmaps): the hooks are ``spec`` itself or ``spec(hook_args)``."""
     steps, measure, workers = static
-    hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(hook_args))
-    return _run_impl(algorithm, key, init_state, hooks, steps, measure, workers)
+    scope = (contextlib.nullcontext() if algorithm.precision is None
+             else jax.default_matmul_precision(algorithm.precision))
+    with scope:
+        hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(hook_args))
+        return _run_impl(algorithm, key, init_state, hooks, steps, measure, workers)
 
 
 _run_jit = jax.jit(run_one, static_argnums=(4, 5))

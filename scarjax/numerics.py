@@ -26,6 +26,7 @@ another platform record that backend's default, not theirs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -36,6 +37,7 @@ from scarjax.perturb.precision import round_float
 __all__ = [
     "MatmulPrecision",
     "matmul_precision",
+    "check_setting",
     "emulated_matmul",
     "HIGHEST_ADVICE",
     "ENV_VAR",
@@ -46,8 +48,9 @@ ENV_VAR = "JAX_DEFAULT_MATMUL_PRECISION"
 
 #: What to set for float32 matrix products on every backend (used in error messages).
 HIGHEST_ADVICE = (
-    "run under jax.default_matmul_precision('highest') (a context manager around "
-    "scarjax.run / run_trials) or set JAX_DEFAULT_MATMUL_PRECISION=highest"
+    "build the algorithm with precision='highest' (alg.replace(precision='highest'), or "
+    "from_optax(..., precision='highest')), or run under jax.default_matmul_precision('highest') "
+    "(a context manager around scarjax.run / run_trials), or set JAX_DEFAULT_MATMUL_PRECISION=highest"
 )
 
 # Stored mantissa bits of the operands of a float32 product, by format.
@@ -129,6 +132,37 @@ def _format(setting: str | None, platform: str) -> str:
         return "float32"
     # An unknown value: assume the backend's fastest format (the safe side for a floor).
     return "tensorfloat32" if gpu else ("bfloat16" if platform == "tpu" else "float32")
+
+
+@functools.lru_cache(maxsize=64)
+def _accepted(value: str) -> bool:
+    # The names JAX accepts are the ones it canonicalises when a product is traced.
+    try:
+        with jax.default_matmul_precision(value):
+            jax.make_jaxpr(lambda a: a @ a)(jnp.ones((1, 1), jnp.float32))
+    except ValueError:
+        return False
+    return True
+
+
+def check_setting(name: str, value: Any) -> str:
+    """``value`` as a ``jax_default_matmul_precision`` setting (``'default'``, ``'high'``,
+    ``'highest'``, ``'bfloat16'``, ``'tensorfloat32'``, ``'float32'``, a
+    ``jax.lax.DotAlgorithmPreset`` name); a ``ValueError`` naming ``name`` otherwise.
+
+    Example:
+      >>> from scarjax import numerics
+      >>> numerics.check_setting("precision", "highest")
+      'highest'
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a matmul precision name such as 'highest', got {value!r}")
+    if not _accepted(value):
+        raise ValueError(
+            f"{name} must be None or a jax_default_matmul_precision value ('default', 'high', "
+            f"'highest', 'bfloat16', 'tensorfloat32', 'float32' or a DotAlgorithmPreset name), got {value!r}"
+        ) from None
+    return value
 
 
 def matmul_precision(platform: str | None = None, setting: Any = "current") -> MatmulPrecision:

@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import scarjax
@@ -231,3 +232,62 @@ def test_loss_floor_is_the_precision_in_effect():
     tr = scarjax.Trace(loss=loss, distance=None, delta={}, point_delta={}, matmul_eps=np.float32(TF32))
     assert float(scarjax.rework.noise_floor(tr, "loss")) == pytest.approx(TF32 * 1.0)
     assert float(scarjax.rework.noise_floor(tr._replace(matmul_eps=None), "loss")) == pytest.approx(EPS32)
+
+
+# --------------------------------------------------------------------------------------
+# Algorithm.precision: the precision a run traces the algorithm under.
+
+
+def _recording_algorithm(precision=None):
+    """A 2-D least squares whose loss records the matmul setting it is traced under."""
+    seen = []
+
+    def loss_fn(w, batch):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return 0.5 * jnp.mean((batch["x"] @ w - batch["y"]) ** 2)
+
+    x = jnp.asarray([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    alg = scarjax.from_optax(loss_fn, optax.sgd(0.1), jnp.zeros(2), {"x": x, "y": jnp.ones(3)},
+                             precision=precision, name=f"rec_{precision}")
+    return alg, seen
+
+
+def test_algorithm_precision_is_the_setting_its_run_is_traced_under():
+    alg, seen = _recording_algorithm("highest")
+    scarjax.run(alg, None, 3, 0)
+    assert seen and all(str(s) == "highest" for s in seen)
+    # replace() sets it on any algorithm; the run records the precision it was traced under
+    plain, seen_plain = _recording_algorithm(None)
+    with jax.default_matmul_precision("bfloat16"):
+        _, tr = scarjax.run(plain, None, 3, 1)
+        _, tr_hi = scarjax.run(plain.replace(precision="highest"), None, 3, 1)
+    assert str(seen_plain[0]) == "bfloat16" and str(seen_plain[-1]) == "highest"
+    assert float(tr_hi.matmul_eps) == numerics.matmul_precision(setting="highest").eps
+    assert float(tr.matmul_eps) == numerics.matmul_precision(setting="bfloat16").eps
+
+
+def test_algorithm_precision_planted_violation_is_seen():
+    # The check above can fail: without the field the loss is traced under the outer setting.
+    alg, seen = _recording_algorithm(None)
+    with jax.default_matmul_precision("bfloat16"):
+        scarjax.run(alg, None, 3, 0)
+    assert not any(str(s) == "highest" for s in seen)
+
+
+def test_quadratic_reference_problems_compute_in_full_float32():
+    from scarjax.models import quadratic
+
+    assert quadratic.fig53_problem().precision == "highest"
+    assert quadratic.random_problem(0, 4, 10.0).precision == "highest"
+
+
+@pytest.mark.parametrize("bad, err", [("bogus", ValueError), (3, TypeError), ("", ValueError)])
+def test_algorithm_precision_refuses_unknown_settings_naming_the_argument(bad, err):
+    with pytest.raises(err, match="precision"):
+        _recording_algorithm(bad)
+    with pytest.raises(err, match="precision"):
+        _recording_algorithm(None)[0].replace(precision=bad)
+
+
+def test_precision_advice_names_the_algorithm_field():
+    assert "precision='highest'" in numerics.HIGHEST_ADVICE

@@ -80,6 +80,9 @@ def problem(A, w_star, lr: float, w0) -> Algorithm:
         data=data,
         optimum=data["w_star"],
         name=f"qp{d}",
+        # The theory's reference problem: full float32 products on every backend, so that
+        # its rounding floor is float32's on a GPU or TPU too (Algorithm.precision).
+        precision="highest",
         grad=_grad,
         apply=_apply,
     )
