@@ -13,7 +13,8 @@
 bits (:func:`scarjax.numerics.emulated_matmul`, a TF32 stand-in on CPU) and records TF32 in
 the traces as a GPU run with JAX's defaults would; ``--planted-float32-floor`` then also
 measures what happens when the floor is (wrongly) float32's. On a GPU run it without flags:
-the precision in effect is detected.
+the precision in effect is detected, and the ridge runs a second time built with
+``precision='highest'`` (:attr:`scarjax.Algorithm.precision`, the fix the refusal names).
 
 Run: ``python benchmarks/theory_examples.py [--quick] [--emulate-tf32]``; prints JSON.
 """
@@ -56,10 +57,11 @@ def readme_example(trials: int = 1000) -> dict:
             "trials": trials, "trials_held": many.n_held, "summary": many.summary()}
 
 
-def ridge_problem(mm=jnp.matmul, seed: int = 0):
+def ridge_problem(mm=jnp.matmul, seed: int = 0, precision: str | None = None):
     """``(algorithm, c, ‖w*‖)``: ridge-free least squares ``½ mean((Xw − y)²)`` with
     condition number 50, gradient descent at step 1/L (``c = 1 − μ/L = 0.98``); ``mm`` is
-    the matrix product the loss uses."""
+    the matrix product the loss uses, ``precision`` the algorithm's
+    (:attr:`scarjax.Algorithm.precision`)."""
     rng = np.random.default_rng(seed)
     n, d = 200, 20
     U, _ = np.linalg.qr(rng.normal(size=(n, d)))
@@ -76,7 +78,8 @@ def ridge_problem(mm=jnp.matmul, seed: int = 0):
         return 0.5 * jnp.mean(r**2)
 
     alg = scarjax.from_optax(loss_fn, optax.sgd(1.0 / L), jnp.zeros(d, jnp.float32),
-                             {"x": jnp.asarray(X), "y": jnp.asarray(y)}, optimum=jnp.asarray(w_star), name="ridge")
+                             {"x": jnp.asarray(X), "y": jnp.asarray(y)}, optimum=jnp.asarray(w_star), name="ridge",
+                             precision=precision)
     return alg, 1.0 - mu / L, float(np.linalg.norm(w_star))
 
 
@@ -105,15 +108,16 @@ def _violations(trials, bases, c: float, eps) -> dict:
     return out
 
 
-def ridge_example(trials: int = 240, steps: int = 600, converge_at: int = 300, emulate_bits: int | None = None) -> dict:
+def ridge_example(trials: int = 240, steps: int = 600, converge_at: int = 300, emulate_bits: int | None = None,
+                  precision: str | None = None) -> dict:
     """The ridge example; see the module docstring."""
     mm = jnp.matmul if emulate_bits is None else numerics.emulated_matmul(emulate_bits)
-    alg, c, w_norm = ridge_problem(mm)
+    alg, c, w_norm = ridge_problem(mm, precision=precision)
     keys = jax.random.split(jax.random.key(0), trials)
     sizes = jnp.logspace(-2, 1, trials)
     _, bases = scarjax.run_trials(alg, None, steps, keys)
     _, pert = scarjax.run_trials(alg, lambda s: hooks.scheduled(perturb.gaussian(s), 100), steps, keys, hook_args=sizes)
-    prec = numerics.matmul_precision()
+    prec = numerics.matmul_precision(setting=precision if precision is not None else "current")
     out = {"c": c, "optimum_norm": w_norm, "steps": steps, "converge_at": converge_at,
            "precision": prec.describe() if emulate_bits is None else f"emulated {emulate_bits}-bit mantissa products"}
     if emulate_bits is not None:
@@ -184,6 +188,9 @@ def main(quick: bool = False, emulate_tf32: bool = False, planted: bool = False)
     if not emulate_tf32:
         out["readme"] = readme_example(100 if quick else 1000)
     out["ridge"] = ridge_example(emulate_bits=10 if emulate_tf32 else None)
+    if jax.default_backend() != "cpu":
+        # The one-argument fix the refusal names: the same ridge with precision='highest'.
+        out["ridge_precision_highest"] = ridge_example(precision="highest")
     if planted:
         out["ridge_planted"] = ridge_planted()
     out["seconds"] = time.perf_counter() - t0
