@@ -244,6 +244,12 @@ def main(argv=None):
     emit("sched", out)
 
 
+def _progress(msg: str) -> None:
+    """A phase's time on stderr as it ends (a run cut off by a time limit still shows where
+    its time went; the JSON on stdout comes at the end)."""
+    print(f"[bench_sched] {msg}", file=sys.stderr, flush=True)
+
+
 def decision_row(kw, repeats, sparse_repair=True):
     """One decision (problem ``make_problem(**kw)``): ours and pymoo's NSGA-II in alternation, the
     same initial population and seed per repeat."""
@@ -255,11 +261,13 @@ def decision_row(kw, repeats, sparse_repair=True):
     prob, one, cfg = make_problem(**kw)
     cfg = replace(cfg, sparse_repair=sparse_repair)
     setup_s = time.perf_counter() - t0
+    _progress(f"{kw}: problem set up in {setup_s:.1f} s")
     base_fit = float(P.fitness(prob.base[None], prob, cfg.p)[0])
     inits = [initial_population(prob, cfg, 1000 + r) for r in range(repeats)]
     t0 = time.perf_counter()
     jax.block_until_ready(P.solve(prob, 0, config=cfg, init=inits[0]).alloc)
     compile_s = time.perf_counter() - t0
+    _progress(f"first decision (compiles) in {compile_s:.1f} s")
     try:
         import pymoo
         solve_ref = pymoo_solver(prob, one, cfg)
@@ -273,6 +281,7 @@ def decision_row(kw, repeats, sparse_repair=True):
         res = P.solve(prob, r, config=cfg, init=inits[r])
         ours_t.append(time.perf_counter() - t0)
         ours_f.append(res.fitness)
+        _progress(f"repeat {r + 1}/{repeats}: ours {ours_t[-1]:.2f} s")
         P.assert_feasible(res.alloc, **feas)
         if solve_ref is not None:
             t0 = time.perf_counter()

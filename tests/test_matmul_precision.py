@@ -48,7 +48,15 @@ def test_matmul_precision_table(platform, setting, name):
     assert p.exact == (p.mantissa_bits >= 23)
 
 
-def test_matmul_precision_follows_the_setting_in_effect():
+@pytest.fixture
+def jax_default_precision():
+    """JAX's own default setting (None) for one test: on a GPU/TPU ``tests/conftest.py``
+    sets ``'highest'`` for the whole suite, and these tests are about the default."""
+    with jax.default_matmul_precision(None):
+        yield
+
+
+def test_matmul_precision_follows_the_setting_in_effect(jax_default_precision):
     assert numerics.matmul_precision("gpu").name == "tensorfloat32"
     with jax.default_matmul_precision("highest"):
         assert numerics.matmul_precision("gpu").name == "float32"
@@ -101,7 +109,7 @@ def _as_gpu(monkeypatch):
     monkeypatch.setattr(numerics, "matmul_precision", lambda platform=None, setting="current": real("gpu", setting))
 
 
-def test_run_and_run_trials_record_the_precision_in_effect(monkeypatch):
+def test_run_and_run_trials_record_the_precision_in_effect(monkeypatch, jax_default_precision):
     alg, _, w_norm = te.ridge_problem()
     _, tr = scarjax.run(alg, None, 5, 0)
     assert float(tr.matmul_eps) == numerics.matmul_precision().eps
