@@ -59,7 +59,7 @@ PyTree = Any
 Params = PyTree
 
 __all__ = ["State", "Algorithm", "Trace", "Prepared", "prepare", "run_one", "run", "as_key", "check_algorithm",
-           "check_initial"]
+           "check_initial", "precision_scope"]
 
 
 class State(NamedTuple):
@@ -665,6 +665,14 @@ def prepare(
     return Prepared(algorithm, spec, hook_args, init_state, (steps, measure, workers))
 
 
+def precision_scope(algorithm: Algorithm) -> contextlib.AbstractContextManager:
+    """The context every loop traces ``algorithm`` under: its :attr:`Algorithm.precision`
+    as ``jax.default_matmul_precision``, or nothing (the setting in effect) when ``None``."""
+    if algorithm.precision is None:
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision(algorithm.precision)
+
+
 def run_one(
     algorithm: Algorithm,
     key: jax.Array,
@@ -676,9 +684,7 @@ def run_one(
     """One un-jitted run from a :class:`Prepared` call (what :func:`run` jits and
     :func:`run_trials` vmaps): the hooks are ``spec`` itself or ``spec(hook_args)``."""
     steps, measure, workers = static
-    scope = (contextlib.nullcontext() if algorithm.precision is None
-             else jax.default_matmul_precision(algorithm.precision))
-    with scope:
+    with precision_scope(algorithm):
         hooks = spec if isinstance(spec, tuple) else flatten_hooks(spec(hook_args))
         return _run_impl(algorithm, key, init_state, hooks, steps, measure, workers)
 

@@ -48,7 +48,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from scarjax import validate as va
 from scarjax.scar import checkpoint as ck
 from scarjax.scar import partition as pt
-from scarjax.core import Algorithm, State
+from scarjax.core import Algorithm, State, precision_scope
 from scarjax.ps import mesh as mh
 from scarjax.ps import _ssp as sp
 from scarjax.ps import topk
@@ -457,7 +457,8 @@ def _run_impl(ps, steps, st, algorithm, shards, key, start):
         out_specs=(specs, out_rec),
         check_vma=False,
     )
-    st, out = f(st, algorithm, shards, k_loop, start)
+    with precision_scope(algorithm):
+        st, out = f(st, algorithm, shards, k_loop, start)
     return st, PSTrace(out["loss"], out["points"], out["saved"], out.get("clocks"), out.get("staleness"))
 
 
