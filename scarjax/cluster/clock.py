@@ -39,7 +39,7 @@ import numpy as np
 from scarjax import validate as va
 from scarjax import core
 from scarjax.cluster import market as mk
-from scarjax.cluster.ledger import Ledger
+from scarjax.cluster.ledger import Ledger, bill_runs
 from scarjax.cluster.steptime import StepTime
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Outcome",
     "ClusterRun",
     "Recorder",
+    "settle",
     "simulate_trials",
     "outcomes",
 ]
@@ -170,10 +171,14 @@ class Recorder:
       policy: the policy's name.
       ledger: the run's :class:`Ledger` (dollars at each point come from it).
       t0: the job's start on the market's clock (``market.start_time_s``).
+      deferred: ``True``: :meth:`finish` leaves the bill out (``dollars``, ``cost_by_tier`` and
+        ``free_seconds`` ``None``) for :func:`settle` to fill, for many runs in one vectorised
+        call (:mod:`scarjax.cluster.draws`); a deferred run is not complete before.
     """
 
-    def __init__(self, policy: str, ledger: Ledger, t0: float = 0.0):
+    def __init__(self, policy: str, ledger: Ledger, t0: float = 0.0, *, deferred: bool = False):
         self.policy, self.ledger, self.t0 = policy, ledger, float(t0)
+        self.deferred = bool(deferred)
         self._t, self._loss, self._steps = [], [], []
         self.events: list = []
 
@@ -202,10 +207,31 @@ class Recorder:
         running are billed as stopped by the user at that point), totals at ``end_s``."""
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
         t, loss, steps = cat(self._t, np.float64), cat(self._loss, np.float64), cat(self._steps, np.int64)
+        if self.deferred:
+            return ClusterRun(self.policy, t, None, loss, steps, list(self.events), None, None, float(end_s),
+                              dict(meta), self.ledger)
         dollars = self.ledger.cost_curve(self.t0 + t)
         t_end = self.t0 + float(end_s)
         return ClusterRun(self.policy, t, dollars, loss, steps, list(self.events), self.ledger.by_tier(t_end),
                           self.ledger.free_seconds(t_end), float(end_s), dict(meta), self.ledger)
+
+
+def settle(runs: Sequence[ClusterRun], t0: Sequence[float]) -> list[ClusterRun]:
+    """Fill in the bills of runs a deferred :class:`Recorder` finished (``t0[i]``: run ``i``'s
+    start on the market's clock): ``dollars`` at every point, ``cost_by_tier`` and
+    ``free_seconds`` at the end, from each run's own ledger, all in one vectorised call
+    (:func:`~scarjax.cluster.ledger.bill_runs`: the same values as :meth:`Recorder.finish`
+    computes per run). Runs already billed are left as they are; returns ``runs``."""
+    runs = list(runs)
+    t0 = [float(x) for x in t0]
+    if len(t0) != len(runs):
+        raise ValueError(f"t0 must have one start per run ({len(runs)}), got {len(t0)}")
+    todo = [i for i, r in enumerate(runs) if r.dollars is None]
+    bills = bill_runs([runs[i].ledger for i in todo], [t0[i] + runs[i].time_s for i in todo],
+                      [t0[i] + runs[i].end_s for i in todo])
+    for i, (dollars, by_tier, free) in zip(todo, bills):
+        runs[i].dollars, runs[i].cost_by_tier, runs[i].free_seconds = dollars, by_tier, free
+    return runs
 
 
 # --------------------------------------------------------------------------------------

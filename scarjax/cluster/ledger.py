@@ -26,7 +26,7 @@ import numpy as np
 from scarjax import validate as va
 from scarjax.cluster import market as mk
 
-__all__ = ["Ledger", "hourly_bill"]
+__all__ = ["Ledger", "hourly_bill", "bill_runs"]
 
 TIERS = mk.TIERS
 BILLINGS = mk.BILLINGS
@@ -227,3 +227,96 @@ class Ledger:
         for e, n in self._groups():
             out[e.tier] += n * self._charge_at(e, float(t))
         return out
+
+
+# --------------------------------------------------------------------------------------
+# Many ledgers at once
+
+
+def _dense(rows, width, fill, dtype):
+    out = np.full((len(rows), max(width, 1)), fill, dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def bill_runs(ledgers: Any, times: Any, ends: Any) -> list[tuple[np.ndarray, dict, float]]:
+    """For every ledger ``i``: ``(ledgers[i].cost_curve(times[i]), ledgers[i].by_tier(ends[i]),
+    ledgers[i].free_seconds(ends[i]))``, float64 bit for bit, all fixed-price ledgers in one
+    vectorised NumPy pass (the runs' bills of :func:`scarjax.cluster.clock.settle`, one call
+    for many market draws).
+
+    The charges are :func:`hourly_bill` - the one billing rule of :mod:`~scarjax.cluster.market`
+    - applied to arrays ``[ledgers, points]`` at once, one billing group (:meth:`Ledger.cost_curve`'s
+    machines that bill alike) at a time in each ledger's own group order, and the sums are
+    accumulated in that same order (a padded group adds an exact ``0.0``), so every value equals
+    the per-ledger method's. A ledger with a :class:`~scarjax.cluster.market.PriceSeries` entry
+    is billed by its own methods (the JAX rule, per ledger)."""
+    ledgers = list(ledgers)
+    times = [np.asarray(t, np.float64) for t in times]
+    ends = [float(e) for e in ends]
+    if not len(ledgers) == len(times) == len(ends):
+        raise ValueError(f"ledgers, times and ends must have one item per run, got {len(ledgers)}, {len(times)}, "
+                         f"{len(ends)}")
+    for i, led in enumerate(ledgers):
+        if not isinstance(led, Ledger):
+            raise TypeError(f"ledgers[{i}] must be a Ledger, got {type(led).__name__}")
+    out: list = [None] * len(ledgers)
+    fixed = []
+    for i, led in enumerate(ledgers):
+        if any(isinstance(e.price, mk.PriceSeries) for e in led._entries):
+            out[i] = (led.cost_curve(times[i]), led.by_tier(ends[i]), led.free_seconds(ends[i]))
+        else:
+            fixed.append(i)
+    if not fixed:
+        return out
+    big = np.finfo(np.float64).max  # a padded group starts after every time: it adds exact zeros
+    groups = [ledgers[i]._groups() for i in fixed]
+    G = max(len(g) for g in groups)
+    col = lambda f, fill, dt: _dense([[f(e, n) for e, n in g] for g in groups], G, fill, dt)  # noqa: E731
+    start = col(lambda e, n: e.start, big, np.float64)
+    stop = col(lambda e, n: np.inf if e.stop is None else e.stop, np.inf, np.float64)
+    charged = col(lambda e, n: 0.0 if e.charged is None else e.charged, 0.0, np.float64)
+    price = col(lambda e, n: e.price, 0.0, np.float64)
+    count = col(lambda e, n: n, 0, np.int64)
+    tier = col(lambda e, n: TIERS.index(e.tier), 0, np.int64)
+    per_second = col(lambda e, n: e.billing == "per_second", False, bool)
+    P = max(times[i].size for i in fixed)
+    T = _dense([times[i].ravel() for i in fixed], P, -np.inf, np.float64)  # padded points: before every start
+    t_end = np.array([ends[i] for i in fixed], np.float64)
+
+    def rule(s, t1, p, ps):  # the rule (user-ended), hourly or per second per group
+        hourly = hourly_bill(s, t1, p, False, "hourly")
+        return np.where(ps, hourly_bill(s, t1, p, False, "per_second"), hourly) if ps.any() else hourly
+
+    total = np.zeros_like(T)
+    acc = np.zeros((len(fixed), len(TIERS)))
+    for g in range(G):
+        s, e, c, n = start[:, g:g + 1], stop[:, g:g + 1], charged[:, g:g + 1], count[:, g:g + 1]
+        after = T > s
+        done = after & (T >= e)
+        mid = after & ~done
+        total += n * np.where(done, c, 0.0)
+        total += n * np.where(mid, rule(s, np.maximum(T, s), price[:, g:g + 1], per_second[:, g:g + 1]), 0.0)
+        # by_tier at the end: 0 from a start at or after it, the charge if stopped by it, else billed to it
+        s1, e1, c1, n1 = s[:, 0], e[:, 0], c[:, 0], n[:, 0]
+        at = np.where(s1 >= t_end, 0.0, np.where(e1 <= t_end, c1, rule(s1, np.maximum(t_end, s1), price[:, g],
+                                                                            per_second[:, g])))
+        for k in range(len(TIERS)):
+            acc[:, k] += np.where(tier[:, g] == k, n1 * at, 0.0)
+    # free seconds: every entry (not group) stopped by the end, in entry order
+    ents = [ledgers[i]._entries for i in fixed]
+    E = max(len(x) for x in ents)
+    ecol = lambda f, fill, dt: _dense([[f(e) for e in x] for x in ents], E, fill, dt)  # noqa: E731
+    es = ecol(lambda e: e.start, 0.0, np.float64)
+    ee = ecol(lambda e: np.inf if e.stop is None else e.stop, np.inf, np.float64)
+    er = ecol(lambda e: e.revoked, False, bool)
+    eh = ecol(lambda e: e.billing == "hourly", False, bool)
+    fs = np.where(eh, mk.free_seconds(np.maximum(np.where(np.isfinite(ee), ee, es) - es, 0.0), er), 0.0)
+    free = np.zeros(len(fixed))
+    for j in range(E):
+        free += np.where(ee[:, j] <= t_end, fs[:, j], 0.0)
+    for r, i in enumerate(fixed):
+        curve = total[r, : times[i].size].reshape(times[i].shape)
+        out[i] = (curve, {k: float(acc[r, j]) for j, k in enumerate(TIERS)}, float(free[r]))
+    return out

@@ -392,20 +392,22 @@ class LossReplay:
 
 
 def execute_plan(plan: Plan, trainer: Any, job: ck.Job, policy: str, *, scar_ctx: Any = None,
-                 stop_at_target: bool = True) -> ck.ClusterRun:
+                 stop_at_target: bool = True, deferred: bool = False) -> ck.ClusterRun:
     """Run ``plan`` with ``trainer`` (a :class:`~scarjax.cluster.trainer.Trainer` or a
     :class:`LossReplay`) and record the :class:`~scarjax.cluster.clock.ClusterRun` of
     ``policy`` (its name): each ``'train'`` op trains its steps for real, ``'save'`` /
     ``'rollback'`` snapshot and restore the trainer, ``'ckpt'`` / ``'lose'`` call
     ``scar_ctx`` (SCAR's running checkpoint and partial recovery, thesis Sec 5.4). The run
     ends at the first step whose loss is ``<= job.target_loss`` (``stop_at_target``), else at
-    the plan's end; the fleet's events and the ``meta`` counts are kept up to the end."""
+    the plan's end; the fleet's events and the ``meta`` counts are kept up to the end.
+    ``deferred``: leave the bill to :func:`scarjax.cluster.clock.settle` (many runs at once; the
+    :class:`~scarjax.cluster.clock.Recorder`'s ``deferred``)."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a policies.Plan, got {type(plan).__name__}")
     if scar_ctx is None and any(op[0] in ("ckpt", "lose") for op in plan.ops):
         raise ValueError("scar_ctx is needed by a plan with SCAR operations (or pass plan.training_only())")
     fleet = plan.fleet
-    rec = ck.Recorder(policy, fleet.ledger, fleet.t0)
+    rec = ck.Recorder(policy, fleet.ledger, fleet.t0, deferred=deferred)
     snap = (trainer.snapshot(), trainer.step)
     end = plan.end_s
     hit = False
@@ -444,7 +446,8 @@ def execute_plan(plan: Plan, trainer: Any, job: ck.Job, policy: str, *, scar_ctx
     # points after the end (the rest of a cut interval) are dropped
     keep = run.time_s <= end + _EPS
     for f in ("time_s", "dollars", "loss", "steps"):
-        setattr(run, f, getattr(run, f)[keep])
+        if getattr(run, f) is not None:  # a deferred run's dollars: billed at the kept points by settle
+            setattr(run, f, getattr(run, f)[keep])
     return run
 
 
