@@ -38,9 +38,27 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    (:class:`~scarjax.cluster.ledger.Ledger`) that JAX without x64 would not reproduce bit for
    bit. What is per run, not per draw, is computed once: the market's tables, a replayed
    trace's float64 copy (its availability and MTTF), the step times and SCAR's
-   write period. What remains per draw is mostly the ledger: one checked entry per machine
-   bought (its start, its stop) and the run's bill curve (:class:`~scarjax.cluster.clock.
-   Recorder`).
+   write period. *The bills* of checkpoint-restart's and SCAR's draws are arrays: each run is
+   recorded unbilled (:func:`~scarjax.cluster.policies.execute_plan` with ``deferred=True``)
+   and :func:`~scarjax.cluster.clock.settle` bills every draw's machines at every recorded
+   point (``dollars``), by tier and in free seconds in one vectorised NumPy call
+   (:func:`~scarjax.cluster.ledger.bill_runs`: the one rule over ``[draws, points]`` arrays,
+   bit for bit each ledger's own methods). TierML's controller records and bills inside
+   :func:`~scarjax.cluster.tierml.tierml`, per draw. What remains per draw is the event loops
+   and the ledger's checked entries (one per machine: its start, its stop and charge).
+
+   *TierML's controller over arrays: not done*, and only partly possible. Its state per draw
+   is a list of machine groups that grows with every purchase (a varying number per draw), its
+   next event is the minimum over those groups, and at each event it branches on data: the
+   stage election (thresholds on the live counts), an ActivePS loss with or without warning
+   (flush, or roll the lost blocks back: the draw then leaves the shared trajectory and trains
+   its own state, a Trainer per draw), a refused purchase on a replayed trace (wait for the
+   next offer), the class choice and proactive switches (MTTF estimates per class), the
+   on-demand fallback and the give-up counter. A lock-step form (all draws advanced to their
+   own next event, masks for the branches, groups padded to the most any draw holds) could
+   carry the counts, the stage, the time per iteration and the next event; the rollbacks
+   (own training per draw), the ActivePS block placement (:mod:`scarjax.ps`'s deal, per input)
+   and the ledger's per-machine entries would stay per draw.
 3. *The training.* Checkpoint-restart restores only states of the one reliable trajectory
    (its checkpoints are taken from it) and a redone step draws the same minibatch
    (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global step's), so every draw's
@@ -71,7 +89,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -169,40 +187,77 @@ def _tables(process, startup, keys, purchases, machines, nodes):
     return jax.vmap(lambda k: jax.vmap(lambda c: one(k, c))(jnp.arange(purchases, dtype=jnp.int32)))(keys)
 
 
+class _Tables(NamedTuple):
+    """The first :data:`PURCHASES` purchases of every draw, drawn ahead by :func:`_tables`
+    (row ``i``: draw ``i``), shared by the draws' :class:`_Drawn` markets.
+
+    Attributes:
+      machines: machines per purchase the tables hold (the job's workers).
+      purchases: purchases per draw held (later ones: :meth:`Market.acquire` itself).
+      nodes: a replayed trace's node count (0: not a replayed trace).
+      up: ``float32[draws, purchases, machines]`` start-up delays.
+      life: ``float32[draws, purchases, machines]`` lifetimes (not a replayed trace; else ``None``).
+      u: ``float32[draws, purchases, nodes]`` node priorities (a replayed trace; else ``None``).
+      add, rem: the trace's node add / remove times, float32 (as :meth:`Replay.pick`); ``None`` else.
+      add64, rem64: the same in float64 (the planners' :meth:`available`); ``None`` else.
+      mttf: the replayed trace's renewal MTTF (independent of the start); ``nan`` else.
+    """
+
+    machines: int
+    purchases: int
+    nodes: int
+    up: np.ndarray
+    life: Any = None
+    u: Any = None
+    add: Any = None
+    rem: Any = None
+    add64: Any = None
+    rem64: Any = None
+    mttf: float = math.nan
+
+
+@dataclasses.dataclass(frozen=True)
 class _Drawn(mk.Market):
-    """A market whose first purchases are served from the tables of one draw (row ``row``);
-    everything else is the market's. Only :func:`run` builds it, with the draw's own key. A
-    replayed trace's host questions the planners ask (:meth:`available`, :meth:`mttf_s`) are
-    answered from float64 copies of the trace made once for all draws (the same operations as
-    :class:`~scarjax.cluster.market.Replay`'s)."""
+    """A market whose first purchases are served from the tables of one draw (row ``row`` of
+    ``tables``); everything else is the market's. Only :func:`run` builds it, with the draw's
+    own key. A replayed trace's host questions the planners ask (:meth:`available`,
+    :meth:`mttf_s`) are answered from float64 copies of the trace made once for all draws (the
+    same operations as :class:`~scarjax.cluster.market.Replay`'s).
+
+    Attributes (besides the :class:`~scarjax.cluster.market.Market`'s):
+      tables: the :class:`_Tables` of all draws (``None``: the market's own draws throughout).
+      row: this draw's row of ``tables``.
+    """
+
+    tables: Any = dataclasses.field(default=None, compare=False, repr=False)
+    row: int = dataclasses.field(default=-1, compare=False)
 
     def available(self, t):
-        tab = self.__dict__.get("_tab")
-        if tab is None or not tab["nodes"]:
+        tab = self.tables
+        if tab is None or not tab.nodes:
             return super().available(t)
         t = float(t)
-        return float(int(np.sum((tab["add64"] <= t) & (t < tab["rem64"]))))
+        return float(int(np.sum((tab.add64 <= t) & (t < tab.rem64))))
 
     def mttf_s(self):
-        tab = self.__dict__.get("_tab")
-        if tab is None or not tab["nodes"]:
+        tab = self.tables
+        if tab is None or not tab.nodes:
             return super().mttf_s()
-        return tab["mttf"]  # a replayed trace's renewal MTTF: independent of the start
+        return tab.mttf  # a replayed trace's renewal MTTF: independent of the start
 
     def acquire(self, key, counter, n, t, *, held=None):
-        tab = self.__dict__.get("_tab")
-        if tab is None or n != tab["machines"] or counter >= tab["purchases"]:
+        tab = self.tables
+        if tab is None or n != tab.machines or counter >= tab.purchases:
             return super().acquire(key, counter, n, t, held=held)
-        row = self.__dict__["_row"]
-        up = tab["up"][row, counter].astype(np.float64)
-        if not tab["nodes"]:
-            return up, tab["life"][row, counter].astype(np.float64), np.full(n, -1, np.int64)
-        add, rem, K = tab["add"], tab["rem"], tab["nodes"]
+        up = tab.up[self.row, counter].astype(np.float64)
+        if not tab.nodes:
+            return up, tab.life[self.row, counter].astype(np.float64), np.full(n, -1, np.int64)
+        add, rem, K = tab.add, tab.rem, tab.nodes
         t0 = np.float32(t)
         free = (add <= t0) & (t0 < rem)
         if held is not None:
             free &= ~np.asarray(held, bool)
-        prio = np.where(free, tab["u"][row, counter], np.float32(-1.0))
+        prio = np.where(free, tab.u[self.row, counter], np.float32(-1.0))
         order = np.argsort(-prio, kind="stable")
         idx = np.arange(n)
         pick = order[idx % K]
@@ -213,25 +268,23 @@ class _Drawn(mk.Market):
 
 
 def _drawn_markets(market, keys, starts, machines):
-    """One :class:`_Drawn` market per draw (its start, its tables)."""
+    """One :class:`_Drawn` market per draw (its start, its row of the tables)."""
     p = market.process
     n = int(keys.shape[0])
-    out = [_Drawn(market.machine, p, market.billing, market.startup, float(s)) for s in starts]
     if isinstance(p, mk.PriceDriven):  # lifetimes depend on the request time: drawn per call
-        return out
+        return [_Drawn(market.machine, p, market.billing, market.startup, float(s)) for s in starts]
     replay = isinstance(p, mk.Replay)
     nodes = int(p.add_s.shape[0]) if replay else 0
     up, second = _tables(p, market.startup, keys, PURCHASES, int(machines), nodes)
-    tab = {"machines": int(machines), "purchases": PURCHASES, "nodes": nodes, "up": np.asarray(up)}
     if replay:
-        tab.update(u=np.asarray(second), add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
-                   add64=np.asarray(p.add_s, np.float64), rem64=np.asarray(p.remove_s, np.float64), mttf=p.mttf_s())
+        tab = _Tables(int(machines), PURCHASES, nodes, np.asarray(up), u=np.asarray(second),
+                      add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
+                      add64=np.asarray(p.add_s, np.float64), rem64=np.asarray(p.remove_s, np.float64),
+                      mttf=p.mttf_s())
     else:
-        tab["life"] = np.asarray(second)
-    for i in range(n):
-        object.__setattr__(out[i], "_tab", tab)
-        object.__setattr__(out[i], "_row", i)
-    return out
+        tab = _Tables(int(machines), PURCHASES, nodes, np.asarray(up), life=np.asarray(second))
+    return [_Drawn(market.machine, p, market.billing, market.startup, float(s), tables=tab, row=i)
+            for i, s in zip(range(n), starts)]
 
 
 # --------------------------------------------------------------------------------------
@@ -265,8 +318,9 @@ def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, in
                                         granularity, unavailable) for m, k in zip(markets, keys)]
     need = max([p.furthest_step() for p in plans] + [1])
     curve = Trainer(job.algorithm, train_key).train(need)
-    return [po.execute_plan(p, po.LossReplay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target)
-            for p in plans]
+    runs = [po.execute_plan(p, po.LossReplay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target,
+                            deferred=True) for p in plans]
+    return ck.settle(runs, starts)  # every draw's machines billed in one vectorised call
 
 
 # ---- SCAR: one vmapped program over draws
@@ -350,8 +404,9 @@ def _scar(job, market, keys, starts, horizon_s, *, train_key=0, fraction=0.25, s
         losses = np.asarray(losses, np.float64)
         for j, i in enumerate(idx):
             curves[i] = losses[j]
-    return [po.execute_plan(p.training_only(), po.LossReplay(c), job, "scar", stop_at_target=stop_at_target)
-            for p, c in zip(plans, curves)]
+    runs = [po.execute_plan(p.training_only(), po.LossReplay(c), job, "scar", stop_at_target=stop_at_target,
+                            deferred=True) for p, c in zip(plans, curves)]
+    return ck.settle(runs, starts)  # every draw's machines billed in one vectorised call
 
 
 # ---- TierML: the controller per draw on the shared trajectory

@@ -5,6 +5,7 @@ with planted violations the comparison catches; same keys, same runs; bad input 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -178,12 +179,9 @@ def test_planted_violation_tables_of_another_draw_are_caught(monkeypatch):
     original = dr._Drawn.acquire
 
     def shifted(self, key, counter, n, t, *, held=None):
-        if "_row" in self.__dict__:
-            object.__setattr__(self, "_row", (self.__dict__["_row"] + 1) % self.__dict__["_tab"]["up"].shape[0])
-            try:
-                return original(self, key, counter, n, t, held=held)
-            finally:
-                object.__setattr__(self, "_row", (self.__dict__["_row"] - 1) % self.__dict__["_tab"]["up"].shape[0])
+        if self.tables is not None:  # the next draw's row of the tables
+            other = dataclasses.replace(self, row=(self.row + 1) % self.tables.up.shape[0])
+            return original(other, key, counter, n, t, held=held)
         return original(self, key, counter, n, t, held=held)
 
     monkeypatch.setattr(dr._Drawn, "acquire", shifted)
