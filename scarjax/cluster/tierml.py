@@ -75,6 +75,16 @@ over its warnings and revocations in a row without a completed iteration. Machin
 notice from their start (a lifetime within the warning) are replaced at the next check, not at
 once (their successors would be too, at the same simulated time).
 
+**A replayed trace.** On a :class:`~scarjax.cluster.market.Replay` class every spot machine is
+one of the trace's nodes, drawn from the market when it starts
+(:meth:`~scarjax.cluster.market.Replay.pick` at that market time, excluding the nodes the run
+already holds: those of machines running, under notice, or requested and not yet started), and
+it dies at that node's removal: never two machines on one node. A purchase the trace cannot
+fill (no free node) is not retried at every check: the class waits until the market next
+offers a node (a node added, or a held one released), a ``'wait'`` event; a wait past the
+horizon ends the class's purchases. ``meta['trace_nodes']`` gives each such machine's ledger
+id, class and node.
+
 The policy is a host-side event loop (one Python loop per market scenario): its decisions
 (which class to buy, when to switch, when to fall back) depend on the realised prices and
 revocations, so it is not vectorised; :mod:`scarjax.cluster.sweep` holds the calibrated
@@ -84,10 +94,12 @@ vectorised model for long sweeps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, NamedTuple, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from scarjax import validate as va
@@ -113,6 +125,7 @@ __all__ = [
     "flush_seconds",
     "mttf_estimate",
     "state_blocks",
+    "pick_nodes",
     "tierml",
     "scripted",
     "Scripted",
@@ -308,6 +321,8 @@ class _Group:
     joined: bool = False
     switch: bool = False  # replaces the current transient machines (class switch, end of fallback)
     first: int = 0  # machine index of ids[0] (the server index of the ActivePS block placement)
+    node: np.ndarray | None = None  # per machine: the replayed trace's node (-1: none); None: no trace
+    offer_t: float = -math.inf  # refused on a replayed trace: the market's next offer (elapsed)
 
 
 _PLACEMENTS: dict = {}  # _placement's results by input (many draws repeat the same moves)
@@ -331,6 +346,31 @@ def _placement(so: np.ndarray, moving: np.ndarray, host: np.ndarray, seed_deal: 
     return hit.copy()
 
 
+@functools.partial(jax.jit, static_argnums=(2,))
+def _replay_pick(process, key, n, t, held):
+    node, rev = process.pick(key, n, t, held)
+    return node, rev.lifetime, rev.warning
+
+
+def pick_nodes(process: Any, key: jax.Array, n: int, t: float, held: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(node int64, lifetime float64, warning float64)`` ``[n]``: ``n`` machines bought at
+    market time ``t`` on the replayed trace ``process`` (a :class:`~scarjax.cluster.market.Replay`),
+    none on the ``held`` nodes (``bool[K]``): :meth:`~scarjax.cluster.market.Replay.pick` in one
+    compiled program (float32 values as :meth:`~scarjax.cluster.market.Market.revocations`
+    computes them; with nothing held, its draws with the same key). ``node = -1`` and lifetime
+    0: not granted (no free node)."""
+    if not isinstance(process, mk.Replay):
+        raise TypeError(f"process must be a market.Replay, got {type(process).__name__}")
+    n = va.check_int("n", n, lo=1)
+    va.check_real("t", t, scalar=True)
+    held = np.asarray(held, bool)
+    if held.shape != tuple(process.add_s.shape):
+        raise ValueError(f"held must be bool[{process.add_s.shape[0]}] (one per trace node), got shape {held.shape}")
+    node, life, warn = _replay_pick(process, key, n, jnp.float32(t), jnp.asarray(held))
+    return (np.asarray(node, np.int64), np.asarray(life, np.float32).astype(np.float64),
+            np.asarray(warn, np.float32).astype(np.float64))
+
+
 def _next_hour_end(start: float, t: float) -> float:
     k = max(1, math.ceil((t - start) / _H - 1e-9))
     return start + k * _H
@@ -346,7 +386,12 @@ class _Controller:
         self.job, self.markets = job, markets
         self.t0 = float(markets[0].start_time_s)
         self.key = key
+        self.replay = [isinstance(m.process, mk.Replay) for m in markets]
+        if market_draws is not None and any(self.replay) and not hasattr(market_draws, "pick"):
+            market_draws = None  # a stand-in that cannot exclude held nodes: the market's own draws (same chain)
         self.market_draws = market_draws
+        self.offer_t = [-math.inf] * len(markets)  # a replayed class waits for the market's next offer until then
+        self.trace_nodes: list = []  # (ledger id, class, node) of each machine that ran on a replayed trace
         self.th = thresholds
         self.push_every = push_every
         self.param_bytes = float(param_bytes)
@@ -395,6 +440,42 @@ class _Controller:
             return self.market_draws.revocations(cls, n, t)
         return self.markets[cls].revocations(self._draw(), n, t)
 
+    def held(self, cls: int, t: float) -> np.ndarray:
+        """``bool[K]``: the nodes of replayed class ``cls`` that the run's machines hold at
+        elapsed ``t``: running or under notice (billed, not yet revoked or released), or
+        requested and not yet started (their node is reserved from the request)."""
+        held = np.zeros(int(self.markets[cls].process.add_s.shape[0]), bool)
+        for g in self.groups + self.retired:
+            if g.cls != cls or g.node is None:
+                continue
+            on = g.billed if g.joined else g.life_t > g.ready_t
+            on = on & (g.node >= 0) & (np.minimum(g.life_t, g.release_t) > t)
+            held[g.node[on]] = True
+        return held
+
+    def _pick(self, cls: int, n: int, t: float, held: np.ndarray):
+        """``n`` machines of replayed class ``cls`` at market time ``t``, not on ``held`` nodes
+        (the next key of the chain): ``(node, lifetime, warning)``."""
+        if self.market_draws is not None:
+            node, life, warn = self.market_draws.pick(cls, n, t, held)
+        else:
+            return pick_nodes(self.markets[cls].process, self._draw(), n, t, held)
+        return (np.asarray(node, np.int64), np.asarray(life, np.float32).astype(np.float64),
+                np.asarray(warn, np.float32).astype(np.float64))
+
+    def next_offer(self, cls: int, t: float) -> float:
+        """The first elapsed time after ``t`` at which replayed class ``cls`` can offer a
+        machine that it cannot at ``t`` (all present nodes held): a node added, or a held node
+        released by the run before its removal (``inf``: never)."""
+        add = np.asarray(self.markets[cls].process.add_s, np.float64) - self.t0
+        rem = np.asarray(self.markets[cls].process.remove_s, np.float64) - self.t0
+        later = add[(add > t) & (rem > add)]
+        best = float(later.min()) if later.size else math.inf
+        for g in self.groups + self.retired:
+            if g.cls == cls and g.node is not None and t < g.release_t < best and np.any(g.life_t > g.release_t):
+                best = g.release_t
+        return best
+
     def buy(self, kind: str, cls: int, n: int, t: float, *, delay: float | None = None,
             switch: bool = False) -> _Group:
         """Request ``n`` machines of ``kind`` from market ``cls`` at elapsed ``t``; they join
@@ -406,7 +487,14 @@ class _Controller:
         ids = [f"{kind}{self.next_id + i}" for i in range(n)]
         gid = self.next_id
         self.next_id += n
-        if kind == "spot":
+        node, offer = None, -math.inf
+        if kind == "spot" and self.replay[cls]:
+            node, life, warn = self._pick(cls, n, self.t0 + ready, self.held(cls, ready))
+            if not np.all(life > 0):  # refused: the class waits for the market's next offer
+                self.offer_t[cls] = self.next_offer(cls, ready)
+            offer = self.offer_t[cls]
+            life, warn = ready + life, ready + warn
+        elif kind == "spot":
             life, warn = self._revocations(cls, n, self.t0 + ready)
             life, warn = ready + life, ready + warn
         else:
@@ -415,7 +503,8 @@ class _Controller:
         # one ledger entry per machine (the ledger bills machines that start and end together once)
         blocks = [(f"{kind}{gid}.{j}", np.arange(n) == j) for j in range(n)]
         g = _Group(kind, cls, ids, blocks, ready, np.asarray(warn, np.float64), life, np.zeros(n, bool),
-                   np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch, first=gid)
+                   np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch, first=gid, node=node,
+                   offer_t=offer)
         self.groups.append(g)
         self.rec.event(t, "request", f"{n} {kind} {m.machine.name} (ready at {ready:.0f} s)")
         return g
@@ -430,8 +519,14 @@ class _Controller:
         g.billed[:] = granted
         g.alive[:] = granted
         g.joined = True
+        if g.node is not None:
+            self.trace_nodes += [(bid, g.cls, int(nd)) for (bid, _), nd, ok in zip(g.blocks, g.node, granted) if ok]
+        if g.node is not None and not granted.all():
+            self.rec.event(t, "wait", f"{int((~granted).sum())} {g.kind} {m.machine.name}: no free trace node, "
+                           f"waiting for the next offer at {g.offer_t:.0f} s")
         if not granted.any():
-            self.rec.event(t, "not_granted", f"{len(g.ids)} {g.kind} {m.machine.name}: spot above the bid")
+            if g.node is None:
+                self.rec.event(t, "not_granted", f"{len(g.ids)} {g.kind} {m.machine.name}: spot above the bid")
             return
         self.rec.event(t, "scale", f"+{int(granted.sum())} {g.kind} {m.machine.name} join")
         if g.kind == "spot" and g.switch:
@@ -849,7 +944,11 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         ``revocations(cls, n, t) -> (lifetime, warning)``, each taking the next key of the chain
         ``key, k = split(key)`` as :meth:`~scarjax.cluster.market.Market.startup_s` and
         :meth:`~scarjax.cluster.market.Market.revocations` would; ``None``: those calls), e.g.
-        :mod:`scarjax.cluster.draws`' tables drawn for many draws in one program.
+        :mod:`scarjax.cluster.draws`' tables drawn for many draws in one program. On a replayed
+        trace it also needs ``pick(cls, n, t, held) -> (node, lifetime, warning)``
+        (:meth:`~scarjax.cluster.market.Replay.pick` with the chain's next key, excluding the
+        ``held`` nodes); a stand-in without it is not used there (the market's own draws, the
+        same chain of keys: the same run).
     """
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
@@ -920,6 +1019,8 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         if n <= 0:
             return
         cls, _ = best_class(t)
+        if cls >= 0 and t < ctl.offer_t[cls]:
+            return  # a replayed class refused the last purchase: wait for its next offer
         if cls >= 0:
             ctl.buy("spot", cls, n, t)
         else:
@@ -931,6 +1032,8 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
             return
         fb = [g for g in ctl.groups if g.kind == "fallback" and g.alive.any() and g.release_t == math.inf]
         cls, there = best_class(t)
+        if cls >= 0 and t < ctl.offer_t[cls]:
+            return  # a replayed class refused the last purchase: wait for its next offer
         if fb and cls >= 0:
             ctl.rec.event(t, "spot_back", f"{markets[cls].machine.name} below the bid again")
             ctl.buy("spot", cls, transient, t, switch=True)
@@ -954,9 +1057,10 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
                   target_loss=float(job.target_loss), max_steps=int(job.max_steps), chunk=chunk)
     ctl.handle_boundary(t)
     ctl.stop_all(t)
+    extra = {"trace_nodes": tuple(ctl.trace_nodes)} if any(ctl.replay) else {}
     return rec.finish(t, rollbacks=ctl.rollbacks, lost_iterations=ctl.lost_iterations, flushes=ctl.flushes,
                       trained_iterations=ctl.trained, param_bytes=float(param_bytes), stages=sorted(ctl.stages),
-                      reliable=reliable, transient=transient, executed_steps=ctl.trained)
+                      reliable=reliable, transient=transient, executed_steps=ctl.trained, **extra)
 
 
 # --------------------------------------------------------------------------------------
