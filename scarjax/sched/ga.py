@@ -381,19 +381,28 @@ def _cumsum0(x):
     return jax.lax.associative_scan(jnp.add, x, axis=0)
 
 
-def repair(key, state, prob: AllocationProblem, *, interference_avoidance: bool = True):
+def _avoiding(drop, interference_avoidance):
+    """``drop`` where interference avoidance is on: a Python ``True`` leaves ``drop`` as it is
+    (the program of a static setting), a traced boolean scalar masks it (one compiled search
+    serves both settings, :func:`solve`)."""
+    return drop if interference_avoidance is True else drop & interference_avoidance
+
+
+def repair(key, state, prob: AllocationProblem, *, interference_avoidance=True):
     """The artifact's repair (``Problem._repair``) of one ``int32[J, N]`` matrix: rows are in
     priority order. Always returns a feasible matrix: column sums within ``capacity``, row
     sums within ``cap``, at most ``max_nodes`` nodes per job, and (with
-    ``interference_avoidance``) at most one job spanning several nodes on every node."""
+    ``interference_avoidance``, a bool or a traced boolean scalar) at most one job spanning
+    several nodes on every node."""
     J, N = state.shape
     state = jnp.maximum(state, 0)
-    if interference_avoidance:
+    if interference_avoidance is not False:
         distributed = (state > 0).sum(1, keepdims=True) > 1
         mask = (state > 0) & distributed
         # the first distributed job on each node keeps it
         first = jnp.min(jnp.where(mask, jnp.arange(J)[:, None], J), axis=0)
-        state = jnp.where(mask & (jnp.arange(J)[:, None] != first[None, :]), 0, state)
+        drop = mask & (jnp.arange(J)[:, None] != first[None, :])
+        state = jnp.where(_avoiding(drop, interference_avoidance), 0, state)
     # per-job caps in a random node order: "cumulative sum in the shuffled order" computed as
     # the sum over the nodes ranked before each node (an N x N comparison, no sort)
     rank = (_element_bits(key, (J, N)) >> 16).astype(jnp.uint16)  # 16-bit ranks, ties broken by node index
@@ -428,7 +437,7 @@ def _cap_rows(rows, order_key, cap, max_nodes):
     return jnp.where(nz_before < max_nodes, rows, 0)
 
 
-def _repair_population(keys, states, prob: AllocationProblem, *, interference_avoidance: bool = True,
+def _repair_population(keys, states, prob: AllocationProblem, *, interference_avoidance=True,
                        row_budget: int | None = None, col_budget: int | None = None):
     """:func:`repair` of a whole population ``int32[P, J, N]`` (member ``i`` with ``keys[i]``),
     bit-identical to ``vmap(repair)`` and the one the search runs.
@@ -441,11 +450,11 @@ def _repair_population(keys, states, prob: AllocationProblem, *, interference_av
     P, J, N = states.shape
     states = jnp.maximum(states, 0)
     jj = jnp.arange(J)[:, None]
-    if interference_avoidance:
+    if interference_avoidance is not False:
         distributed = (states > 0).sum(2, keepdims=True) > 1
         mask = (states > 0) & distributed
         first = jnp.min(jnp.where(mask, jj, J), axis=1, keepdims=True)
-        states = jnp.where(mask & (jj != first), 0, states)
+        states = jnp.where(_avoiding(mask & (jj != first), interference_avoidance), 0, states)
     # (2) caps in a random node order, on the rows that break one (the others are unchanged:
     # with a row sum <= cap every prefix leaves each element whole)
     bad = (states.sum(2) > prob.cap) | ((states > 0).sum(2) > prob.max_nodes)  # [P, J]
@@ -504,16 +513,18 @@ def _dedup_penalty(states, f):
     return jnp.where(dup, -jnp.inf, f)
 
 
-def _make_search(pop_size: int, generations: int, p: float, interference_avoidance: bool,
-                 reset_prob: float, zero_row_prob: float, zero_elem_prob: float, sparse_repair: bool = False):
+def _make_search(pop_size: int, generations: int, p: float, reset_prob: float, zero_row_prob: float,
+                 zero_elem_prob: float, sparse_repair: bool = False):
+    # interference avoidance is a traced boolean argument ``avoid`` of the programs (one
+    # compilation serves both settings; the repaired matrices are the same integers)
     mut = jax.vmap(lambda k, s, pr: mutate(k, s, pr, reset_prob=reset_prob, zero_row_prob=zero_row_prob,
                                            zero_elem_prob=zero_elem_prob), in_axes=(0, 0, None))
     if sparse_repair:
-        def rep(keys, states, prob):
-            return _repair_population(keys, states, prob, interference_avoidance=interference_avoidance)
+        def rep(keys, states, prob, avoid):
+            return _repair_population(keys, states, prob, interference_avoidance=avoid)
     else:
-        rep = jax.vmap(lambda k, s, pr: repair(k, s, pr, interference_avoidance=interference_avoidance),
-                       in_axes=(0, 0, None))
+        rep = jax.vmap(lambda k, s, pr, avoid: repair(k, s, pr, interference_avoidance=avoid),
+                       in_axes=(0, 0, None, None))
 
     cross = jax.vmap(crossover)
     half = pop_size // 2
@@ -523,7 +534,7 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
 
 
     @jax.jit
-    def generation(pop, f, kg, g, prob):
+    def generation(pop, f, kg, g, prob, avoid):
         ks, kc, km, kr = jax.random.split(jax.random.fold_in(kg, g), 4)
         # binary tournament for 2 * half parents
         cand = jax.random.randint(ks, (2, pop_size), 0, pop_size)
@@ -532,14 +543,14 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
         o1, o2 = cross(jax.random.split(kc, half), a, b)
         off = jnp.concatenate([o1, o2])
         off = mut(jax.random.split(km, pop_size), off, prob)
-        off = rep(jax.random.split(kr, pop_size), off, prob)
+        off = rep(jax.random.split(kr, pop_size), off, prob, avoid)
         allp = jnp.concatenate([pop, off])
         allf = _dedup_penalty(allp, jnp.concatenate([f, fit(off, prob)]))
         _, idx = jax.lax.top_k(allf, pop_size)
         return allp[idx], allf[idx]
 
     @jax.jit
-    def start(key, init, prob, seed, mutate_init):
+    def start(key, init, prob, seed, mutate_init, avoid):
         k0, k1, kg = jax.random.split(key, 3)
         # mutate_init is traced (a select, not a Python branch): one compilation serves the
         # first decision (mutated) and the warm starts (not mutated)
@@ -548,7 +559,7 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
         init = init.at[0].set(prob.base)
         if seed is not None:
             init = init.at[1 % pop_size].set(seed)
-        init = rep(jax.random.split(k0, pop_size), init, prob)
+        init = rep(jax.random.split(k0, pop_size), init, prob, avoid)
         return init, _dedup_penalty(init, fit(init, prob)), kg
 
     @jax.jit
@@ -557,12 +568,12 @@ def _make_search(pop_size: int, generations: int, p: float, interference_avoidan
         best = jnp.argmax(f_true)
         return pop[best], f_true[best], pop, f_true, fit(prob.base[None], prob)[0]
 
-    def search(key, init, prob, seed, mutate_init):
+    def search(key, init, prob, seed, mutate_init, avoid):
         # A host loop over one jitted generation: XLA's CPU backend runs the same body 2-3x
         # slower inside a lax.scan/while loop (measured), and a dispatch is ~0.1 ms.
-        pop, f, kg = start(key, init, prob, seed, mutate_init)
+        pop, f, kg = start(key, init, prob, seed, mutate_init, avoid)
         for g in range(generations):
-            pop, f = generation(pop, f, kg, g, prob)
+            pop, f = generation(pop, f, kg, g, prob, avoid)
         return finish(pop, prob)
 
     return search
@@ -592,8 +603,9 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
     key = va.check_key("key", key)
     P = config.pop_size
     J, N = prob.base.shape
-    cfg_key = (P, config.generations, float(config.p), config.interference_avoidance, config.reset_prob,
-               config.zero_row_prob, config.zero_elem_prob, bool(config.sparse_repair))
+    # interference_avoidance is not in the key: it is traced (one program serves both settings)
+    cfg_key = (P, config.generations, float(config.p), config.reset_prob, config.zero_row_prob,
+               config.zero_elem_prob, bool(config.sparse_repair))
     if cfg_key not in _SEARCH_CACHE:
         _SEARCH_CACHE[cfg_key] = _make_search(*cfg_key)
     search = _SEARCH_CACHE[cfg_key]
@@ -609,7 +621,8 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
             init = np.concatenate([init, np.broadcast_to(np.asarray(prob.base), (P - init.shape[0], J, N))])
         init = jnp.asarray(init[:P], jnp.int32)
     seed = jnp.asarray(greedy_seed(prob), jnp.int32) if seed_greedy else None
-    alloc, f, pop, pf, f_base = search(key, init, prob, seed, mutate_init)
+    avoid = np.asarray(bool(config.interference_avoidance))  # traced in start and generation
+    alloc, f, pop, pf, f_base = search(key, init, prob, seed, mutate_init, avoid)
     return GAResult(np.asarray(alloc), float(f), np.asarray(pop), np.asarray(pf), float(f_base))
 
 

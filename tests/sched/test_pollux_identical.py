@@ -7,6 +7,7 @@ Simulations already run with the old search (e.g. the sched_sweeps experiment) s
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -191,3 +192,32 @@ def test_true_indices_is_nonzero():
     for size in (40,):
         np.testing.assert_array_equal(np.asarray(P._true_indices(m, size)),
                                       np.asarray(jnp.nonzero(m, size=size, fill_value=m.size)[0]))
+
+
+_REP_TRACED = (jax.jit(jax.vmap(lambda kk, s, pr, a: P.repair(kk, s, pr, interference_avoidance=a),
+                                in_axes=(0, 0, None, None))),
+               jax.jit(lambda kk, s, pr, a: P._repair_population(kk, s, pr, interference_avoidance=a)))
+
+
+def test_traced_avoidance_repairs_as_the_static_setting():
+    """solve traces interference_avoidance (one program for both settings): the traced flag
+    repairs exactly as the static one, per matrix and per population, and the wrong flag
+    (a planted violation) shows the comparison can fail; both settings share one search."""
+    prob = _problem(seed=5)
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.integers(0, 4, (6,) + prob.base.shape) * (rng.random((6,) + prob.base.shape) < 0.5),
+                    jnp.int32)
+    keys = jax.random.split(jax.random.PRNGKey(5), 6)
+    out = {}
+    for avoid in (True, False):
+        static_one, static_pop = _rep_pair(avoid, None, None)
+        want = np.asarray(static_one(keys, x, prob))
+        np.testing.assert_array_equal(np.asarray(static_pop(keys, x, prob)), want)
+        for traced in _REP_TRACED:
+            np.testing.assert_array_equal(np.asarray(traced(keys, x, prob, np.asarray(avoid))), want)
+        out[avoid] = want
+    assert not np.array_equal(out[True], out[False]), "the planted wrong flag must change the repair"
+    before = len(P._SEARCH_CACHE)
+    P.solve(prob, 0, config=replace(CFG, interference_avoidance=True))
+    P.solve(prob, 0, config=replace(CFG, interference_avoidance=False))
+    assert len(P._SEARCH_CACHE) - before <= 1, "both avoidance settings must share one compiled search"
