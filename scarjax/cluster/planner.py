@@ -72,7 +72,11 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     for ``round_robin`` (each block saved every ``K`` steps) and ``priority`` (stated
     assumption: the priority rule's perturbation is at most round-robin's, as Thm 5.4.2's
     experiments Fig 5.8 show, not proven); geometric ``I·G``, ``G ~ Geom(r)``, for ``random``;
-    never older than the run (``A ≤ K0``: the running checkpoint starts at ``w⁽⁰⁾``).
+    never older than the revocation's step ``ℓ`` (``A_ℓ = min(A, ℓ)``: the running checkpoint
+    starts at ``w⁽⁰⁾``, so a block not yet written at ``ℓ`` has age ``ℓ``), and the per-event
+    rework ``log(1 + g(ℓ)) / log(1/c)`` is averaged over ``ℓ`` uniform on ``[0, K0]`` (A1's
+    events fall anywhere in the run; capping at ``K0`` instead over-predicted SCAR's rework
+    where the interval ``K`` is a sizeable share of the run, e.g. price-driven markets).
     Checkpoint-restart's rework is the lost work itself (a consistent restart, Sec 5.4).
 :A4: *Cost.* Machines are billed from the moment they run: the on-demand price, the spot price
     (mean over the planning window of the prices at or below the bid: AWS 2015 charges the
@@ -469,24 +473,30 @@ def _free_partial_hour(mttf_s):
     return jnp.where(jnp.isfinite(mttf_s), m - _H * q / jnp.maximum(-jnp.expm1(-_H / m), 1e-30), _H / 2)
 
 
-def _scar_g_log(c, K, r, I, prio, p, K0, ages_top, log_drift):
-    """``log g`` of A3: ``g = sqrt(p) E[D(A) c^{-A}]`` (log space)."""
+def _scar_rework(c, K, r, I, prio, p, K0, ages_top, log_drift):
+    """Iterations of rework per revocation event of A3: ``E_ℓ[log(1 + g(ℓ))] / log(1/c)``,
+    ``g(ℓ) = sqrt(p) E[D(A_ℓ) c^{-A_ℓ}]`` with the block age capped by the revocation's step,
+    ``A_ℓ = min(A, ℓ)`` (the running checkpoint starts at ``w⁽⁰⁾``: a block not yet written
+    when the revocation comes at step ``ℓ`` has age ``ℓ``), ``ℓ`` uniform over the run
+    ``[0, K0]`` (midpoint rule on ``_AGES`` points; the events of A1 fall anywhere in it)."""
     lc = -jnp.log(c)  # log(1/c) > 0
+    ell = (jnp.arange(_AGES) + 0.5) / _AGES * K0  # the revocation's step
 
-    def logterm(a):
-        a = jnp.minimum(a, K0)
+    def logterm(a):  # a [..., 1] -> [..., _AGES]: log(D(A_ℓ) c^{-A_ℓ}) per ℓ
+        a = jnp.minimum(a, ell)
         return _uinterp(a, ages_top, log_drift) + a * lc
 
     # uniform age on [0, K] (round-robin, priority): midpoint rule on _AGES points
     u = (jnp.arange(_AGES) + 0.5) / _AGES
-    lu = jax.scipy.special.logsumexp(logterm(u * jnp.minimum(K, K0))) - jnp.log(_AGES)
-    # geometric age I*G, G ~ Geom(r) (random rule), truncated (the tail mass at age K0)
+    lu = jax.scipy.special.logsumexp(logterm((u * jnp.minimum(K, K0))[:, None]), axis=0) - jnp.log(_AGES)
+    # geometric age I*G, G ~ Geom(r) (random rule), truncated (the tail mass at the oldest age)
     g = jnp.arange(1, _GEOM_TERMS + 1)
     logw = jnp.log(r) + (g - 1) * jnp.log1p(-jnp.minimum(r, 1 - 1e-7))
     tail = jnp.log1p(-jnp.minimum(r, 1 - 1e-7)) * _GEOM_TERMS
-    lg = jnp.logaddexp(jax.scipy.special.logsumexp(logw + logterm(g * I)), tail + logterm(K0))
+    lg = jnp.logaddexp(jax.scipy.special.logsumexp(logw[:, None] + logterm((g * I)[:, None]), axis=0),
+                       tail + logterm(jnp.reshape(K0, (1,)))[0])
     lmix = jnp.where(prio == PRIORITIES.index("random"), lg, lu)
-    return 0.5 * jnp.log(p) + lmix
+    return jnp.mean(jax.nn.softplus(0.5 * jnp.log(p) + lmix)) / lc
 
 
 def _predict_one(c_, t):
@@ -636,8 +646,7 @@ def _predict_one(c_, t):
     p_lost = jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0))
     Ks_f = jnp.where(jnp.isfinite(Ks), Ks, K0)
     I_f = jnp.where(jnp.isfinite(I), I, K0)
-    lg = _scar_g_log(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages_top"], t["log_drift"])
-    rho = jax.nn.softplus(lg) / jnp.log(1.0 / c)  # iterations per event, log(1 + g) / log(1/c)
+    rho = _scar_rework(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages_top"], t["log_drift"])  # per event
     slow = jnp.where(bulk | (n <= 1), 1.0, 1.0 - dt / jnp.maximum(c_["step_s_less"], dt))
     B_ev = rest * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0)) + s0 * slow + rho * dts \
         + W_rev * jnp.where(bulk | (n <= 1), 1.0, slow)  # A7: trains on the survivors while it waits
