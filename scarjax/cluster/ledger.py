@@ -46,6 +46,12 @@ def hourly_bill(start: Any, end: Any, price: Any, revoked: Any = False, scheme: 
     :func:`~scarjax.cluster.market.charged_seconds` under ``"per_second"``), unchecked (the
     :class:`Ledger` checks its entries). The checked public form is
     :func:`scarjax.cluster.market.bill_np`."""
+    if type(start) is float and type(end) is float and type(price) is float and type(revoked) is bool:
+        # one machine (the ledger's charges, many per run): the same rule without broadcasting
+        dur = max(end - start, 0.0)
+        if scheme == "per_second":
+            return price * mk.charged_seconds(dur) / 3600.0
+        return price * mk.billed_hours(dur, revoked, tol_s=tol_s)
     start, end, price, revoked = np.broadcast_arrays(
         np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(price, np.float64),
         np.asarray(revoked, bool))

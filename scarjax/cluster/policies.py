@@ -231,6 +231,7 @@ class _Fleet:
         tiers = ["transient" if g else other for g in granted]
         last = t
         price = {tier: m.price(tier) for tier in set(tiers) if tier is not None}
+        up, death, node = up.tolist(), death.tolist(), node.tolist()  # plain numbers: a loop over slots
         for i, s in enumerate(slots):
             tier = tiers[i]
             if tier is None:
@@ -279,11 +280,12 @@ class _Fleet:
         self.node[slot] = -1
 
     def live(self, t):
-        return np.array([self.mid[s] is not None and self.ready[s] <= t + _EPS for s in range(self.M)])
+        ready = self.ready.tolist()  # plain floats: many calls
+        return np.array([self.mid[s] is not None and ready[s] <= t + _EPS for s in range(self.M)])
 
     def next_death(self):
-        owned = np.array([m is not None for m in self.mid])
-        return float(self.death[owned].min()) if owned.any() else math.inf
+        owned = [d for d, m in zip(self.death.tolist(), self.mid) if m is not None]  # plain floats: many calls
+        return float(min(owned)) if owned else math.inf
 
     def _stop_time(self, slot, t):
         """The market time a machine stops at elapsed ``t``: never before its billing start (a
@@ -674,7 +676,8 @@ def plan_scar(job: ck.Job, market: mk.Market, key: Any, horizon_s: float, K: flo
             t = max(t, t_next)
             continue
         dt = _dt(job, market, m)
-        arrivals = [fleet.ready[s] for s in range(M) if fleet.mid[s] is not None and fleet.ready[s] > t + _EPS]
+        ready = fleet.ready.tolist()
+        arrivals = [ready[s] for s in range(M) if fleet.mid[s] is not None and ready[s] > t + _EPS]
         t_change = min([td, retry] + arrivals)
         left = job.max_steps - step
         if math.isfinite(I):

@@ -135,3 +135,15 @@ def test_bad_input_names_the_argument():
         lg.bill_runs(["not a ledger"], [np.zeros(1)], [0.0])
     with pytest.raises(ValueError, match="t0"):
         ck.settle([], [0.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 50000.0), st.floats(0.0, 50000.0), st.sampled_from([0.0, 0.27, 3.06]), st.booleans(),
+       st.sampled_from(mk.BILLINGS))
+def test_property_one_machine_path_equals_the_array_path(start, end, price, revoked, scheme):
+    one = lg.hourly_bill(start, end, price, revoked, scheme)
+    arr = lg.hourly_bill(np.array([start]), np.array([end]), np.array([price]), np.array([revoked]), scheme)
+    assert float(one) == float(arr[0])
+    # the comparison is sensitive: charging a revoked machine's begun partial hour would differ
+    if scheme == "hourly" and revoked and price > 0.0 and float(mk.free_seconds(max(end - start, 0.0), True)) > 0.0:
+        assert float(one) + price != float(arr[0])
