@@ -524,11 +524,13 @@ def _replay_tabled(process) -> bool:
 
 class _TierDraws:
     """TierML's market draws for one draw (``tierml(market_draws=...)``): call ``c`` of the
-    chain (a start-up or a purchase's revocations, in the controller's order) served from the
-    tables of :func:`_tier_tables` where they hold it, in float32 NumPy as the market's
-    programs compute it (:meth:`Replay.pick`: the nodes present at the request time, ranked by
-    their priorities, ``remove - t``; the warning ``max(life - warning_s, 0)`` or none); other
-    calls go to the market with the chain's key, as the controller would."""
+    chain (a start-up, a purchase's revocations or, on a replayed trace, its pick of free
+    nodes, in the controller's order) served from the tables of :func:`_tier_tables` where they
+    hold it, in float32 NumPy as the market's programs compute it (:meth:`Replay.pick`: the
+    nodes present at the request time and not held, ranked by their priorities, ``remove - t``;
+    the warning ``max(life - warning_s, 0)`` or none); other calls go to the market
+    (:func:`~scarjax.cluster.tierml.pick_nodes` on a replayed trace) with the chain's key, as
+    the controller would."""
 
     def __init__(self, markets, tab, row):
         self.markets, self.tab, self.row, self.c = markets, tab, row, 0
@@ -552,9 +554,24 @@ class _TierDraws:
         c, self.c = self.c, self.c + 1
         if cls != 0 or c >= self.tab["calls"] or not self.tab["nodes"]:
             return self.markets[cls].revocations(self._key(c), n, t)
+        return self._host_pick(c, n, t, None)[1:]
+
+    def pick(self, cls, n, t, held):
+        """``(node, lifetime, warning)`` of ``n`` machines of replayed class ``cls`` at market
+        time ``t``, none on the ``held`` nodes (:func:`~scarjax.cluster.tierml.pick_nodes` with
+        the chain's next key), from the tables where they hold it."""
+        c, self.c = self.c, self.c + 1
+        if cls != 0 or c >= self.tab["calls"] or not self.tab["nodes"]:
+            return tml.pick_nodes(self.markets[cls].process, self._key(c), n, t, held)
+        return self._host_pick(c, n, t, held)
+
+    def _host_pick(self, c, n, t, held):
+        """:meth:`Replay.pick` of call ``c`` in float32 NumPy from the tables' priorities."""
         add, rem, K = self.tab["add"], self.tab["rem"], self.tab["nodes"]
         t0 = np.float32(t)
         free = (add <= t0) & (t0 < rem)
+        if held is not None:
+            free &= ~np.asarray(held, bool)
         prio = np.where(free, self.tab["u"][self.row, c], np.float32(-1.0))
         order = np.argsort(-prio, kind="stable")
         idx = np.arange(n)
@@ -565,7 +582,8 @@ class _TierDraws:
             warn = life
         else:
             warn = np.maximum(life - self.tab["warning_s"], np.float32(0.0)).astype(np.float32)
-        return life.astype(np.float64), warn.astype(np.float64)
+        node = np.where(ok, pick, -1).astype(np.int64)
+        return node, life.astype(np.float64), warn.astype(np.float64)
 
 
 def _tier_draws(market, markets_of, keys):
