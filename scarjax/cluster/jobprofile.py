@@ -40,7 +40,11 @@ class JobProfile:
       initial_distance: ``d₀ = ‖w⁽⁰⁾ − w*‖`` (informational: the bound uses ``Δ_T / d₀``).
       eps: the distance at the target (informational).
       drift_ages, drift: the measured drift ``D(a)`` (A3) at ages ``drift_ages`` (increasing
-        ints); empty: the triangle bound ``1 + c^a``.
+        ints), the largest over the run (the worst case: Thm 5.3.1's bound); empty: the
+        triangle bound ``1 + c^a``.
+      drift_mean: the same ratio averaged over the run at each of ``drift_ages`` (the
+        expected rework of a revocation anywhere in it: what the planner predicts with);
+        empty: ``drift`` (the bound).
       batch_sizes, iteration_scale, batch_step_times: a Pollux goodput profile (A5): the batch
         sizes, ``K(b) / K0`` and the step time at each (empty: one batch size, the job's).
       param_bytes: the parameter state's bytes (TierML's flush), default 4 MB.
@@ -68,6 +72,7 @@ class JobProfile:
     param_bytes: float = 4e6
     job: Any = dataclasses.field(default=None, compare=False, repr=False)
     sync_problem: Any = dataclasses.field(default=None, compare=False, repr=False)
+    drift_mean: tuple = ()
 
     def __post_init__(self):
         va.check_str("name", self.name)
@@ -89,6 +94,13 @@ class JobProfile:
                 raise ValueError(f"drift_ages must be increasing and >= 0, got {self.drift_ages!r}")
             if not np.all(np.isfinite(d)) or np.any(d < 0):
                 raise ValueError(f"drift must be finite and >= 0, got {self.drift!r}")
+        if self.drift_mean:
+            dm = np.asarray(self.drift_mean, np.float64)
+            if dm.shape != (len(self.drift_ages),):
+                raise ValueError(f"drift_mean must have one value per drift_ages ({len(self.drift_ages)}), "
+                                 f"got {len(self.drift_mean)}")
+            if not np.all(np.isfinite(dm)) or np.any(dm < 0):
+                raise ValueError(f"drift_mean must be finite and >= 0, got {self.drift_mean!r}")
         nb = len(self.batch_sizes)
         if nb:
             if len(self.iteration_scale) != nb or len(self.batch_step_times) != nb:
@@ -112,7 +124,8 @@ class JobProfile:
         ``d_k = ‖w_k − w*‖`` (``w*``: ``algorithm.optimum``, else the last iterate, stated) at
         ``snapshots`` evenly spaced steps, ``c`` by :func:`scarjax.bounds.estimate_c`
         (``'max_ratio'``, per snapshot stride ``s``: ``c = c_s^{1/s}``) unless given, and the
-        drift ``D(a) = max_ℓ ‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` at the snapshot ages (A3)."""
+        drift ``D(a) = max_ℓ ‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` at the snapshot ages (A3) and its mean
+        over ``ℓ`` up to ``K0`` (``drift_mean``)."""
         if not isinstance(job, ck.Job):
             raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
         snapshots = va.check_int("snapshots", snapshots, lo=8)
@@ -155,7 +168,7 @@ class JobProfile:
                     raise ValueError(f"job: the run does not converge linearly (largest ratio {cs:.4g} per "
                                      f"{stride} steps); pass c= (thesis Eq 5.3)") from None
             c = float(cs ** (1.0 / stride))
-        ages, drift = [], []
+        ages, drift, drift_mean = [], [], []
         for j in range(1, min(len(steps), upto + 1)):
             a = j * stride
             num = np.linalg.norm(W[j:upto + 1] - W[:upto + 1 - j], axis=1) if upto + 1 - j > 0 else np.zeros(0)
@@ -163,14 +176,16 @@ class JobProfile:
             ok = den > 1e-12 * d0
             if num.size and ok.any():
                 ages.append(a)
-                drift.append(float(np.max(num[ok[: num.size]] / den[: num.size][ok[: num.size]])))
+                ratio = num[ok[: num.size]] / den[: num.size][ok[: num.size]]
+                drift.append(float(np.max(ratio)))
+                drift_mean.append(float(np.mean(ratio)))
         if param_bytes is None:
             param_bytes = float(W.shape[1] * 4)
         eps = float(d[min(upto, len(d) - 1)])
         return cls(name or getattr(job.algorithm, "name", "job"), float(K0), float(c), job.step_time,
                    job.checkpoint_s, job.restore_s, max_workers, d0, eps if eps > 0 else None,
                    tuple(int(a) for a in [0] + ages), tuple([0.0] + drift), param_bytes=float(param_bytes),
-                   job=job, sync_problem=sync_problem)
+                   job=job, sync_problem=sync_problem, drift_mean=tuple([0.0] + drift_mean))
 
     @classmethod
     def from_pollux(cls, name: str, params: Any, phi: float, base_batch_size: int, iterations: float, c: float,
@@ -198,14 +213,16 @@ class JobProfile:
         bs = self.job.batch_size if self.job is not None and self.job.batch_size is not None else 0
         return (bs,), (1.0,), (self.step_time,)
 
-    def drift_table(self) -> tuple[np.ndarray, np.ndarray]:
+    def drift_table(self, bound: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(ages, log D)`` on 129 uniform points from 0 to ``max(iterations) `` (A3): the
-        measured drift (interpolated, held beyond its last age) or the triangle bound
-        ``1 + c^a``."""
+        measured drift (interpolated, held beyond its last age): ``drift_mean`` where measured
+        and ``bound`` is false (the expected rework), else ``drift`` (the worst case over the
+        run: Thm 5.3.1's bound); unmeasured, the triangle bound ``1 + c^a``."""
         top = max(2.0, self.iterations * max(self.iteration_scale or (1.0,)))
         ages = np.linspace(0.0, top, 129)
         if self.drift:
-            D = np.interp(ages, np.asarray(self.drift_ages, np.float64), np.asarray(self.drift, np.float64))
+            d = self.drift_mean if self.drift_mean and not bound else self.drift
+            D = np.interp(ages, np.asarray(self.drift_ages, np.float64), np.asarray(d, np.float64))
             D = np.maximum(D, 1e-12)
         else:
             D = 1.0 + self.c ** ages

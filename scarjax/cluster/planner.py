@@ -64,8 +64,14 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     perturbation. Along a linearly convergent run ``‖w_{ℓ−a} − w_ℓ‖ ≤ D(a) d_{ℓ−a}`` with
     ``d_j ≤ c^j d₀`` (Eq 5.3), so ``c^{−ℓ} E‖δ'‖ ≤ g d₀`` with ``g = sqrt(p) E[D(A) c^{−A}]``
     — independent of ``ℓ``. ``D`` is the *measured drift* of the unperturbed run
-    (:meth:`JobProfile.from_job`: the largest ``‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` over the run, per
-    age) or, unmeasured, the triangle inequality ``1 + c^a``. Later perturbations start from
+    (:meth:`JobProfile.from_job`, per age): for the prediction the mean of
+    ``‖w_ℓ − w_{ℓ−a}‖ / d_{ℓ−a}`` over the run (``drift_mean``: a revocation comes anywhere in
+    it, so the expected rework takes the drift there on average), for the bound the largest
+    (``drift``; a profile without ``drift_mean`` predicts the bound); unmeasured, the triangle
+    inequality ``1 + c^a``. (The largest is set by the first iterations' fast transients, and
+    predicting with it over-predicted SCAR's rework, most where every block is lost at once: the
+    bulk revocations of price-driven markets; ``tests/cluster/test_planner_rework.py``.) Later
+    perturbations start from
     the perturbed iterate (Lemma B.2.1: ``d_ℓ ≤ c^ℓ (d₀ + Δ_{ℓ−1})``), so after ``N`` events
     ``1 + Δ_T/d₀ ≤ (1 + g)^N`` and Thm 5.3.1 gives ``π ≤ N log(1 + g) / log(1/c)``; the
     expected rework is ``E[N] log(1 + g) / log(1/c)``. The age ``A``: uniform on ``[0, K]``

@@ -3,17 +3,26 @@ age is capped by the revocation's own step (the running checkpoint starts at w�
 yet written when the revocation comes at step ℓ has age ℓ), averaged over revocations anywhere
 in the run. Checked against an independent NumPy quadrature of the documented formula; the
 planted violation is the age capped by the whole run (K0), which over-predicted SCAR's rework
-when the checkpoint interval is a sizeable share of the run (price-driven markets)."""
+when the checkpoint interval is a sizeable share of the run (price-driven markets). The
+prediction takes the profile's mean drift over the run (the expected rework): on a price-driven
+market it matches the simulator's mean time, where the worst-case drift (the bound, planted)
+over-predicts it; bad ``drift_mean`` is refused by name."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
+from scarjax.cluster import clock as ck
+from scarjax.cluster import market as mk
 from scarjax.cluster import planner as pl
 from scarjax.cluster.jobprofile import JobProfile
 from scarjax.cluster.marketmodel import MarketModel
 from scarjax.cluster.steptime import step_time_fixed
+from scarjax.cluster.trainer import Trainer
+from scarjax.models import quadratic
 
 C, K0 = 0.97, 40.0
 
@@ -51,3 +60,53 @@ def test_scar_rework_caps_the_age_at_the_revocation_step(mttf_h):
     assert old > 1.05 * want, f"the planted violation does not differ here (K = {K:g}, K0 = {K0:g}): a vacuous case"
     with pytest.raises(AssertionError, match="the A3 formula gives"):
         check_rework(old, want)  # planted: the age capped by the whole run
+
+
+# ---------------------------------------------------------------------------------------------
+# The expected rework against the simulator (a price-driven market: bulk revocations)
+
+
+def check_mean_time(pred_s, sim_s, rtol):
+    sim = float(np.mean(sim_s))
+    assert abs(pred_s - sim) <= rtol * sim, \
+        f"predicted time {pred_s:.1f} s vs mean simulated {sim:.1f} s ({100 * (pred_s / sim - 1):+.1f}%)"
+
+
+def test_scar_on_a_price_driven_market_predicts_the_expected_rework():
+    """The price rises above the bid 20 minutes in: every start granted before is revoked at
+    once (all blocks lost, recovered from the running checkpoint), the replacements on-demand.
+    SCAR's predicted time to the target is the mean over the window's minute starts of the
+    simulator's within 5% with the mean drift over the run (``drift_mean``: the expected
+    rework); the worst-case drift (``drift``, Thm 5.3.1's bound) over-predicts it (planted),
+    and its rework still bounds the simulated one."""
+    alg = quadratic.random_problem(0, 16, 10.0, c=0.97)
+    job = ck.Job(alg, 1e-4 * float(Trainer(alg, 0).loss()), step_time_fixed(10.0), workers=4, checkpoint_s=40.0,
+                 restore_s=10.0, max_steps=400)
+    prof = JobProfile.from_job(job, 0)
+    ser = mk.price_series([0.1, 2.0], [0.0, 1200.0], end_s=40 * 3600.0)
+    m = mk.Market(mk.MachineType("x", 1.0, ser), mk.price_driven(ser, 0.5), billing="per_second",
+                  startup=mk.fixed_startup(300.0))
+    model = MarketModel.from_market(m, window=(0.0, 1260.0))
+    cands = pl.candidates(prof, model, workers=[4], policies=["scar"], bids=[0.5], fractions=[0.5],
+                          priorities=["round_robin"])
+    sim = pl.to_simulation(0, cands, prof, m)
+    outs = [sim.policy(sim.job, dataclasses.replace(sim.market, start_time_s=float(s)), key=0, horizon_s=1e6,
+                       **sim.kwargs).to_target(sim.job.target_loss) for s in np.arange(0.0, 1260.0, 60.0)]
+    assert all(o.reached for o in outs)
+    extra = np.mean([o.steps for o in outs]) - prof.iterations
+    assert extra > 0, "no rework: a vacuous case"
+    pred = pl.predict(prof, model, cands)
+    check_mean_time(float(pred.time_s[0]), [o.time_s for o in outs], 0.05)
+    bound = pl.predict(dataclasses.replace(prof, drift_mean=()), model, cands)
+    assert float(bound.rework[0]) >= extra
+    with pytest.raises(AssertionError, match="predicted time"):  # planted: the bound as the prediction
+        check_mean_time(float(bound.time_s[0]), [o.time_s for o in outs], 0.05)
+
+
+def test_drift_mean_is_checked_by_name():
+    base = dict(drift_ages=(0, 4), drift=(0.0, 0.5))
+    JobProfile("qp", K0, C, step_time_fixed(30.0), drift_mean=(0.0, 0.2), **base)
+    with pytest.raises(ValueError, match="drift_mean"):
+        JobProfile("qp", K0, C, step_time_fixed(30.0), drift_mean=(0.0,), **base)
+    with pytest.raises(ValueError, match="drift_mean"):
+        JobProfile("qp", K0, C, step_time_fixed(30.0), drift_mean=(0.0, float("nan")), **base)
