@@ -6,7 +6,8 @@ recovered from a running checkpoint that saves a fraction ``r = 1/f`` of the blo
 per ``C`` iterations is constant, Sec 5.4.2). Blocks to save are chosen by priority
 (largest change since their last save, in the model's norm), round-robin or at random.
 The dashed line is traditional checkpoint-restart (full checkpoints every ``C``, full
-recovery). Each (model, strategy) is one vmapped program over frequencies × trials.
+recovery). Per model, one compiled program runs the traditional runs and every strategy x
+frequency x trial (besides the no-failure baselines).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(models=("mlr_digits",), trials=16)  # 3 x 5 x 16 runs in 8 chunks
+        return cls(models=("mlr_digits",), trials=16)  # 3 x 5 x 16 runs in 15 chunks of 16
 
 
 def run_model(name: str, config: Config) -> dict:
@@ -55,30 +56,32 @@ def run_model(name: str, config: Config) -> dict:
     rate = min(1.0, 1.0 / max(1.0, config.fail_mean * spec.converge_at))
     failure = F.Failure(fraction=config.fail_fraction,
                         when=schedules.geometric(rate, start=1, stop=spec.converge_at))
+    rs = [1.0 / f for f in config.frequencies]
+    # Traditional checkpoint-restart and the strategies run in one compiled program: the same
+    # checkpoint spec, default recovery, grid keys and chunk (``trials`` runs: the traditional
+    # runs and their baselines are one chunk, the strategies' grid one chunk per grid point).
+    ckpt = ck.Checkpoint("priority", 1.0, C, norm=spec.ckpt_norm)
     common = dict(trials=config.trials, steps=spec.steps, converge_at=spec.converge_at, failure=failure,
-                  key=config.seed, after_recovery=spec.after_recovery)
-    trad = simulate_failures(alg, part, checkpoint=ck.Checkpoint("full", 1.0, C, norm=spec.ckpt_norm),
-                             recovery="full", **common)
+                  key=config.seed, after_recovery=spec.after_recovery, checkpoint=ckpt, recovery="partial",
+                  chunk_size=config.trials)
+    trad = simulate_failures(alg, part, grid={"strategy": ["full"], "ckpt_fraction": [1.0], "recovery": ["full"]},
+                             **common)
     baseline = trad.baseline_loss
     out = {"label": spec.label, "num_blocks": part.num_blocks, "ckpt_period": C, "fail_rate": rate,
            "converge_at": spec.converge_at}
     # Censoring time per trial: the iterations the run has left after its baseline converged.
     horizon = spec.steps - iterations_to(trad.baseline_loss, trad.eps)
     out["steps"] = spec.steps
-    out["traditional"] = {"cell": _stats.summary(trad.rework, horizon)}
+    out["traditional"] = {"cell": _stats.summary(trad.rework.reshape(config.trials), horizon)}
     out["traditional"].update(mean=out["traditional"]["cell"]["mean"], ci=out["traditional"]["cell"]["ci"])
-    rs = [1.0 / f for f in config.frequencies]
-    # One vmapped program: strategies x checkpoint fractions x trials.
-    res = simulate_failures(
-        alg, part, checkpoint=ck.Checkpoint("priority", 1.0, C, norm=spec.ckpt_norm),
-        recovery="partial", grid={"strategy": list(STRATEGIES), "ckpt_fraction": rs}, baseline=baseline,
-        chunk_size=_common.trial_chunk(len(STRATEGIES) * len(rs) * config.trials),  # progress per chunk
-        **common)
+    # Strategies x checkpoint fractions x trials, partial recovery (progress per chunk).
+    res = simulate_failures(alg, part, grid={"strategy": list(STRATEGIES), "ckpt_fraction": rs,
+                                             "recovery": ["partial"]}, baseline=baseline, **common)
     horizon = spec.steps - iterations_to(res.baseline_loss, res.eps)
     for i, strategy in enumerate(STRATEGIES):
-        cells = _stats.summaries(res.rework[i], horizon)
+        cells = _stats.summaries(res.rework[i, :, 0], horizon)
         out[strategy] = {"cells": cells, "mean": [c["mean"] for c in cells], "ci": [c["ci"] for c in cells],
-                         "censored": [c["censored"] for c in cells], "delta": res.delta[i].mean(-1)}
+                         "censored": [c["censored"] for c in cells], "delta": res.delta[i, :, 0].mean(-1)}
     if 8 in config.frequencies:
         i8 = list(config.frequencies).index(8)
         out["reduction_priority8_vs_traditional"] = _stats.reduction(out["priority"]["cells"][i8],
