@@ -8,14 +8,24 @@ policy), and the per-draw summaries (time and dollars to the target, steps, reac
 bill, revocations, rework / recovery / rollback counts) asserted equal (``==``, float64 bit
 for bit; :func:`scarjax.cluster.draws.mismatches`).
 
-The job: multinomial logistic regression on a fixed synthetic set (256 x 16, 4 classes,
-minibatches of 32), 8 workers, a 60 s checkpoint, a 30 s restore, 120 s start-up, at most
-``--steps`` iterations, the target the reliable run's loss at 3/4 of them plus 1e-3 (far from
-float32 rounding). A small model on purpose: the benchmark measures the engine (clocks,
-draws, dispatch), which is what the per-draw loop repeats per draw.
+The job (``--job mlr``, the default): multinomial logistic regression on a fixed synthetic set
+(256 x 16, 4 classes, minibatches of 32), 8 workers, a 60 s checkpoint, a 30 s restore, 120 s
+start-up, at most ``--steps`` iterations, the target the reliable run's loss at 3/4 of them plus
+1e-3 (far from float32 rounding), on the embedded AWS p3 node trace. A small model on purpose:
+the benchmark measures the engine (clocks, draws, dispatch), which is what the per-draw loop
+repeats per draw. ``--job quadratic``: a second job and market, not the one the vectorised
+path was tuned on: gradient descent on a 16-D strongly convex quadratic (thesis Fig 5.3's kind
+of problem, :func:`scarjax.models.quadratic.problem`), the target the geometric mean of two
+consecutive reliable losses at 3/4 of the steps, on a trace built from arrays
+(:func:`scarjax.cluster.market.from_availability`: 0-10 machines at 5-minute ticks over 12 h,
+a random walk with periods of none; AWS's 120 s warning, hourly billing).
 
-Run: ``python benchmarks/bench_draws.py [--quick] [--repeats N]``; prints one JSON object
-(``--quick``: 40 draws, 60 steps, 3 repeats, about a minute of CPU).
+Each side is timed in wall seconds and in CPU seconds of the process (``time.process_time``:
+user + sys of all its threads, the measure that a shared, loaded machine disturbs least); the
+ratios are given for both.
+
+Run: ``python benchmarks/bench_draws.py [--quick] [--repeats N] [--job mlr|quadratic]``; prints
+one JSON object (``--quick``: 40 draws, 60 steps, 3 repeats, about a minute of CPU).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from scarjax.cluster import market as mk
 from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.data import transient as td
-from scarjax.models import mlr
+from scarjax.models import mlr, quadratic
 
 OPTIONS = {"checkpoint_restart": {}, "scar": {}, "tierml": {"reliable": 1, "transient": 7}}
 
@@ -60,6 +70,29 @@ def setup(steps: int):
     return job, market, float(np.max(trace.time_s))
 
 
+def setup_quadratic(steps: int):
+    """The second job: a 16-D quadratic on an availability trace built from arrays."""
+    rng = np.random.default_rng(16)
+    q, _ = np.linalg.qr(rng.normal(size=(16, 16)))
+    A = q @ np.diag(np.linspace(0.5, 2.0, 16)) @ q.T
+    A = (A + A.T) / 2.0
+    alg = quadratic.problem(A, rng.normal(size=16), 0.02, np.zeros(16))
+    curve = Trainer(alg, 0).train(steps)
+    k = max(1, steps * 3 // 4)
+    target = float(np.sqrt(curve[k - 1] * curve[k]))  # between two consecutive losses (far from rounding)
+    job = ck.Job(alg, target, step_time_linear(40.0, 0.5), workers=8, checkpoint_s=60.0, restore_s=30.0,
+                 max_steps=steps)
+    ticks = np.arange(0.0, 12 * 3600.0 + 1.0, 300.0)
+    walk = np.clip(np.cumsum(rng.integers(-2, 3, ticks.size)) + 6, 0, 10)
+    walk[(ticks > 4 * 3600.0) & (ticks < 4.5 * 3600.0)] = 0  # half an hour with nothing obtainable
+    market = mk.Market(mk.MachineType("p3.2xlarge", 3.06, spot=0.92),
+                       mk.from_availability(ticks, walk, provider="aws"), startup=mk.fixed_startup(120.0))
+    return job, market, float(ticks[-1])
+
+
+JOBS = {"mlr": setup, "quadratic": setup_quadratic}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=1000)
@@ -68,6 +101,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--policies", default="checkpoint_restart,scar,tierml")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each side (default 1; --quick: 3)")
     ap.add_argument("--quick", action="store_true", help="40 draws, 60 steps, 3 repeats")
+    ap.add_argument("--job", choices=sorted(JOBS), default="mlr",
+                    help="mlr: MLR on the embedded p3 node trace; quadratic: a 16-D quadratic on a trace from arrays")
     args = ap.parse_args(argv)
     if args.quick:
         args.draws, args.steps = 40, 60
@@ -75,19 +110,21 @@ def main(argv=None) -> dict:
     for flag, value in (("--repeats", repeats), ("--draws", args.draws), ("--steps", args.steps)):
         if value < 1:
             ap.error(f"{flag} must be >= 1, got {value}")
-    job, market, end = setup(args.steps)
+    job, market, end = JOBS[args.job](args.steps)
     horizon = 3600.0 * args.horizon_h
     if not 0.0 < horizon < end:
         ap.error(f"--horizon-h must lie in (0, {end / 3600.0:.2f}): the starts are drawn so that a run's "
-                 f"whole horizon fits in the embedded trace ({end / 3600.0:.2f} h), got {args.horizon_h}")
+                 f"whole horizon fits in the trace ({end / 3600.0:.2f} h), got {args.horizon_h}")
     keys = jax.random.split(jax.random.key(2021), args.draws)
     # whole seconds: with fractional starts one draw of the 1,000 (start 389.70 s, key 486) makes
     # the per-draw policies' fleet stop a machine a float64 rounding before its ledger start
     # (t0 + max(t, ready) vs (t0 + t_buy) + startup) and raise; both sides alike
     starts = np.round(np.random.default_rng(1).uniform(0.0, end - horizon, args.draws))
     out = {"draws": args.draws, "steps": args.steps, "horizon_s": horizon, "target_loss": job.target_loss,
-           "market": "aws p3 node trace (embedded), 8 workers", "policies": {}}
-    total_vec = total_loop = 0.0
+           "job": args.job, "policies": {},
+           "market": ("aws p3 node trace (embedded), 8 workers" if args.job == "mlr" else
+                      "availability counts built from arrays (0-10 machines, 5-min ticks), 8 workers")}
+    total_vec = total_loop = cpu_vec = cpu_loop = 0.0
     for policy in args.policies.split(","):
         opts = OPTIONS[policy]
         # compile both sides: the vectorised programs are compiled per number of draws (a warm-up on
@@ -96,29 +133,37 @@ def main(argv=None) -> dict:
         warm = min(4, args.draws)
         dr.per_draw(policy, job, market, keys[:warm], horizon_s=horizon, start_s=starts[:warm], **opts)
         list(keys)  # the loop iterates over the keys: compile their unstacking for this number too
-        load0, vec_s, loop_s = _timing.loadavg(), [], []
+        load0, vec_s, loop_s, vec_cpu, loop_cpu = _timing.loadavg(), [], [], [], []
         for _ in range(repeats):  # alternately, so both sides see the same load
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             vec = dr.run(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
             vec_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            vec_cpu.append(time.process_time() - c0)
+            t0, c0 = time.perf_counter(), time.process_time()
             loop = dr.per_draw(policy, job, market, keys, horizon_s=horizon, start_s=starts, **opts)
             loop_s.append(time.perf_counter() - t0)
+            loop_cpu.append(time.process_time() - c0)
             a, b = dr.summary(vec, job.target_loss), dr.summary(loop, job.target_loss)
             bad = dr.mismatches(a, b)
             assert not bad, f"{policy}: {len(bad)} mismatches, first {bad[:3]}"
         t_vec, t_loop = statistics.median(vec_s), statistics.median(loop_s)
         total_vec, total_loop = total_vec + t_vec, total_loop + t_loop
+        cpu_vec, cpu_loop = cpu_vec + statistics.median(vec_cpu), cpu_loop + statistics.median(loop_cpu)
         out["policies"][policy] = {
             "vectorised_s": round(t_vec, 3), "per_draw_loop_s": round(t_loop, 3), "ratio": round(t_loop / t_vec, 2),
             "repeats": repeats, "vectorised_min_s": round(min(vec_s), 3), "per_draw_loop_min_s": round(min(loop_s), 3),
-            "ratio_of_minima": round(min(loop_s) / min(vec_s), 2), "loadavg_before_after": [load0, _timing.loadavg()],
+            "ratio_of_minima": round(min(loop_s) / min(vec_s), 2),
+            "cpu_vectorised_s": round(statistics.median(vec_cpu), 3), "cpu_per_draw_loop_s": round(statistics.median(loop_cpu), 3),
+            "cpu_ratio": round(statistics.median(loop_cpu) / statistics.median(vec_cpu), 2),
+            "cpu_ratio_of_minima": round(min(loop_cpu) / min(vec_cpu), 2),
+            "loadavg_before_after": [load0, _timing.loadavg()],
             "identical_fields": sorted(a), "reached": int(a["reached"].sum()),
             "mean_time_to_target_s": float(np.mean(a["time_s"])), "mean_dollars": float(np.mean(a["dollars"])),
             "draws_revoked": int(np.sum(a["revocations"] > 0)),
         }
     out["total"] = {"vectorised_median_s": round(total_vec, 3), "per_draw_loop_median_s": round(total_loop, 3),
-                    "ratio": round(total_loop / total_vec, 2)}
+                    "ratio": round(total_loop / total_vec, 2), "cpu_vectorised_median_s": round(cpu_vec, 3),
+                    "cpu_per_draw_loop_median_s": round(cpu_loop, 3), "cpu_ratio": round(cpu_loop / cpu_vec, 2)}
     out["host"] = {"platform": platform.platform(), "jax": jax.__version__, "backend": jax.default_backend(),
                    "loadavg": _timing.loadavg()}
     print(json.dumps(out, indent=1))
