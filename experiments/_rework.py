@@ -17,15 +17,17 @@ Two ways to get per-trial records, one way to summarise them:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import scarjax
 from experiments import _common, _stats
-from scarjax import bounds
+from scarjax import bounds, perturb
 from scarjax import rework as rework_mod
 from scarjax.rework import iterations_to
 
@@ -98,6 +100,103 @@ def run_rework_trials(
     tr = jax.device_get(scarjax.run_trials(algorithm, hook_factory, steps, keys, hook_args=hook_args,
                                            chunk_size=chunk)[1])
     base_d, base_l = baseline_distances(algorithm, steps, seed, n, chunk)
+    return _trials_from(tr, base_d, base_l, steps=steps, converge_at=converge_at, exact_c=exact_c,
+                        restart_at=restart_at)
+
+
+# The perturbations of Figs 5.5 and 5.6(a), in one fixed order: every rework panel of these
+# figures runs in the one program :func:`fired_one_of` compiles for this tuple (per algorithm,
+# step, step count and chunk size), so that the two figures in one process compile it once.
+KINDS: tuple[Callable[..., Any], ...] = (perturb.gaussian, perturb.adversarial, perturb.reset)
+
+
+@functools.lru_cache(maxsize=None)
+def fired_one_of(makers: tuple[Callable[..., Any], ...], at: int) -> Callable[[Any], Any]:
+    """A ``hook_args -> hook`` factory for :func:`scarjax.run_trials` over ``(size, which)``
+    per trial: ``hooks.scheduled(makers[which](size), at)``, so that several perturbations
+    vary across trials of one compiled program. ``makers`` are write-point parameter hooks
+    (``perturb.gaussian``, ``adversarial``, ``reset``); at step ``at`` each computes from the
+    key ``hooks.scheduled`` would give it and a select keeps one result, so a trial runs
+    exactly as with its own scheduled hook. The step ``at`` is static, so the perturbations
+    are computed (in a ``lax.cond``) at that step only, not at every step as a traced step
+    would need. Memoised: the same ``(makers, at)`` give the same factory object, whose
+    compiled program ``run_trials`` then reuses."""
+
+    def factory(args):
+        size, which = args
+        inner = [make(size) for make in makers]
+
+        def fire(value, ctx):
+            params = value.params
+            for i, hook in enumerate(inner):
+                new = hook.apply(value, (), ctx)[0].params
+                params = jax.tree.map(lambda a, b, i=i: jnp.where(which == i, a, b), new, params)
+            return value._replace(params=params)
+
+        def apply(value, hstate, ctx):
+            # The key split of hooks.scheduled: the perturbation draws from its second half.
+            ctx = ctx._replace(key=jax.random.split(ctx.key)[1])
+            return jax.lax.cond(ctx.step == at, lambda v: fire(v, ctx), lambda v: v, value), hstate
+
+        return scarjax.hooks.Hook(point="write", init=lambda state, key: (), apply=apply, name="perturbation",
+                                  events=(at,))
+
+    return factory
+
+
+def run_rework_panels(
+    algorithm: scarjax.Algorithm,
+    panels: dict[str, tuple[Callable[..., Any], Any]],
+    *,
+    steps: int,
+    converge_at: int,
+    seed: int,
+    perturb_at: int,
+    exact_c: float | None = None,
+    chunk: int | None = None,
+) -> dict[str, ReworkTrials]:
+    """:func:`run_rework_trials` for several panels at once: ``panels`` maps a panel's name to
+    ``(make_hook, sizes)`` (``make_hook`` one of :data:`KINDS`; ``sizes`` ``[n]``, one
+    perturbation of that size at ``perturb_at`` per trial); returns ``{name: ReworkTrials}``,
+    the bound restarted at ``perturb_at``. Trial ``i`` of every panel and of the baselines
+    has the key ``split(key(seed), n)[i]``.
+
+    The panels run as one compiled program (:func:`fired_one_of` over :data:`KINDS`), their
+    baselines as :func:`baseline_distances` (a separate program: without a per-trial
+    argument an unperturbed full-batch run is the same for every trial and JAX computes it
+    once, where inside the panels' program it would be computed per trial). Each panel is
+    padded to a multiple of ``chunk`` (default :func:`experiments._common.trial_chunk` of
+    the largest panel) with copies of its first trial, so each chunk holds the trials, in
+    the same places, that a separate ``run_trials(..., chunk_size=chunk)`` would."""
+    for name, (make, _) in panels.items():
+        if make not in KINDS:
+            raise ValueError(f"panels[{name!r}]: make_hook must be one of {[k.__name__ for k in KINDS]}, got {make!r}")
+    sizes = {name: np.asarray(a, np.float32) for name, (_, a) in panels.items()}
+    which = {name: KINDS.index(make) for name, (make, _) in panels.items()}
+    n = max(a.shape[0] for a in sizes.values())
+    chunk = _common.trial_chunk(n) if chunk is None else chunk
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(seed), n)))
+    groups = [(a.shape[0], a, which[name]) for name, a in sizes.items()]
+    padded = lambda x, m: np.concatenate([x, np.repeat(x[:1], -(-m // chunk) * chunk - m, 0)])  # noqa: E731
+    cat = lambda parts: np.concatenate([padded(x, m) for m, x in parts])  # noqa: E731
+    all_keys = jax.random.wrap_key_data(cat([(m, keys[:m]) for m, _, _ in groups]))
+    args = (jnp.asarray(cat([(m, a) for m, a, _ in groups])),
+            jnp.asarray(cat([(m, np.full(m, w, np.int32)) for m, _, w in groups])))
+    tr = jax.device_get(scarjax.run_trials(algorithm, fired_one_of(KINDS, int(perturb_at)), steps, all_keys,
+                                           hook_args=args, chunk_size=chunk)[1])
+    base_d, base_l = baseline_distances(algorithm, steps, seed, n, chunk)
+    starts = np.cumsum([0] + [-(-m // chunk) * chunk for m, _, _ in groups])
+    return {name: _trials_from(jax.tree.map(lambda x, g=g, m=m: x[starts[g]: starts[g] + m], tr), base_d[:m],
+                               base_l[:m], steps=steps, converge_at=converge_at, exact_c=exact_c,
+                               restart_at=perturb_at)
+            for g, (name, (m, _, _)) in enumerate(zip(sizes, groups))}
+
+
+def _trials_from(tr: Any, base_d: np.ndarray, base_l: np.ndarray, *, steps: int, converge_at: int,
+                 exact_c: float | None, restart_at: int | None) -> ReworkTrials:
+    """The :class:`ReworkTrials` of perturbed traces ``tr`` against their paired baselines'
+    distances and losses ``[n, steps + 1]``."""
+    n = base_d.shape[0]
     mean_base = base_d.mean(axis=0)
     # c: the slowest (asymptotic) contraction of the unperturbed run, estimated on its
     # tail — (5.5) must hold wherever a perturbation can put the iterate, and the early

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import jax.numpy as jnp
 import numpy as np
 
 from experiments import _common, _plot, _problems, _rework, _stats
@@ -46,12 +45,14 @@ def run(config: Config, out_dir) -> dict:
     alg = _problems.mlr_digits(config.batch_size)
     rng = np.random.default_rng(config.seed)
     n = config.trials
-    T = jnp.full(n, config.perturb_at)
-    stds = jnp.asarray(np.exp(rng.uniform(*np.log(config.std_range), size=n)), jnp.float32)
-    sizes = jnp.asarray(np.exp(rng.uniform(*np.log(config.size_range), size=n)), jnp.float32)
-    kw = dict(steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=_problems.mlr_local_c(config.batch_size))
-    rand = _rework.run_rework_trials(alg, _rework.fired_at(perturb.gaussian), (stds, T), **kw)
-    adv = _rework.run_rework_trials(alg, _rework.fired_at(perturb.adversarial), (sizes, T), **kw)
+    stds = np.exp(rng.uniform(*np.log(config.std_range), size=n)).astype(np.float32)
+    sizes = np.exp(rng.uniform(*np.log(config.size_range), size=n)).astype(np.float32)
+    # Both panels in one compiled program (shared with Fig 5.6(a)), then their baselines.
+    panels = _rework.run_rework_panels(
+        alg, {"random": (perturb.gaussian, stds), "adversarial": (perturb.adversarial, sizes)},
+        steps=config.steps, converge_at=config.converge_at, seed=config.seed, perturb_at=config.perturb_at,
+        exact_c=_problems.mlr_local_c(config.batch_size))
+    rand, adv = panels["random"], panels["adversarial"]
     results = {"config": vars(config),
                "model": {"lr": _problems.MLR_LR, "l2": _problems.MLR_L2, "examples": int(alg.data["x"].shape[0])},
                "random": rand.summary(), "adversarial": adv.summary(),

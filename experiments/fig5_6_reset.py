@@ -169,10 +169,11 @@ def run(config: Config, out_dir) -> dict:
     rng = np.random.default_rng(config.seed)
     n = config.trials
     fractions = rng.uniform(0.0, 1.0, size=n).astype(np.float32)
-    t = _rework.run_rework_trials(
-        alg, _rework.fired_at(perturb.reset), (jnp.asarray(fractions), jnp.full(n, config.perturb_at)),
-        steps=config.steps, converge_at=config.converge_at, seed=config.seed, restart_at=config.perturb_at, exact_c=_problems.mlr_local_c(config.batch_size),
-    )
+    # The resets in the program of Fig 5.5's panels (one compilation for both figures).
+    t = _rework.run_rework_panels(
+        alg, {"reset": (perturb.reset, fractions)}, steps=config.steps, converge_at=config.converge_at,
+        seed=config.seed, perturb_at=config.perturb_at, exact_c=_problems.mlr_local_c(config.batch_size),
+    )["reset"]
     p = lda_panel(config) if config.lda else None
     s = t.summary()
     # Slope of the restricted rework (censored trials at their horizon: a lower bound then).
