@@ -8,7 +8,6 @@ gradient descent ``f(w) = w − η A (w − w*)``. Its contraction is known exac
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -68,7 +68,6 @@ artifact's operators.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
