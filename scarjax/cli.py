@@ -497,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (`scarjax list | head`): stop quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 1
     except (ValueError, TypeError, OSError) as e:  # bad input found past the checks above: one line too
         args.parser.error(_one_line(e))
 
