@@ -133,7 +133,9 @@ def overlaps(fig: Any, tol: float = 1.0) -> list[str]:
     # matplotlib is slow to import and needed only to draw
     from matplotlib.transforms import Bbox
 
-    fig.canvas.draw()
+    # The layout and every text's extent without rasterising the figure (savefig draws it):
+    # the same boxes as fig.canvas.draw(), at a fraction of its time.
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     axes = [a for a in fig.axes if a.get_visible()]
     pos = [tuple(np.round(a.get_position().bounds, 4)) for a in axes]
