@@ -101,12 +101,13 @@ from scarjax.cluster import clock as ck
 from scarjax.cluster import market as mk
 from scarjax.cluster import policies as po
 from scarjax.cluster import tierml as tml
+from scarjax.cluster.ledger import Ledger, stopped_ledgers
 from scarjax.cluster.trainer import Trainer
 from scarjax.scar import checkpoint as sck
 from scarjax.scar import faults as sfl
 from scarjax.scar import partition as spt
 
-__all__ = ["POLICIES", "PURCHASES", "COUNTS", "run", "per_draw", "summary", "mismatches"]
+__all__ = ["POLICIES", "PURCHASES", "COUNTS", "run", "plans", "per_draw", "summary", "mismatches"]
 
 #: The policies :func:`run` vectorises, by name.
 POLICIES = {"checkpoint_restart": po.checkpoint_restart, "scar": po.scar, "tierml": tml.tierml}
@@ -267,24 +268,383 @@ class _Drawn(mk.Market):
         return up, life.astype(np.float64), node
 
 
-def _drawn_markets(market, keys, starts, machines):
-    """One :class:`_Drawn` market per draw (its start, its row of the tables)."""
+def _market_tables(market, keys, machines):
+    """The :class:`_Tables` of every draw's first purchases (``None``: a price-driven process,
+    whose lifetimes depend on the request time, drawn per call)."""
     p = market.process
-    n = int(keys.shape[0])
-    if isinstance(p, mk.PriceDriven):  # lifetimes depend on the request time: drawn per call
-        return [_Drawn(market.machine, p, market.billing, market.startup, float(s)) for s in starts]
+    if isinstance(p, mk.PriceDriven):
+        return None
     replay = isinstance(p, mk.Replay)
     nodes = int(p.add_s.shape[0]) if replay else 0
     up, second = _tables(p, market.startup, keys, PURCHASES, int(machines), nodes)
     if replay:
-        tab = _Tables(int(machines), PURCHASES, nodes, np.asarray(up), u=np.asarray(second),
-                      add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
-                      add64=np.asarray(p.add_s, np.float64), rem64=np.asarray(p.remove_s, np.float64),
-                      mttf=p.mttf_s())
-    else:
-        tab = _Tables(int(machines), PURCHASES, nodes, np.asarray(up), life=np.asarray(second))
-    return [_Drawn(market.machine, p, market.billing, market.startup, float(s), tables=tab, row=i)
-            for i, s in zip(range(n), starts)]
+        return _Tables(int(machines), PURCHASES, nodes, np.asarray(up), u=np.asarray(second),
+                       add=np.asarray(p.add_s, np.float32), rem=np.asarray(p.remove_s, np.float32),
+                       add64=np.asarray(p.add_s, np.float64), rem64=np.asarray(p.remove_s, np.float64),
+                       mttf=p.mttf_s())
+    return _Tables(int(machines), PURCHASES, nodes, np.asarray(up), life=np.asarray(second))
+
+
+def _drawn(market, tab, row, start):
+    """Draw ``row``'s :class:`_Drawn` market (started at ``start``; ``tab``: the tables or ``None``)."""
+    return _Drawn(market.machine, market.process, market.billing, market.startup, float(start), tables=tab,
+                  row=row if tab is not None else -1)
+
+
+# --------------------------------------------------------------------------------------
+# 2. The clocks of checkpoint-restart and SCAR over arrays (lock-step)
+
+
+class _Clock(NamedTuple):
+    """What :func:`~scarjax.cluster.policies.execute_plan` reads of a :class:`Plan`'s fleet: the
+    draw's ledger, its start on the market's clock and its events."""
+
+    ledger: Ledger
+    t0: float
+    events: list
+
+
+def _lockstep_applies(market, unavailable) -> bool:
+    """Whether :class:`_Fleets` plans the draws of ``market`` (module docstring, 2): machines
+    the market does not grant are bought on-demand, a fixed transient price, and lifetimes
+    that do not depend on the request time (not a price-driven process)."""
+    return (unavailable == "on_demand" and not isinstance(market.process, mk.PriceDriven)
+            and not isinstance(market.spot, mk.PriceSeries))
+
+
+def _start_free(process) -> bool:
+    """Whether the market's MTTF (hence ``K``) is the same at every start time."""
+    return process is None or isinstance(process, (mk.Replay, mk.Exponential, mk.Empirical)) or (
+        isinstance(process, mk.Weibull) and not math.isfinite(float(process.cap_s)))
+
+
+class _Fleets:
+    """Every draw's fleet at once (``[draws, machines]`` arrays; row ``b``: draw ``rows[b]``
+    of the tables), bought as ``_Fleet.buy`` of :mod:`~scarjax.cluster.policies` buys under
+    ``unavailable="on_demand"`` (module docstring, 2): the cheapest option at the request
+    time, the first purchases from the :class:`_Tables` (a replayed trace's pick in float32
+    NumPy as :meth:`Replay.pick`), every slot filled. A draw that needs a purchase past the
+    tables is marked in :attr:`fallback` (then planned per draw). The ledger entries and
+    events are kept per draw, in the order the per-draw fleet makes them."""
+
+    def __init__(self, job, market, tab, starts):
+        B, M = starts.size, job.workers
+        self.market, self.tab, self.M = market, tab, M
+        self.t0 = starts
+        self.rows = np.arange(B)
+        self.death = np.full((B, M), np.inf)
+        self.ready = np.full((B, M), np.inf)
+        self.node = np.full((B, M), -1, np.int64)
+        self.billed = np.full((B, M), np.inf)
+        self.owned = np.zeros((B, M), bool)
+        self.entry = np.full((B, M), -1, np.int64)
+        self.buys = np.zeros(B, np.int64)
+        self.fallback = np.zeros(B, bool)
+        self.events = [[] for _ in range(B)]
+        self.entries = [[] for _ in range(B)]  # [machine id, tier, start, stop, revoked]
+        od = float(market.machine.on_demand_price)
+        self.cheaper = market.price_at("transient", float(starts[0]) if B else 0.0) < od
+        self.absolute = isinstance(market.process, mk.Replay)
+        self.price = {"transient": market.price("transient"), "reliable": market.price("reliable")}
+        self.text = {tier: f" {tier} at {market.price_at(tier, 0.0):.4g} $/h" for tier in ("transient", "reliable")}
+
+    def buy(self, b, slots, t):
+        """Buy ``slots`` (``bool[len(b), M]``) of draws ``b`` at elapsed ``t`` (``float64[len(b)]``);
+        returns when the last machine bought runs (``t`` for a draw that bought none). Draws out
+        of drawn purchases are marked in :attr:`fallback` and buy nothing."""
+        tab, M = self.tab, self.M
+        last = t.copy()
+        out = self.buys[b] >= tab.purchases
+        if out.any():
+            self.fallback[b[out]] = True
+        go = ~out & slots.any(axis=1)
+        if not go.any():
+            return last
+        b, slots, t = b[go], slots[go], t[go]
+        c = self.buys[b]
+        T = self.t0[b] + t
+        up = tab.up[b, c].astype(np.float64)
+        if tab.nodes:
+            K = tab.nodes
+            T32 = T.astype(np.float32)[:, None]
+            free = (tab.add[None, :] <= T32) & (T32 < tab.rem[None, :])
+            r, s = np.nonzero(self.owned[b] & (self.node[b] >= 0))
+            free[r, self.node[b][r, s]] = False  # the nodes the fleet holds
+            prio = np.where(free, tab.u[b, c], np.float32(-1.0))
+            order = np.argsort(-prio, axis=1, kind="stable")
+            idx = np.arange(M)
+            pick = order[:, idx % K]
+            ok = np.take_along_axis(free, pick, axis=1) & (idx < K)[None, :]
+            life = np.where(ok, tab.rem[pick] - T32, np.float32(0.0)).astype(np.float32).astype(np.float64)
+            node = np.where(ok, pick, -1).astype(np.int64)
+            avail = np.sum((tab.add64[None, :] <= T[:, None]) & (T[:, None] < tab.rem64[None, :]), axis=1) >= 1
+        else:
+            life = tab.life[b, c].astype(np.float64)
+            node = np.full((b.size, M), -1, np.int64)
+            avail = np.ones(b.size, bool)
+        self.buys[b] += 1
+        # the k requested slots take the first k machines of the purchase, in slot order
+        j = np.maximum(np.cumsum(slots, axis=1) - 1, 0)
+        up, life, node = (np.take_along_axis(x, j, axis=1) for x in (up, life, node))
+        tt = t[:, None]
+        want = (self.cheaper & avail)[:, None]
+        granted = want & (life > 0.0)
+        death = tt + life if self.absolute else tt + up + life
+        death = np.maximum(death, tt + up)
+        br, bs = np.nonzero(slots)
+        bb = b[br]
+        tr = granted[br, bs]
+        self.ready[bb, bs] = t[br] + up[br, bs]
+        self.death[bb, bs] = np.where(tr, death[br, bs], np.inf)
+        self.node[bb, bs] = np.where(tr, node[br, bs], -1)
+        self.billed[bb, bs] = T[br] + up[br, bs]
+        self.owned[bb, bs] = True
+        last[go] = np.maximum(t, np.max(np.where(slots, tt + up, -np.inf), axis=1))
+        billed = self.billed[bb, bs].tolist()
+        n_of = self.buys[bb].tolist()
+        for k, (i, s, g, n) in enumerate(zip(bb.tolist(), bs.tolist(), tr.tolist(), n_of)):
+            ent = self.entries[i]
+            self.entry[i, s] = len(ent)
+            ent.append([f"t{n}.{s}" if g else f"r{n}.{s}", "transient" if g else "reliable", billed[k], None, False])
+        n_tr = np.sum(granted & slots, axis=1).tolist()
+        n_all = np.sum(slots, axis=1).tolist()
+        for i, ti, a, z in zip(b.tolist(), t.tolist(), n_tr, n_all):
+            ev = self.events[i]
+            if a:
+                ev.append((ti, "request", f"{a}" + self.text["transient"]))
+            if z - a:
+                ev.append((ti, "request", f"{z - a}" + self.text["reliable"]))
+        return last
+
+    def revoke_due(self, b, t):
+        """Revoke the machines of draws ``b`` whose revocation is at or before ``t`` (+ the
+        tolerance): their ledger entries stop (revoked), a ``'revocation'`` event each; returns
+        ``bool[len(b), M]`` of the revoked slots."""
+        dead = self.owned[b] & (self.death[b] <= (t + po.TIME_TOL_S)[:, None])
+        r, s = np.nonzero(dead)
+        bb = b[r]
+        d = self.death[bb, s]
+        stop = np.maximum(self.t0[bb] + d, self.billed[bb, s])
+        for i, slot, di, st_ in zip(bb.tolist(), s.tolist(), d.tolist(), stop.tolist()):
+            e = self.entries[i][self.entry[i, slot]]
+            e[3], e[4] = st_, True
+            self.events[i].append((di, "revocation", e[0]))
+        self.death[bb, s] = np.inf
+        self.ready[bb, s] = np.inf
+        self.owned[bb, s] = False
+        self.node[bb, s] = -1
+        return dead
+
+    def next_death(self, b):
+        return np.min(np.where(self.owned[b], self.death[b], np.inf), axis=1)
+
+    def clocks(self, b, t):
+        """The :class:`_Clock` of each of draws ``b``, its fleet stopped by the user at elapsed
+        ``t[b]`` (``_Fleet.stop_all``): all the draws' ledgers built in one pass
+        (:func:`~scarjax.cluster.ledger.stopped_ledgers`)."""
+        r, s = np.nonzero(self.owned[b])
+        bb = b[r]
+        stop = np.maximum(self.t0[bb] + t[bb], self.billed[bb, s])
+        for i, slot, x in zip(bb.tolist(), s.tolist(), stop.tolist()):
+            self.entries[i][self.entry[i, slot]][3] = x
+        rows, ents = [], []
+        for j, i in enumerate(b.tolist()):
+            rows.extend([j] * len(self.entries[i]))
+            ents.extend(self.entries[i])
+        ids, tiers, t1, t2, rev = zip(*ents) if ents else ((),) * 5
+        leds = stopped_ledgers(b.size, np.asarray(rows, np.int64), ids, tiers, [self.price[x] for x in tiers], t1, t2,
+                               rev, billing=self.market.billing)
+        return [_Clock(led, float(self.t0[i]), self.events[i]) for led, i in zip(leds, b.tolist())]
+
+
+def _plan_checkpoint_restart_all(job, market, tab, starts, horizon_s, K, granularity):
+    """:func:`~scarjax.cluster.policies.plan_checkpoint_restart` of every draw (its passes in
+    lock-step, one branch per draw and pass, masks for the branches; module docstring, 2):
+    ``[Plan | None]`` (``None``: the draw needs a purchase past the tables, planned per draw)."""
+    B, M, delta = starts.size, job.workers, float(job.checkpoint_s)
+    fl = _Fleets(job, market, tab, starts)
+    eps = po.TIME_TOL_S
+    finite = math.isfinite(K)
+    dt = po.seconds_per_step(job, market, M)
+    t = fl.buy(fl.rows, np.ones((B, M), bool), np.zeros(B))
+    step = np.zeros(B, np.int64)
+    ck_step = np.zeros(B, np.int64)
+    executed = np.zeros(B, np.int64)
+    futile = np.zeros(B, np.int64)
+    rework = np.zeros(B, np.int64)
+    ops = [[] for _ in range(B)]
+    marks = [[] for _ in range(B)]
+    done = fl.fallback.copy()
+    while True:
+        live = ~done & ~fl.fallback & (executed < job.max_steps) & (t < horizon_s)
+        b = np.flatnonzero(live)
+        if not b.size:
+            break
+        td = fl.next_death(b)
+        tb, sb, cb = t[b], step[b], ck_step[b]
+        due = finite & (sb == cb + K)
+        rev = (td <= tb + eps) | (due & (tb + delta > td))
+        # a revocation (possibly during a checkpoint's write: the write is lost)
+        r = b[rev]
+        if r.size:
+            tr = np.maximum(t[r], td[rev])
+            dead = fl.revoke_due(r, tr)
+            back = step[r] - ck_step[r]
+            rework[r] += back
+            futile[r] += 1
+            for i, ti, k, c, f in zip(r.tolist(), tr.tolist(), back.tolist(), ck_step[r].tolist(), futile[r].tolist()):
+                if k > 0:
+                    fl.events[i].append((ti, "rework", f"{k} steps back to {c}"))
+                    marks[i].append((ti, "rework_steps", k))
+                ops[i].append(("rollback",))
+                if po.futile_give_up(f):  # the stated give-up: planned per draw
+                    fl.fallback[i] = True
+            step[r] = ck_step[r]
+            tr = fl.buy(r, dead, tr) + float(job.restore_s)
+            t[r] = tr
+            for i, ti, c in zip(r.tolist(), tr.tolist(), ck_step[r].tolist()):
+                fl.events[i].append((ti, "restart", f"from step {c}"))
+        # a checkpoint due
+        s = b[~rev & due]
+        if s.size:
+            t[s] = t[s] + delta
+            ck_step[s] = step[s]
+            for i, ti, k in zip(s.tolist(), t[s].tolist(), step[s].tolist()):
+                ops[i].append(("save",))
+                fl.events[i].append((ti, "checkpoint", f"step {k}"))
+        # training up to the next event
+        g = ~rev & ~due
+        tg, bg, tdg = t[b[g]], b[g], td[g]
+        left = job.max_steps - executed[bg]
+        if finite:
+            left = np.minimum(left, ck_step[bg] + int(K) - step[bg])
+        fit = np.floor((np.minimum(tdg, horizon_s) - tg) / dt + eps)
+        n = np.minimum(np.minimum(left, fit), granularity)  # float: fit may be huge
+        short = n < 1
+        wait = short & (tdg <= horizon_s)
+        t[bg[wait]] = tdg[wait]  # the step in progress is lost with the machine
+        done[bg[short & ~wait]] = True
+        go = ~short
+        if go.any():
+            i_go, n_go, t_go = bg[go], n[go].astype(np.int64), tg[go]
+            for i, ti, k in zip(i_go.tolist(), t_go.tolist(), n_go.tolist()):
+                ops[i].append(("train", ti, dt, k))
+            t[i_go] = t_go + n_go * dt
+            step[i_go] += n_go
+            executed[i_go] += n_go
+            futile[i_go] = 0
+    plans = [None] * B
+    ok = np.flatnonzero(~fl.fallback)
+    for i, clock in zip(ok.tolist(), fl.clocks(ok, t)):
+        meta = {"interval_steps": K, "rework_steps": int(rework[i]), "workers": M, "unavailable": "on_demand"}
+        plans[i] = po.Plan(ops[i], clock, float(t[i]), meta, marks[i])
+    return plans
+
+
+def _plan_scar_all(job, market, tab, starts, horizon_s, K, fraction, granularity, spec):
+    """:func:`~scarjax.cluster.policies.plan_scar` of every draw in lock-step (as
+    :func:`_plan_checkpoint_restart_all`): ``[Plan | None]``."""
+    B, M, delta = starts.size, job.workers, float(job.checkpoint_s)
+    fl = _Fleets(job, market, tab, starts)
+    eps = po.TIME_TOL_S
+    I = math.inf if spec.period is None else int(sck.interval(spec))
+    finite = math.isfinite(I)
+    dts = np.array([math.nan] + [po.seconds_per_step(job, market, m) for m in range(1, M + 1)])
+    restore = float(job.restore_s)
+    t = fl.buy(fl.rows, np.ones((B, M), bool), np.zeros(B))
+    step = np.zeros(B, np.int64)
+    last_ck = np.zeros(B, np.int64)
+    futile = np.zeros(B, np.int64)
+    recoveries = np.zeros(B, np.int64)
+    ops = [[] for _ in range(B)]
+    marks = [[] for _ in range(B)]
+    done = fl.fallback.copy()
+    while True:
+        b = np.flatnonzero(~done & ~fl.fallback & (step < job.max_steps) & (t < horizon_s))
+        if not b.size:
+            break
+        # a running-checkpoint write due at this step boundary (before any recovery at it)
+        if finite:
+            sb = step[b]
+            ckd = (sb > 0) & (sb % I == 0) & (last_ck[b] != sb)
+        else:
+            ckd = np.zeros(b.size, bool)
+        c = b[ckd]
+        if c.size:
+            t[c] = t[c] + fraction * delta
+            last_ck[c] = step[c]
+            for i, ti, k in zip(c.tolist(), t[c].tolist(), step[c].tolist()):
+                ops[i].append(("ckpt", k))
+                fl.events[i].append((ti, "checkpoint", f"step {k}: {fraction:.3g} of the blocks"))
+        b = b[~ckd]
+        td = fl.next_death(b)
+        tb = t[b]
+        lose = td <= tb + eps
+        r = b[lose]
+        if r.size:  # a partial recovery of the revoked machines' blocks, their replacements bought
+            dead = fl.revoke_due(r, t[r])
+            nd = dead.sum(axis=1)
+            futile[r] += 1
+            recoveries[r] += 1
+            tr = t[r] + restore * nd / M
+            for i, t_was, ti, row, k, f in zip(r.tolist(), t[r].tolist(), tr.tolist(), dead.tolist(),
+                                               step[r].tolist(), futile[r].tolist()):
+                servers = [s for s, x in enumerate(row) if x]
+                ops[i].append(("lose", tuple(servers)))
+                marks[i].append((t_was, "recoveries", 1))
+                if po.futile_give_up(f):  # the stated give-up: planned per draw
+                    fl.fallback[i] = True
+                fl.events[i].append((ti, "recovery", f"partial: blocks of servers {servers} at step {k}"))
+            t[r] = tr
+            fl.buy(r, dead, tr)
+        b, td, tb = b[~lose], td[~lose], tb[~lose]
+        if not b.size:
+            continue
+        owned, ready = fl.owned[b], fl.ready[b]
+        live = owned & (ready <= (tb + eps)[:, None])
+        m = live.sum(axis=1)
+        # no machine running: wait for the first to join (or a revocation)
+        z = m == 0
+        if z.any():
+            bz, tz = b[z], tb[z]
+            t_next = np.minimum(np.min(np.where(owned[z], ready[z], np.inf), axis=1), td[z])
+            lost = ~np.isfinite(t_next)
+            fl.fallback[bz[lost]] = True  # the market offers no more: planned per draw
+            over = ~lost & (t_next > horizon_s)
+            t[bz[over]] = float(horizon_s)  # waited out to the horizon
+            done[bz[over]] = True
+            on = ~lost & ~over
+            t[bz[on]] = np.maximum(tz[on], t_next[on])
+        # training on the live machines up to the next change (a death, an arrival)
+        g = ~z
+        bg, tg, tdg, mg = b[g], tb[g], td[g], m[g]
+        dt = dts[mg]
+        arrivals = np.min(np.where(owned[g] & (ready[g] > (tg + eps)[:, None]), ready[g], np.inf), axis=1)
+        t_change = np.minimum(tdg, arrivals)
+        left = job.max_steps - step[bg]
+        if finite:
+            left = np.minimum(left, I - step[bg] % I)
+        fit = np.floor((np.minimum(t_change, horizon_s) - tg) / dt + eps)
+        n = np.minimum(np.minimum(left, fit), granularity)
+        short = n < 1
+        wait = short & (t_change <= horizon_s)
+        t[bg[wait]] = t_change[wait]  # a death aborts the step in progress; an arrival joins at once
+        done[bg[short & ~wait]] = True
+        go = ~short
+        if go.any():
+            i_go, n_go, t_go, d_go = bg[go], n[go].astype(np.int64), tg[go], dt[go]
+            for i, ti, d, k in zip(i_go.tolist(), t_go.tolist(), d_go.tolist(), n_go.tolist()):
+                ops[i].append(("train", ti, d, k))
+            t[i_go] = t_go + n_go * d_go
+            step[i_go] += n_go
+            futile[i_go] = 0
+    plans = [None] * B
+    ok = np.flatnonzero(~fl.fallback)
+    for i, clock in zip(ok.tolist(), fl.clocks(ok, t)):
+        plans[i] = po.Plan(ops[i], clock, float(t[i]), {
+            "interval_steps": K, "checkpoint_every": I, "fraction": fraction, "recoveries": int(recoveries[i]),
+            "workers": M, "unavailable": "on_demand"}, marks[i])
+    return plans
 
 
 # --------------------------------------------------------------------------------------
@@ -310,12 +670,72 @@ def run(policy: Any, job: ck.Job, market: mk.Market, keys: Any, *, horizon_s: fl
     return _tierml(job, market, keys, starts, float(horizon_s), **options)
 
 
-def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, interval_steps=None, granularity=25,
-                        unavailable="on_demand", stop_at_target=True):
+def _cr_plans(job, market, keys, starts, horizon_s, interval_steps=None, granularity=25, unavailable="on_demand"):
+    """Every draw's :func:`~scarjax.cluster.policies.plan_checkpoint_restart`: in lock-step
+    where :func:`_lockstep_applies` (:func:`_plan_checkpoint_restart_all`), else (and for a
+    draw past the tables) the per-draw planner on the draw's :class:`_Drawn` market."""
     po.check_arguments(job, market, horizon_s, granularity, unavailable)
-    markets = _drawn_markets(market, keys, starts, job.workers)
-    plans = [po.plan_checkpoint_restart(job, m, k, horizon_s, po.resolve_interval_steps(job, m, interval_steps),
-                                        granularity, unavailable) for m, k in zip(markets, keys)]
+    tab = _market_tables(market, keys, job.workers)
+    plans = [None] * len(starts)
+    if tab is not None and _lockstep_applies(market, unavailable) and _start_free(market.process):
+        K = po.resolve_interval_steps(job, _drawn(market, tab, 0, starts[0]), interval_steps)
+        plans = _plan_checkpoint_restart_all(job, market, tab, starts, horizon_s, K, granularity)
+    for i in [i for i, p in enumerate(plans) if p is None]:  # the others: the per-draw planner
+        m = _drawn(market, tab, i, starts[i])
+        plans[i] = po.plan_checkpoint_restart(job, m, keys[i], horizon_s, po.resolve_interval_steps(job, m, interval_steps),
+                                              granularity, unavailable)
+    return plans
+
+
+def _scar_plans(job, market, keys, starts, horizon_s, fraction=0.25, strategy="priority", granularity=25,
+                partition_key=0, interval_steps=None, unavailable="on_demand"):
+    """``(plans, setups)``: every draw's :func:`~scarjax.cluster.policies.plan_scar` (as
+    :func:`_cr_plans`: :func:`_plan_scar_all` where it applies) and its
+    :func:`~scarjax.cluster.policies.scar_setup` ``(K, partition, spec)``."""
+    po.check_arguments(job, market, horizon_s, granularity, unavailable)
+    tab = _market_tables(market, keys, job.workers)
+    n = len(starts)
+    plans = [None] * n
+    if tab is not None and _lockstep_applies(market, unavailable) and _start_free(market.process):
+        setups = [po.scar_setup(job, _drawn(market, tab, 0, starts[0]), fraction, strategy, partition_key,
+                                interval_steps)] * n  # the same K at every start
+        K, _, spec = setups[0]
+        plans = _plan_scar_all(job, market, tab, starts, horizon_s, K, float(fraction), granularity, spec)
+    else:
+        setups = [po.scar_setup(job, _drawn(market, tab, i, s), fraction, strategy, partition_key, interval_steps)
+                  for i, s in enumerate(starts)]
+    for i in [i for i, p in enumerate(plans) if p is None]:  # the others: the per-draw planner
+        K, _, spec = setups[i]
+        plans[i] = po.plan_scar(job, _drawn(market, tab, i, starts[i]), keys[i], horizon_s, K, float(fraction),
+                                granularity, spec, unavailable)
+    return plans, setups
+
+
+def plans(policy: Any, job: ck.Job, market: mk.Market, keys: Any, *, horizon_s: float, start_s: Any = None,
+          **options: Any) -> list[po.Plan]:
+    """The clock of draw ``i`` of ``policy`` (``'checkpoint_restart'`` or ``'scar'``) as
+    :func:`run` plans it: the :class:`~scarjax.cluster.policies.Plan` that
+    :func:`~scarjax.cluster.policies.plan_checkpoint_restart` /
+    :func:`~scarjax.cluster.policies.plan_scar` returns for the market at ``start_s[i]`` and
+    the key ``keys[i]`` (operations, events, ledger entries, end and counts equal; module
+    docstring, 2). ``options``: the policy's planning options (``interval_steps``,
+    ``granularity``, ``unavailable``; SCAR's ``fraction``, ``strategy``, ``partition_key``);
+    its training options (``train_key``, ``stop_at_target``) are accepted and unused."""
+    name = _policy_name(policy)
+    if name not in ("checkpoint_restart", "scar"):
+        raise ValueError(f"policy must be 'checkpoint_restart' or 'scar' (TierML plans as it trains), got {policy!r}")
+    if not isinstance(job, ck.Job):
+        raise TypeError(f"job must be a scarjax.cluster.clock.Job, got {type(job).__name__}")
+    keys, starts = _draw_inputs(market, keys, start_s)
+    va.check_real("horizon_s", horizon_s, lo=0.0, lo_open=True, scalar=True)
+    options = {k: v for k, v in options.items() if k not in ("train_key", "stop_at_target")}
+    if name == "checkpoint_restart":
+        return _cr_plans(job, market, keys, starts, float(horizon_s), **options)
+    return _scar_plans(job, market, keys, starts, float(horizon_s), **options)[0]
+
+
+def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, stop_at_target=True, **planning):
+    plans = _cr_plans(job, market, keys, starts, horizon_s, **planning)
     need = max([p.furthest_step() for p in plans] + [1])
     curve = Trainer(job.algorithm, train_key).train(need)
     runs = [po.execute_plan(p, po.LossReplay(curve), job, "checkpoint_restart", stop_at_target=stop_at_target,
@@ -377,25 +797,28 @@ def _scar_marks(plan, steps, servers):
     return write, lost
 
 
-def _scar(job, market, keys, starts, horizon_s, *, train_key=0, fraction=0.25, strategy="priority", granularity=25,
-          partition_key=0, interval_steps=None, unavailable="on_demand", stop_at_target=True):
-    po.check_arguments(job, market, horizon_s, granularity, unavailable)
-    markets = _drawn_markets(market, keys, starts, job.workers)
-    setups = [po.scar_setup(job, m, fraction, strategy, partition_key, interval_steps) for m in markets]
-    plans = [po.plan_scar(job, m, k, horizon_s, K, float(fraction), granularity, spec, unavailable)
-             for m, k, (K, _, spec) in zip(markets, keys, setups)]
+def _scar(job, market, keys, starts, horizon_s, *, train_key=0, stop_at_target=True, **planning):
+    plans, setups = _scar_plans(job, market, keys, starts, horizon_s, **planning)
     tk = core.as_key(train_key)
     init = Trainer(job.algorithm, tk).state
     steps = int(job.max_steps)
     curves = [None] * len(plans)
+    marks = [_scar_marks(p, steps, job.workers) for p in plans]
+    # a draw that loses no block trains the reliable trajectory (its writes do not change the
+    # state): the one real run serves it, bit for bit the per-draw Trainer's
+    kept = [i for i, (_, lo) in enumerate(marks) if not lo.any()]
+    if kept:
+        reliable = Trainer(job.algorithm, train_key).train(max([plans[i].furthest_step() for i in kept] + [1]))
+        for i in kept:
+            curves[i] = reliable
     groups: dict = {}  # one program per (partition, spec): draws whose K differs (price-driven starts)
     for i, (_, partition, spec) in enumerate(setups):
-        groups.setdefault((id(partition), id(spec)), []).append(i)
+        if curves[i] is None:
+            groups.setdefault((id(partition), id(spec)), []).append(i)
     for idx in groups.values():
         _, partition, spec = setups[idx[0]]
-        marks = [_scar_marks(plans[i], steps, job.workers) for i in idx]
-        write = jnp.asarray(np.stack([w for w, _ in marks]))
-        lost = jnp.asarray(np.stack([lo for _, lo in marks]))
+        write = jnp.asarray(np.stack([marks[i][0] for i in idx]))
+        lost = jnp.asarray(np.stack([marks[i][1] for i in idx]))
         b = len(idx)
         state = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), init)
         ckpt0 = sck.init(init, partition, spec)

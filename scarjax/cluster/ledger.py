@@ -21,18 +21,63 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from scarjax import validate as va
 from scarjax.cluster import market as mk
 
-__all__ = ["Ledger", "hourly_bill", "bill_runs"]
+__all__ = ["Ledger", "hourly_bill", "bill_runs", "stopped_ledgers"]
 
 TIERS = mk.TIERS
 BILLINGS = mk.BILLINGS
 # The JAX billing rule compiled once per argument shape (op by op, every new shape or price
 # series would compile each operation anew); the ledger checks its entries itself.
 _series_bill = jax.jit(mk.bill, static_argnames=("scheme",))
+_VIEWS: dict[int, tuple[mk.PriceSeries, mk.PriceSeries]] = {}  # id(series) -> (series, its billing view)
+
+
+def _billing_view(series: mk.PriceSeries) -> mk.PriceSeries:
+    """``series`` padded to a power of two (at least 64) change points and renamed (a name is
+    static), so that one compiled bill serves every series of a size class (markets' series
+    have many lengths): the padded changes come at ``+inf`` seconds with the last price and the
+    last cumulative integral, so :meth:`~scarjax.cluster.market.PriceSeries.index` (and with it
+    ``price_at``, ``integral`` and every bill) is unchanged at every finite time; ``maxtab`` is
+    rebuilt over the padded prices. Memoised per series object."""
+    hit = _VIEWS.get(id(series))
+    if hit is not None and hit[0] is series:
+        return hit[1]
+    t = np.asarray(series.times_s, np.float32)
+    p = np.asarray(series.prices, np.float32)
+    T = p.size
+    pad = max(64, 1 << (T - 1).bit_length()) - T
+    t = np.concatenate([t, np.full(pad, np.inf, np.float32)])
+    p = np.concatenate([p, np.full(pad, p[-1], np.float32)])
+    tab = [p]
+    for k in range(1, max(1, int(np.ceil(np.log2(p.size))) + 1)):  # as market.price_series builds it
+        prev, half = tab[-1], 1 << (k - 1)
+        tab.append(np.maximum(prev, np.concatenate([prev[half:], np.full(half, -np.inf, np.float32)])[: p.size]))
+    edge = lambda a: np.concatenate([np.asarray(a, np.float32), np.full(pad, np.asarray(a)[-1], np.float32)])  # noqa: E731
+    view = dataclasses.replace(series, times_s=jnp.asarray(t), prices=jnp.asarray(p), maxtab=jnp.asarray(np.stack(tab)),
+                               cum_hi=jnp.asarray(edge(series.cum_hi)), cum_lo=jnp.asarray(edge(series.cum_lo)),
+                               name="billing view", host=None)  # a name is static: one for every view
+    if len(_VIEWS) >= 256:
+        _VIEWS.pop(next(iter(_VIEWS)))
+    _VIEWS[id(series)] = (series, view)
+    return view
+
+
+def _bill_series(start: float, ends: np.ndarray, series: mk.PriceSeries, revoked: bool, scheme: str) -> np.ndarray:
+    """:func:`~scarjax.cluster.market.bill` of one machine started at ``start`` and ended at
+    each of ``ends`` (``>= start``), float64: the ends padded with ``start`` to a power of two
+    (at least 64) and the series to its billing view (:func:`_billing_view`), so that one
+    compilation serves every series and run of a size class; the same values as an unpadded
+    call (the rule is element-wise)."""
+    ends = np.asarray(ends, np.float64).ravel()
+    pad = np.full(max(64, 1 << max(ends.size - 1, 0).bit_length()), start)
+    pad[: ends.size] = ends
+    out = _series_bill(start, pad, _billing_view(series), revoked, scheme=scheme)
+    return np.asarray(out, np.float64)[: ends.size]
 
 # --------------------------------------------------------------------------------------
 # Bills
@@ -157,6 +202,20 @@ class Ledger:
         del self._open[machine_id]
         return e.charged
 
+    @classmethod
+    def of_stopped(cls, machine_ids: Any, tiers: Any, prices: Any, start: Any, stop: Any, revoked: Any, *,
+                   billing: str = "hourly") -> "Ledger":
+        """A ledger of machines all started and stopped, in the given (start) order: the entries
+        :meth:`start` then :meth:`stop` make one by one (machine ``i``: ``machine_ids[i]`` of
+        ``tiers[i]`` at the fixed ``prices[i]`` USD/h, billed under ``billing`` from ``start[i]``
+        to ``stop[i]``, ended by the provider where ``revoked[i]``), the charges computed by
+        :func:`hourly_bill` over the arrays in one pass (the same values as :meth:`stop`'s). A
+        machine id may recur (a reused id: a new entry after the previous stop).
+        :func:`stopped_ledgers` builds many at once."""
+        ids = list(machine_ids)
+        return stopped_ledgers(1, np.zeros(len(ids), np.int64), ids, tiers, prices, start, stop, revoked,
+                               billing=billing)[0]
+
     @property
     def running(self) -> list:
         """Ids of the machines being billed now."""
@@ -170,7 +229,7 @@ class Ledger:
         out = np.zeros(len(entries))
         for i, (e, t1, r) in enumerate(zip(entries, ends, revoked)):
             if isinstance(e.price, mk.PriceSeries):
-                out[i] = float(_series_bill(e.start, t1, e.price, r, scheme=e.billing))
+                out[i] = float(_bill_series(e.start, [t1], e.price, r, e.billing)[0])
             else:
                 out[i] = float(hourly_bill(e.start, t1, e.price, r, e.billing))
         return out
@@ -202,9 +261,7 @@ class Ledger:
             if not mid.any():
                 continue
             if isinstance(e.price, mk.PriceSeries):  # padded to a power of two: one compilation per size class
-                pad = np.full(max(64, 1 << max(times.size - 1, 0).bit_length()), e.start)
-                pad[: times.size] = np.maximum(times.ravel(), e.start)
-                part = np.asarray(_series_bill(e.start, pad, e.price, False, scheme=e.billing), np.float64)[: times.size]
+                part = _bill_series(e.start, np.maximum(times.ravel(), e.start), e.price, False, e.billing)
                 part = part.reshape(times.shape)
             else:
                 part = hourly_bill(e.start, np.maximum(times, e.start), e.price, False, e.billing)
@@ -237,6 +294,47 @@ class Ledger:
 
 # --------------------------------------------------------------------------------------
 # Many ledgers at once
+
+
+def stopped_ledgers(n: int, ledger: Any, machine_ids: Any, tiers: Any, prices: Any, start: Any, stop: Any,
+                    revoked: Any, *, billing: str = "hourly") -> list[Ledger]:
+    """``n`` ledgers of machines all started and stopped (:meth:`Ledger.of_stopped` of each),
+    built from flat arrays in one pass: machine ``j`` (``machine_ids[j]`` of ``tiers[j]`` at the
+    fixed ``prices[j]`` USD/h from ``start[j]`` to ``stop[j]``, ``revoked[j]``: ended by the
+    provider) is an entry of ledger ``ledger[j]``, in the order given; every charge is
+    :func:`hourly_bill` of the arrays at once (the same values as :meth:`Ledger.stop`'s). For
+    many market draws' fleets planned over arrays (:mod:`scarjax.cluster.draws`)."""
+    n = va.check_int("n", n, lo=0)
+    va.check_choice("billing", billing, BILLINGS)
+    ids = list(machine_ids)
+    tiers = list(tiers)
+    m = len(ids)
+    row = np.asarray(ledger).reshape(-1)
+    price = np.asarray(prices, np.float64).reshape(-1)
+    t1 = np.asarray(start, np.float64).reshape(-1)
+    t2 = np.asarray(stop, np.float64).reshape(-1)
+    rev = np.asarray(revoked, bool).reshape(-1)
+    for name, a in (("ledger", row), ("tiers", tiers), ("prices", price), ("start", t1), ("stop", t2),
+                    ("revoked", rev)):
+        if len(a) != m:
+            raise ValueError(f"{name} must have one item per machine ({m}), got {len(a)}")
+    if m and (not np.issubdtype(row.dtype, np.integer) or row.min() < 0 or row.max() >= n):
+        raise ValueError(f"ledger must hold integer ledger numbers in [0, {n}), got {row!r}")
+    for tier in set(tiers):
+        va.check_choice("tiers", tier, TIERS)
+    if not (np.all(np.isfinite(price)) and np.all(price >= 0.0)):
+        raise ValueError("prices must be finite and >= 0 (USD/h)")
+    if not (np.all(np.isfinite(t1)) and np.all(np.isfinite(t2))):
+        raise ValueError("start and stop must be finite seconds")
+    if np.any(t2 < t1):
+        i = int(np.flatnonzero(t2 < t1)[0])
+        raise ValueError(f"stop[{i}]={t2[i]} is before machine {ids[i]!r} started at {t1[i]}")
+    charged = hourly_bill(t1, t2, price, rev, billing).tolist()
+    out = [Ledger() for _ in range(n)]
+    for r, e in zip(row.tolist(), map(_Entry, ids, tiers, price.tolist(), [billing] * m, t1.tolist(), t2.tolist(),
+                                      rev.tolist(), charged)):
+        out[r]._entries.append(e)
+    return out
 
 
 def _dense(rows, width, fill, dtype):

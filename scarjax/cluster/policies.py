@@ -113,9 +113,13 @@ from scarjax.scar import partition as spt
 
 __all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps", "UNAVAILABLE",
            "MAX_FUTILE_RESTARTS", "futile_give_up", "Plan", "LossReplay", "check_arguments",
-           "resolve_interval_steps", "plan_checkpoint_restart", "plan_scar", "scar_setup", "execute_plan"]
+           "resolve_interval_steps", "plan_checkpoint_restart", "plan_scar", "scar_setup", "execute_plan",
+           "TIME_TOL_S", "seconds_per_step"]
 
 _EPS = 1e-9
+#: The planners' tolerance (seconds) in comparisons of elapsed times (an event at ``t + TIME_TOL_S``
+#: counts as at ``t``); the same for every planner of :mod:`scarjax.cluster` that reproduces them.
+TIME_TOL_S = _EPS
 #: What a transient policy does while the market offers fewer machines than it needs.
 UNAVAILABLE = ("on_demand", "wait")
 #: The stated give-up: a run ends (a ``'give_up'`` event) after this many revocations in a row
@@ -353,6 +357,12 @@ def _dt(job, market, m):
         return _step_seconds(job.step_time, int(m), market.machine.speed)
     except TypeError:  # an unhashable step time or speed
         return job.step_time(m) / market.machine.speed
+
+
+def seconds_per_step(job: ck.Job, market: mk.Market, m: int) -> float:
+    """Seconds per iteration on ``m`` live machines: ``job.step_time(m) / market.machine.speed``
+    (module docstring, "The fleet"); the value every planner of this module uses."""
+    return _dt(job, market, m)
 
 
 @functools.lru_cache(maxsize=512)

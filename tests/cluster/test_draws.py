@@ -5,7 +5,6 @@ with planted violations the comparison catches; same keys, same runs; bad input 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -173,18 +172,18 @@ def test_property_random_traces_equal_the_per_draw_loop(data):
 
 
 def test_planted_violation_tables_of_another_draw_are_caught(monkeypatch):
-    """Planted: each draw served the next draw's purchases. The equality check fails."""
+    """Planted: each draw served the next draw's purchases (the tables' rows shifted, for the
+    lock-step planner and the per-draw fallback alike). The equality check fails."""
     job = _job()
     starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 24)
-    original = dr._Drawn.acquire
+    real = dr._market_tables
 
-    def shifted(self, key, counter, n, t, *, held=None):
-        if self.tables is not None:  # the next draw's row of the tables
-            other = dataclasses.replace(self, row=(self.row + 1) % self.tables.up.shape[0])
-            return original(other, key, counter, n, t, held=held)
-        return original(self, key, counter, n, t, held=held)
+    def shifted(market, keys, machines):
+        tab = real(market, keys, machines)
+        return tab._replace(**{f: np.roll(getattr(tab, f), 1, axis=0) for f in ("up", "life", "u")
+                               if getattr(tab, f) is not None})
 
-    monkeypatch.setattr(dr._Drawn, "acquire", shifted)
+    monkeypatch.setattr(dr, "_market_tables", shifted)
     a, b = _both("checkpoint_restart", job, _p3(), 24, 3, starts)
     with pytest.raises(AssertionError, match="mismatches"):
         check_identical(a, b, job.target_loss)
