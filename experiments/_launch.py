@@ -8,7 +8,11 @@ JAX runtime (a forced host-device count, or several processes joined by
   processes with one CPU device each, rank ``r`` pinned to core ``r mod cpu_count`` while
   JAX starts (so XLA sizes its thread pools for one core); the function joins the others
   with :func:`init_distributed` and rank 0's return value comes back;
-* :func:`init_distributed` / :func:`unpin_threads` — for use inside such a function.
+* :func:`init_distributed` / :func:`unpin_threads` — for use inside such a function;
+* :func:`start` / :func:`start_processes` — the same, started without waiting (a
+  :class:`Launched`): with ``gated=True`` the function's :func:`gate` says that its set-up
+  is done and waits there until the caller's :meth:`Launched.go`, so that several launches
+  can set up (import JAX, compile) at the same time and then be timed one at a time.
 
 Arguments and return values travel as JSON (the result is the last stdout line prefixed
 ``@@``); a failed process raises ``RuntimeError`` with the tail of its stderr.
@@ -19,16 +23,22 @@ from __future__ import annotations
 import json
 import os
 import socket
+import selectors
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Any
 
 import jax
 
-__all__ = ["call", "call_processes", "env", "free_port", "init_distributed", "unpin_threads", "ROOT"]
+__all__ = ["Launched", "call", "call_processes", "env", "free_port", "gate", "init_distributed", "start",
+           "start_processes", "unpin_threads", "ROOT"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the source tree (``experiments`` importable)
 _MARK = "@@"
+_READY = b"@@ready"
+_GATE_ENV = "SCARJAX_LAUNCH_GATE"  # set to "1" in the processes of a gated launch
 
 
 def env(force_devices: int = 1) -> dict:
@@ -60,29 +70,103 @@ def _split(target: str) -> tuple[str, str]:
 
 
 def _result(stdout: str, target: str) -> Any:
-    lines = [ln for ln in stdout.splitlines() if ln.startswith(_MARK)]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(_MARK) and ln != _READY.decode()]
     if not lines:
         raise RuntimeError(f"{target} printed no result")
     return json.loads(lines[-1][len(_MARK):])
 
 
-def call(target: str, *args: Any, force_devices: int = 1, timeout: float | None = None) -> Any:
-    """``module:function(*args)`` (JSON arguments and result) in a fresh Python process
-    with ``force_devices`` CPU host devices; returns its result."""
+class Launched:
+    """Processes started by :func:`start` or :func:`start_processes`.
+
+    :meth:`ready` waits until each has passed :func:`gate` (gated launches only),
+    :meth:`go` lets them on, :meth:`result` waits for them to end and returns rank 0's
+    result (a failed process raises ``RuntimeError`` with the tail of its stderr), and
+    :meth:`kill` ends any still running.
+    """
+
+    def __init__(self, target: str, procs: list[subprocess.Popen], errs: list, gated: bool):
+        self.target, self._procs, self._errs, self._gated = target, procs, errs, gated
+        self._out = [b"" for _ in procs]  # stdout read while waiting for the gate
+
+    def _failure(self, rank: int) -> RuntimeError:
+        self._errs[rank].seek(0)
+        tail = self._errs[rank].read().decode(errors="replace")[-3000:]
+        where = "its subprocess" if len(self._procs) == 1 else f"process {rank} of {len(self._procs)}"
+        return RuntimeError(f"{self.target} failed in {where}:\n{tail}")
+
+    def ready(self, timeout: float | None = None) -> None:
+        """Block until every process has reached :func:`gate` (a no-op for an ungated launch)."""
+        if not self._gated:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            for r, p in enumerate(self._procs):
+                if _READY not in self._out[r].splitlines():
+                    sel.register(p.stdout, selectors.EVENT_READ, r)
+            while sel.get_map():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                events = sel.select(left)
+                if not events:
+                    raise subprocess.TimeoutExpired(self.target, timeout)
+                for key, _ in events:
+                    r = key.data
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:  # ended before its gate
+                        self._procs[r].wait()
+                        raise self._failure(r)
+                    self._out[r] += chunk
+                    if _READY in self._out[r].splitlines():
+                        sel.unregister(key.fileobj)
+
+    def go(self) -> None:
+        """Let every process on from :func:`gate` (a no-op for an ungated launch)."""
+        if self._gated:
+            for p in self._procs:
+                p.stdin.write(b"go\n")
+                p.stdin.flush()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for every process to end; rank 0's result."""
+        for r, p in enumerate(self._procs):
+            out, _ = p.communicate(timeout=timeout)
+            self._out[r] += out or b""
+        bad = [r for r, p in enumerate(self._procs) if p.returncode != 0]
+        if bad:
+            raise self._failure(bad[0])
+        return _result(self._out[0].decode(), self.target)
+
+    def kill(self) -> None:
+        """End every process still running (and close the stderr files)."""
+        for p in self._procs:
+            p.kill()
+            p.wait()
+        for e in self._errs:
+            e.close()
+
+
+def _popen(code: str, argv: list[str], environ: dict, gated: bool) -> tuple[subprocess.Popen, Any]:
+    err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block the process
+    environ = dict(environ, **{_GATE_ENV: "1" if gated else "0"})
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=environ, cwd=ROOT,
+                            stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=err)
+    return proc, err
+
+
+def start(target: str, *args: Any, force_devices: int = 1, gated: bool = False) -> Launched:
+    """Start ``module:function(*args)`` (JSON arguments and result) in a fresh Python process
+    with ``force_devices`` CPU host devices (see :func:`call`)."""
     module, func = _split(target)
     code = (f"import sys, json; from {module} import {func}; "
             f"print({_MARK!r} + json.dumps({func}(*json.loads(sys.argv[1]))))")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(list(args))], env=env(force_devices), cwd=ROOT,
-                          capture_output=True, text=True, check=False, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{target} failed in its subprocess:\n{proc.stderr[-3000:]}")
-    return _result(proc.stdout, target)
+    proc, err = _popen(code, [json.dumps(list(args))], env(force_devices), gated)
+    return Launched(target, [proc], [err], gated)
 
 
-def call_processes(target: str, world: int, *args: Any, timeout: float = 900.0) -> Any:
-    """``module:function(rank, world, port, *args)`` in ``world`` processes of one CPU device
-    each (rank ``r`` pinned to core ``r mod cpu_count`` while JAX starts; ``port``: a free
-    coordinator port for :func:`init_distributed`); returns rank 0's result."""
+def start_processes(target: str, world: int, *args: Any, gated: bool = False) -> Launched:
+    """Start ``module:function(rank, world, port, *args)`` in ``world`` processes (see
+    :func:`call_processes`)."""
     if int(world) < 1:
         raise ValueError(f"world must be >= 1, got {world!r}")
     module, func = _split(target)
@@ -91,18 +175,42 @@ def call_processes(target: str, world: int, *args: Any, timeout: float = 900.0) 
             f"r = {func}(rank, int(sys.argv[2]), int(sys.argv[3]), *json.loads(sys.argv[4])); "
             f"print({_MARK!r} + json.dumps(r)) if rank == 0 else None")
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(r), str(world), str(port), json.dumps(list(args))],
-                              env=env(1), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world)]
+    started = [_popen(code, [str(r), str(world), str(port), json.dumps(list(args))], env(1), gated)
+               for r in range(world)]
+    return Launched(target, [p for p, _ in started], [e for _, e in started], gated)
+
+
+def gate() -> None:
+    """Inside a function started with ``gated=True``: report that its set-up is done and wait
+    until the caller's :meth:`Launched.go` (blocked on stdin, using no CPU).  A no-op in a
+    function started otherwise."""
+    if os.environ.get(_GATE_ENV) != "1":
+        return
+    sys.stdout.write(_READY.decode() + "\n")
+    sys.stdout.flush()
+    if not sys.stdin.readline():
+        raise RuntimeError("the launcher closed stdin before letting this process go")
+
+
+def call(target: str, *args: Any, force_devices: int = 1, timeout: float | None = None) -> Any:
+    """``module:function(*args)`` (JSON arguments and result) in a fresh Python process
+    with ``force_devices`` CPU host devices; returns its result."""
+    launched = start(target, *args, force_devices=force_devices)
     try:
-        res = [p.communicate(timeout=timeout) for p in procs]
+        return launched.result(timeout)
     finally:
-        for p in procs:
-            p.kill()
-    bad = [(r, e) for r, (p, (_, e)) in enumerate(zip(procs, res)) if p.returncode != 0]
-    if bad:
-        raise RuntimeError(f"{target} failed in process {bad[0][0]} of {world}:\n{bad[0][1][-3000:]}")
-    return _result(res[0][0], target)
+        launched.kill()
+
+
+def call_processes(target: str, world: int, *args: Any, timeout: float = 900.0) -> Any:
+    """``module:function(rank, world, port, *args)`` in ``world`` processes of one CPU device
+    each (rank ``r`` pinned to core ``r mod cpu_count`` while JAX starts; ``port``: a free
+    coordinator port for :func:`init_distributed`); returns rank 0's result."""
+    launched = start_processes(target, world, *args)
+    try:
+        return launched.result(timeout)
+    finally:
+        launched.kill()
 
 
 def init_distributed(rank: int, world: int, port: int) -> None:

@@ -21,6 +21,10 @@ pinned by the priors of Sec 3.4.1) and the fit error is reported (thesis: at mos
 For the AdaptDL comparison in ``benchmarks/bench_pollux.py`` each ``s = 0`` configuration
 also records the time of one local accumulation step (no sync, ``t_accum``) and of the
 sync step (``t_optim``).
+
+All measuring processes start and compile at once, then wait; their timed sweeps run one
+launch at a time with the others blocked (:func:`_measure`), so set-up costs no timing
+accuracy.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -73,26 +78,50 @@ class Config:
             hidden=512,
             rounds=2,  # the minimum over 2 x 30 repeats (3 x 30 in the full run)
             # The forced host devices (a comparison; at K=4 they took half the measuring
-            # time): the minimum over 2 x 5 repeats.
-            forced_reps=5,
+            # time): the minimum over 2 x 3 repeats.
+            forced_reps=3,
             quick_mode=True,
         )
 
 
-def _mlp(hidden: int):
-    """The measured model: a 64-h-h-10 ReLU MLP on digits (params as NumPy, loss)."""
+def _init_params(hidden: int) -> dict:
+    """The measured model's parameters (64-h-h-10, as NumPy): drawn once by :func:`run`
+    (``jax.random`` costs seconds of compilation) and read by every measuring process."""
     k0, k1, k2 = jax.random.split(jax.random.PRNGKey(0), 3)
-    params = {
+    return {
         "w1": np.asarray(jax.random.normal(k0, (64, hidden)) / 8),
         "w2": np.asarray(jax.random.normal(k1, (hidden, hidden)) / hidden**0.5),
         "w3": np.asarray(jax.random.normal(k2, (hidden, 10)) / hidden**0.5),
     }
 
-    def loss(p, xb, yb):
-        z = jax.nn.relu(jax.nn.relu(xb @ p["w1"]) @ p["w2"]) @ p["w3"]
-        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), yb[:, None], 1))
 
-    return params, loss
+def _loss(p, xb, yb):
+    """The measured model's loss: a 64-h-h-10 ReLU MLP, cross-entropy on digits."""
+    z = jax.nn.relu(jax.nn.relu(xb @ p["w1"]) @ p["w2"]) @ p["w3"]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), yb[:, None], 1))
+
+
+def _write_inputs(hidden: int, path: str) -> str:
+    """The digits and the model's parameters in one ``.npz`` at ``path`` (returned), which
+    appears complete or not at all (written aside, then renamed)."""
+    x, y = (np.asarray(a) for a in examples.digits(False))
+    aside = path + ".part"
+    with open(aside, "wb") as fh:
+        np.savez(fh, x=x, y=y, **_init_params(hidden))
+    os.replace(aside, path)
+    return path
+
+
+def _read_inputs(path: str, timeout: float = 900.0) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(x, y, params)`` from :func:`_write_inputs`' file, waiting for it to appear (the
+    launcher writes it while the measuring processes start)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no inputs file {path!r} after {timeout} s")
+        time.sleep(0.02)
+    with np.load(path) as d:
+        return d["x"], d["y"], {n: d[n] for n in ("w1", "w2", "w3")}
 
 
 def _step(mesh, loss, s: int, sync: bool):
@@ -113,17 +142,13 @@ def _step(mesh, loss, s: int, sync: bool):
     )
 
 
-def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
-    """Time every (m, s) on a ``k``-device mesh.
+def _prepare(cfg: dict, inputs: str, mesh, place, draw) -> list:
+    """Compile and warm up every (m, s) on ``mesh``: the jobs that :func:`_time` times.
 
     ``place(array, spec)`` makes a global array (forced host devices: from the global data;
-    processes: from this process's shard) and ``draw(s, m)`` this placement's batch indices.
-    Each configuration is compiled once; the sweep over all configurations is repeated
-    ``rounds`` times and the minimum over rounds x reps is kept (the least disturbed by other
-    load; the median of all repeats is kept for reference).
+    processes: from this process's shard) and ``draw(s, m, n)`` this placement's batch indices.
     """
-    x, y = (np.asarray(a) for a in examples.digits(False))
-    params, loss = _mlp(cfg["hidden"])
+    x, y, params = _read_inputs(inputs)
     pg = {n: place(v, P()) for n, v in params.items()}
     jobs = []
     for m in cfg["local_bsz"]:
@@ -132,9 +157,19 @@ def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
             xb, yb = place(x[idx], P("d")), place(y[idx], P("d"))
             # AdaptDL's separate measurements (s = 0): accumulation step and sync step.
             for sync in (True, False) if s == 0 else (True,):
-                f = _step(mesh, loss, s, sync)
+                f = _step(mesh, _loss, s, sync)
                 jax.block_until_ready(f(pg, xb, yb))  # compile + warm-up
                 jobs.append(((m, s, sync), f, (pg, xb, yb), []))
+    return jobs
+
+
+def _time(cfg: dict, k: int, jobs: list) -> list[dict]:
+    """Time :func:`_prepare`'s jobs on a ``k``-device mesh.
+
+    The sweep over all configurations is repeated ``rounds`` times and the minimum over
+    rounds x reps is kept (the least disturbed by other load; the median of all repeats is
+    kept for reference).
+    """
     for _ in range(cfg["rounds"]):
         for _, f, args, ts in jobs:
             jax.block_until_ready(f(*args))
@@ -155,31 +190,35 @@ def _sweep(cfg: dict, k: int, mesh, place, draw) -> list[dict]:
     return out
 
 
-def measure(cfg_json: str) -> list[dict]:
-    """Runs inside the subprocess (forced host devices): time every configuration."""
+def measure(cfg_json: str, inputs: str) -> list[dict]:
+    """Runs inside the subprocess (forced host devices): compile every configuration of every
+    K, wait at the launcher's gate (:func:`experiments._launch.gate`), then time them."""
     cfg = json.loads(cfg_json)
     cfg["reps"] = cfg.get("forced_reps") or cfg["reps"]
-    out = []
+    prepared = []
     for k in cfg["devices"]:
         mesh = jax.make_mesh((k,), ("d",), devices=jax.devices()[:k])
         rng = np.random.default_rng(1)
-        out += _sweep(
+        prepared.append((k, _prepare(
             cfg,
-            k,
+            inputs,
             mesh,
             lambda a, spec, mesh=mesh: jax.device_put(a, jax.sharding.NamedSharding(mesh, spec)),
             lambda s, m, n, k=k, rng=rng: rng.integers(0, n, (k, s + 1, m)),
-        )
+        )))
+    _launch.gate()
+    out = [r for k, jobs in prepared for r in _time(cfg, k, jobs)]
     for r in out:
         r["backend"] = "forced_host"
     return out
 
 
-def measure_process(rank: int, world: int, port: int, cfg_json: str) -> list[dict]:
+def measure_process(rank: int, world: int, port: int, cfg_json: str, inputs: str) -> list[dict]:
     """Runs in each of ``world`` processes, one CPU device each; gradients are averaged over
     gloo.  The caller pinned this thread to one core before JAX started, so XLA sized its
     thread pools for one core (one device = one core, as one GPU per replica in the thesis);
-    the pin is lifted once JAX is up so that gloo's I/O threads are not starved."""
+    the pin is lifted once JAX is up so that gloo's I/O threads are not starved.  Compiles,
+    waits at the launcher's gate (:func:`experiments._launch.gate`), then times."""
     _launch.init_distributed(rank, world, port)
     mesh = jax.make_mesh((world,), ("d",))
     _launch.unpin_threads()
@@ -191,16 +230,13 @@ def measure_process(rank: int, world: int, port: int, cfg_json: str) -> list[dic
             return jax.make_array_from_callback(a.shape, sharding, lambda i: a[i])
         return jax.make_array_from_process_local_data(sharding, a)
 
-    out = _sweep(json.loads(cfg_json), world, mesh, place, lambda s, m, n: rng.integers(0, n, (1, s + 1, m)))
+    cfg = json.loads(cfg_json)
+    jobs = _prepare(cfg, inputs, mesh, place, lambda s, m, n: rng.integers(0, n, (1, s + 1, m)))
+    _launch.gate()
+    out = _time(cfg, world, jobs)
     for r in out:
         r["backend"] = "processes"
     return out
-
-
-def _measure_subprocess(cfg: Config) -> list[dict]:
-    """Forced host devices: every K of ``cfg.devices`` in one subprocess of ``max(devices)``."""
-    return _launch.call("experiments.pollux_throughput:measure", json.dumps(dataclasses.asdict(cfg)),
-                        force_devices=max(cfg.devices))
 
 
 def _process_ks(cfg: Config) -> tuple[int, ...]:
@@ -208,13 +244,41 @@ def _process_ks(cfg: Config) -> tuple[int, ...]:
     return cfg.process_devices or tuple(range(1, (os.cpu_count() or 1) + 1))
 
 
-def _measure_processes(cfg: Config, timeout: float = 900.0, ks: tuple[int, ...] | None = None) -> list[dict]:
-    """One process per device for each K in ``ks`` (default :func:`_process_ks`)."""
-    out = []
-    for k in _process_ks(cfg) if ks is None else ks:
-        out += _launch.call_processes("experiments.pollux_throughput:measure_process", k, json.dumps(dataclasses.asdict(cfg)),
-                                      timeout=timeout)
-    return out
+def _measure(config: Config, timeout: float = 900.0) -> dict[str, list[dict]]:
+    """Every measurement: one launch of K processes (one core each) for every K of
+    :func:`_process_ks`, and one process of forced host devices for every K in ``devices``.
+
+    All launches start at once and set up together (import JAX, join ``jax.distributed``,
+    compile and warm up every configuration: CPU work that keeps both cores busy) while this
+    process writes their inputs (:func:`_write_inputs`); each then waits at its gate, and they
+    are let on one at a time, so that every timed sweep runs with the others blocked (no CPU
+    used) and no set-up beside it.
+    """
+    cfg_json = json.dumps(dataclasses.asdict(config))
+    with tempfile.TemporaryDirectory(prefix="scarjax_pollux_") as tmp:
+        inputs = os.path.join(tmp, "inputs.npz")
+        launches = []
+        try:
+            for k in _process_ks(config):
+                launches.append((f"{k} process(es)", "processes", _launch.start_processes(
+                    "experiments.pollux_throughput:measure_process", k, cfg_json, inputs, gated=True)))
+            launches.append((f"forced host devices {list(config.devices)}", "forced", _launch.start(
+                "experiments.pollux_throughput:measure", cfg_json, inputs, force_devices=max(config.devices),
+                gated=True)))
+            _write_inputs(config.hidden, inputs)
+            for _, _, launched in launches:
+                launched.ready(timeout)
+            measured = {"processes": [], "forced": []}
+            # One progress step per timed launch (each a few seconds to a minute).
+            bar = progress(launches, desc="pollux_throughput: measuring")
+            for label, backend, launched in bar:
+                bar.set_postfix_str(label)
+                launched.go()
+                measured[backend] += launched.result(timeout)
+        finally:
+            for _, _, launched in launches:
+                launched.kill()
+    return measured
 
 
 def _fit(records, key="t_iter"):
@@ -225,10 +289,11 @@ def _fit(records, key="t_iter"):
     return px.fit_throughput(a["nodes"], a["replicas"], a["local_bsz"], a["accum_steps"], t)
 
 
-def _fit_summary(records, key="t_iter") -> dict | None:
+def _fit_summary(records, key="t_iter", fit=None) -> dict | None:
+    """The fit of ``records``' ``key`` (``fit``: that fit already made) as a JSON dict."""
     if len(records) < 3:
         return None
-    f = _fit(records, key)
+    f = _fit(records, key) if fit is None else fit
     return dict(
         configurations=len(records),
         replicas=sorted({r["replicas"] for r in records}),
@@ -271,17 +336,7 @@ def _parallel_ratio(records) -> dict | None:
 @recorded(NAME)
 def run(config: Config, out_dir) -> dict:
     t0 = time.perf_counter()
-    # One progress step per launch (each a few seconds to a minute): K processes of one core
-    # each, for every K, then one process of forced host devices for every K in ``devices``.
-    steps = [(f"{k} process(es)", "processes", lambda k=k: _measure_processes(config, ks=(k,)))
-             for k in _process_ks(config)]
-    steps.append((f"forced host devices {list(config.devices)}", "forced",
-                  lambda: _measure_subprocess(config)))
-    measured = {"processes": [], "forced": []}
-    bar = progress(steps, desc="pollux_throughput: measuring")
-    for label, backend, measure_step in bar:
-        bar.set_postfix_str(label)
-        measured[backend] += measure_step()
+    measured = _measure(config)
     procs, forced = measured["processes"], measured["forced"]
     fits = {}
     for name, recs in (("processes", procs), ("forced_host", forced)):
@@ -291,7 +346,7 @@ def run(config: Config, out_dir) -> dict:
                 px.t_iter(f.params, r["nodes"], r["replicas"], r["local_bsz"], r["accum_steps"])
             )
         fits[name] = dict(
-            fit=_fit_summary(recs),
+            fit=_fit_summary(recs, fit=f),
             fit_median=_fit_summary(recs, "t_iter_median"),
             heldout=_heldout(recs),
             parallel=_parallel_ratio(recs),

@@ -103,6 +103,34 @@ def test_launcher_runs_a_function_in_a_subprocess():
         _launch.env(0)
 
 
+def test_gated_launch_waits_at_its_gate_until_go():
+    """start(..., gated=True): the process reports at experiments._launch.gate and goes on only
+    after Launched.go; without go it fails (stdin closed) instead of hanging; one that fails
+    before its gate fails ready()."""
+    from experiments import _launch
+
+    launched = _launch.start("experiments._launch:gate", gated=True)
+    try:
+        launched.ready(timeout=300)
+        launched.go()
+        assert launched.result(timeout=300) is None
+    finally:
+        launched.kill()
+    launched = _launch.start("experiments._launch:gate", gated=True)
+    try:
+        launched.ready(timeout=300)
+        with pytest.raises(RuntimeError, match="closed stdin"):  # planted: no go
+            launched.result(timeout=300)
+    finally:
+        launched.kill()
+    launched = _launch.start("json:loads", "not json", gated=True)
+    try:
+        with pytest.raises(RuntimeError, match="json:loads failed"):
+            launched.ready(timeout=300)
+    finally:
+        launched.kill()
+
+
 def test_revive_undoes_to_jsonable():
     from experiments._common import revive
 
