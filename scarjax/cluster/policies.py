@@ -114,7 +114,7 @@ from scarjax.scar import partition as spt
 __all__ = ["on_demand", "checkpoint_restart", "scar", "young_daly_s", "checkpoint_interval_steps", "UNAVAILABLE",
            "MAX_FUTILE_RESTARTS", "futile_give_up", "Plan", "LossReplay", "check_arguments",
            "resolve_interval_steps", "plan_checkpoint_restart", "plan_scar", "scar_setup", "execute_plan",
-           "TIME_TOL_S", "seconds_per_step"]
+           "TIME_TOL_S", "seconds_per_step", "COUNTED_META"]
 
 _EPS = 1e-9
 #: The planners' tolerance (seconds) in comparisons of elapsed times (an event at ``t + TIME_TOL_S``
@@ -126,6 +126,8 @@ UNAVAILABLE = ("on_demand", "wait")
 #: with no completed step between them (machines that live shorter than a step, forever).
 MAX_FUTILE_RESTARTS = 1000
 _COUNTED = ("rework_steps", "recoveries")  # meta counts measured to the run's end (the target)
+#: The ``meta`` counts :func:`execute_plan` measures to the run's end (the target when reached).
+COUNTED_META = _COUNTED
 
 
 def futile_give_up(futile: int) -> str | None:
