@@ -25,27 +25,50 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    priorities come from one program too, the host finishing each purchase as
    :meth:`Replay.pick` does (when the trace's warning coin is certain); other lifetimes, other
    classes and later calls go to the market with the chain's key.
-2. *The clocks* (revocations, waits, start-ups, checkpoints, rework, the ledger) stay one host
-   event loop per draw: the public planning API of :mod:`~scarjax.cluster.policies`
-   (:func:`~scarjax.cluster.policies.plan_checkpoint_restart`,
-   :func:`~scarjax.cluster.policies.plan_scar`, then
-   :func:`~scarjax.cluster.policies.execute_plan` on a
-   :class:`~scarjax.cluster.policies.LossReplay` of the draw's losses) and TierML's controller,
-   the per-draw policies' own code. Not in JAX: the control flow is per draw and data
-   dependent (which trace nodes are held, the cheapest-option choice, ``unavailable="wait"``
-   retries, the give-up counter, TierML's stage elections and class switches), the number of
-   events varies per draw, and the bills are ``float64`` host arithmetic
-   (:class:`~scarjax.cluster.ledger.Ledger`) that JAX without x64 would not reproduce bit for
-   bit. What is per run, not per draw, is computed once: the market's tables, a replayed
-   trace's float64 copy (its availability and MTTF), the step times and SCAR's
-   write period. *The bills* of checkpoint-restart's and SCAR's draws are arrays: each run is
-   recorded unbilled (:func:`~scarjax.cluster.policies.execute_plan` with ``deferred=True``)
-   and :func:`~scarjax.cluster.clock.settle` bills every draw's machines at every recorded
-   point (``dollars``), by tier and in free seconds in one vectorised NumPy call
+2. *The clocks* of checkpoint-restart and SCAR (revocations, start-ups, checkpoints, rework,
+   recoveries, the ledger) are planned for all draws at once, in lock-step over arrays
+   (:func:`plans`: for each draw the :class:`~scarjax.cluster.policies.Plan` that
+   :func:`~scarjax.cluster.policies.plan_checkpoint_restart` /
+   :func:`~scarjax.cluster.policies.plan_scar` returns). The fleets are ``[draws, machines]``
+   arrays (revocation and ready times, trace nodes, billing starts) and every draw makes one
+   pass of its planner's loop at a time, each pass one branch per draw picked by masks:
+   checkpoint-restart's revocation (revoke the due machines, roll back, buy replacements,
+   restore), checkpoint, or training chunk (to the next death, checkpoint, the step cap or the
+   horizon; too short: wait for the death, or end); SCAR's running-checkpoint write, partial
+   recovery (revoke, buy the replacements), wait while no machine runs, or training chunk on
+   the live machines (to the next death or arrival). A purchase is ``_Fleet.buy``'s over the
+   draws that buy (the cheapest option at the request time; a replayed trace's pick of the
+   nodes the fleet does not hold in float32 NumPy from the tables, row by row as
+   :meth:`Replay.pick`), the machine ids, events (their texts) and ledger entries are kept per
+   draw in the per-draw order, and the ledgers are built in one pass
+   (:func:`~scarjax.cluster.ledger.stopped_ledgers`: :func:`~scarjax.cluster.ledger.hourly_bill`
+   over every entry of every draw at once). The float64 arithmetic is the planners' own,
+   elementwise (``t + n dt``, ``max(t0 + d, billed)``, ``floor((min(td, horizon) - t) / dt +
+   tol)``), so the plans are equal field for field (operations, events, ledger entries and
+   charges, end, meta, counts; tested against the per-draw planners, which stay the oracle, over
+   random traces and parametric markets). The lock-step applies to ``unavailable="on_demand"``
+   on a market whose lifetimes do not depend on the request time and whose ``K`` does not
+   depend on the start (no price-driven process or spot price series; a replayed trace, an
+   exponential, empirical or uncapped Weibull process, or none); elsewhere, and for a draw
+   that needs a purchase past the tables or reaches the give-up, the per-draw planner plans the
+   draw on its :class:`_Drawn` market: ``unavailable="wait"`` (empty slots, retries at the next
+   offer) would need one more branch per pass and is rare in Monte-Carlo studies. Each run is
+   then recorded from its plan in one array pass (the points ``t + k dt`` of all its train
+   ops, the global step moved by ``'save'``/``'rollback'``, cut at the first loss ``<=`` the
+   target: :func:`~scarjax.cluster.policies.execute_plan`'s rule on a
+   :class:`~scarjax.cluster.policies.LossReplay`, the same runs, tested against it).
+   TierML's controller stays one host loop per draw
+   (:func:`~scarjax.cluster.tierml.tierml` itself): its control flow is per draw and data
+   dependent (which trace nodes are held, the cheapest-option choice, the give-up counter, the
+   stage elections and class switches) and its number of events varies per draw. What is per
+   run, not per draw, is computed once: the market's tables, a replayed trace's float64 copy
+   (its availability and MTTF), ``K``, the step times and SCAR's write period. *The bills* of
+   checkpoint-restart's and SCAR's draws are arrays: each run is recorded unbilled and
+   :func:`~scarjax.cluster.clock.settle` bills every draw's machines at every recorded point
+   (``dollars``), by tier and in free seconds in one vectorised NumPy call
    (:func:`~scarjax.cluster.ledger.bill_runs`: the one rule over ``[draws, points]`` arrays,
    bit for bit each ledger's own methods). TierML's controller records and bills inside
-   :func:`~scarjax.cluster.tierml.tierml`, per draw. What remains per draw is the event loops
-   and the ledger's checked entries (one per machine: its start, its stop and charge).
+   :func:`~scarjax.cluster.tierml.tierml`, per draw.
 
    *TierML's controller over arrays: not done*, and only partly possible. Its state per draw
    is a list of machine groups that grows with every purchase (a varying number per draw), its
@@ -67,17 +90,25 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    draw loses ActivePS blocks without warning: those blocks roll back to the BackupPS and the
    others do not, so from there that draw trains its own state with its own Trainer, as the
    per-draw policy does (the two states it mixes re-run from the start, bit for bit).
-   SCAR's partial recovery makes each draw's trajectory its own: all draws train in
-   one jitted program, ``vmap`` over draws of a ``lax.scan`` over global steps, each step
-   ``scarjax.core.run_one`` with the Trainer's key ``fold_in(train_key, step)``, the priority
-   checkpoint write (:func:`scarjax.scar.checkpoint.step`) where the draw's plan writes one and
-   the partial recovery (:func:`scarjax.scar.faults.recover`) of the servers the plan revokes
-   at that step (masks ``bool[draws, steps]`` and ``bool[draws, steps, servers]``).
+   SCAR's partial recovery makes each draw's trajectory its own from its first lost block: a
+   draw that loses none trains the reliable trajectory (the writes do not change the state), so
+   the one real run serves it; the others train in one jitted program, ``vmap`` over draws of
+   a ``lax.scan`` over global steps, each step ``scarjax.core.run_one`` with the Trainer's key
+   ``fold_in(train_key, step)``, the priority checkpoint write
+   (:func:`scarjax.scar.checkpoint.step`) where the draw's plan writes one and the partial
+   recovery (:func:`scarjax.scar.faults.recover`) of the servers the plan revokes at that step
+   (masks ``bool[draws, steps]`` and ``bool[draws, steps, servers]``). This program is now most
+   of SCAR's time: every draw in it trains all ``job.max_steps`` steps, the loss on the whole
+   data after each. *Not done:* running each draw only from its first lost block (before it,
+   the reliable run's states and running checkpoint) to its target or plan end, in chunks with
+   the finished draws dropped (measured on the benchmark's p3 runs, 1,000 draws x 200 steps:
+   0.38 of today's draw-steps); the shapes change per chunk (one compilation per padded size).
 
 **Identical.** For checkpoint-restart and TierML every field of every run equals the per-draw
 policy's bit for bit (``==`` on float64: time and dollars to the target, the step, the counts,
-the whole curves and events). For SCAR the schedule (event times, the ledger) is bit for bit
-and the losses equal the per-draw Trainer's to float32 rounding only: XLA compiles the
+the whole curves and events). For SCAR the schedule (event times, the ledger) is bit for bit,
+so are the losses of a draw that loses no block, and the others' losses equal the per-draw
+Trainer's to float32 rounding only: XLA compiles the
 batched (``vmap``) matrix products differently from the unbatched ones (measured: a few
 ``1e-7`` after 120 steps of MLR), so :func:`summary`'s fields - whether and at which step
 the target is reached, its time and dollars, ``recoveries`` - are equal unless a draw's loss
@@ -1104,12 +1135,14 @@ def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=Non
 
 def summary(runs: Sequence[ck.ClusterRun], target_loss: float) -> dict[str, np.ndarray]:
     """Per-draw arrays: ``reached``, ``time_s``, ``dollars``, ``steps`` to ``target_loss``
-    (:meth:`ClusterRun.to_target`), ``end_s``, ``bill`` (the run's total), ``revocations`` (events)
-    and every ``meta`` count of :data:`COUNTS` the runs carry."""
+    (:meth:`ClusterRun.to_target`), ``end_s``, ``bill`` (the run's total), ``revocations`` (the
+    revocation events: ``'revocation'``, and TierML's ``'warning'``, its name for a revocation
+    whose machines were all warned, as every one is on a trace replayed with a warning) and every
+    ``meta`` count of :data:`COUNTS` the runs carry."""
     out = ck.outcomes(runs, target_loss)
     out["end_s"] = np.array([r.end_s for r in runs], np.float64)
     out["bill"] = np.array([sum(r.cost_by_tier.values()) for r in runs], np.float64)
-    out["revocations"] = np.array([r.count("revocation") for r in runs], np.int64)
+    out["revocations"] = np.array([r.count("revocation") + r.count("warning") for r in runs], np.int64)
     for names in COUNTS.values():
         for nm in names:
             if runs and all(nm in r.meta for r in runs):

@@ -86,6 +86,8 @@ def test_p3_trace_draws_equal_the_per_draw_loop(policy):
     a, b = _both(policy, job, _p3(), 24, 3, starts)
     check_identical(a, b, job.target_loss)
     assert any(e[1] in ("revocation", "warning") for r in b for e in r.events), "no draw was revoked: a vacuous test"
+    # the summary counts them (TierML names a revocation of warned machines 'warning': every one here)
+    assert dr.summary(b, job.target_loss)["revocations"].sum() > 0
     if policy != "scar":  # the whole runs, bit for bit (SCAR: losses to float32 rounding, module notes)
         for r, q in zip(a, b):
             assert np.array_equal(r.loss, q.loss) and np.array_equal(r.dollars, q.dollars) and r.events == q.events
