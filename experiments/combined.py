@@ -25,7 +25,7 @@ import scarjax
 from experiments import _common, _plot, _stats
 from experiments._common import revive
 from experiments._problems import problem
-from experiments._rework import CAVEAT, bound_checks, check_sentence, finite, record_checks
+from experiments._rework import CAVEAT, bound_checks, check_sentence, finite, perturbation_norms, record_checks
 from experiments._stats import fmt_cell, fmt_value
 from scarjax import bounds, rework
 from scarjax.perturb import staleness
@@ -87,12 +87,12 @@ def run(config: Config, out_dir) -> dict:
     alg, c = problem("mlr")
     state = alg.init(jax.random.key(0), alg.data)
     partition = pt.by_row(state, num_servers=8)
-    flags = jnp.repeat(jnp.asarray([FLAGS[k] for k in CASES], jnp.int32), cfg.trials, axis=0)
+    flags = np.repeat(np.asarray([FLAGS[k] for k in CASES], np.int32), cfg.trials, axis=0)  # host (NumPy)
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), len(CASES))
     _, tr = scarjax.run_trials(alg, _factory(cfg, partition), cfg.steps, keys, hook_args=(flags[:, 0], flags[:, 1], flags[:, 2]),
                                measure_read_effect=True, workers=cfg.workers)
     dist = finite(tr.distance)
-    d0 = float(tr.initial_distance[0])
+    d0 = float(np.asarray(tr.initial_distance)[0])
     base = dist[: cfg.trials]
     eps = float(rework.calibrate_eps(base[0], cfg.eps_iters, metric="distance"))
     k_y = rework.iterations_to(dist, eps)
@@ -105,7 +105,7 @@ def run(config: Config, out_dir) -> dict:
         "precision": np.concatenate([np.asarray(tr.delta["precision"]), zero], -1),
         "stale": np.concatenate([zero, np.asarray(tr.read_effect)], -1),
     }
-    total = np.asarray(tr.perturbation_norms(), np.float64)
+    total = np.asarray(perturbation_norms(tr), np.float64)
     results = {"config": dataclasses.asdict(cfg), "c": c, "d0": d0, "eps": eps, "cases": {}}
     T_all = None
     for j, case in enumerate(CASES):

@@ -72,17 +72,17 @@ def _hook(args):
 
 def _sweep(alg, c, cfg, steps, eps_iters):
     rows = _rows(cfg)
-    args = (
-        jnp.asarray([r[1] for r in rows], jnp.int32),
-        jnp.asarray([r[2] for r in rows], jnp.int32),
-        jnp.asarray([r[3] for r in rows], jnp.float32),
-        jnp.asarray([r[4] for r in rows], bool),
+    args = (  # host arrays (NumPy): built without compiling an XLA program per operation
+        np.asarray([r[1] for r in rows], np.int32),
+        np.asarray([r[2] for r in rows], np.int32),
+        np.asarray([r[3] for r in rows], np.float32),
+        np.asarray([r[4] for r in rows], bool),
     )
     keys = jnp.tile(jax.random.key(cfg.seed)[None], len(rows))
     _, tr = scarjax.run_trials(alg, _hook, steps, keys, hook_args=args)
     dist = finite(tr.distance)
     norms = np.asarray(tr.delta["precision"], np.float64)
-    d0 = float(tr.initial_distance[0])
+    d0 = float(np.asarray(tr.initial_distance)[0])
     # ε: what the float32 run (m = 23, nearest: the identity) reaches at eps_iters.
     i23 = next((i for i, r in enumerate(rows) if r[1] == 23 and r[0].startswith("m=") and not r[4]), None)
     ref = dist[i23] if i23 is not None else dist[0]

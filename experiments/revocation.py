@@ -52,16 +52,17 @@ def run(config: Config, out_dir) -> dict:
         raise ValueError(f"rates must include 0 (the synchronous reference), got {cfg.rates}")
     alg, c = problem("mlr_noniid")
     n = len(cfg.rates) * cfg.trials
-    rates = jnp.tile(jnp.repeat(jnp.asarray(cfg.rates, jnp.float32), cfg.trials), 2)
-    flush = jnp.repeat(jnp.asarray([True, False]), n)
+    # Host arrays (NumPy): built without compiling an XLA program per operation.
+    rates = np.tile(np.repeat(np.asarray(cfg.rates, np.float32), cfg.trials), 2)
+    flush = np.repeat(np.asarray([True, False]), n)
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), 2 * len(cfg.rates))
     # One program: flushing and dropping (traced) × every rate (traced) × trials.
     factory = lambda a: revocation.revocations(cfg.workers, a[0], partial=a[1])  # noqa: E731
     _, tr = scarjax.run_trials(alg, factory, cfg.steps, keys, hook_args=(rates, flush), measure_read_effect=True,
                                workers=cfg.workers)
-    d0 = float(tr.initial_distance[0])
+    d0 = float(np.asarray(tr.initial_distance)[0])
     i0 = cfg.rates.index(0.0) * cfg.trials
-    eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), cfg.eps_iters, metric="distance"))
+    eps = float(rework.calibrate_eps(np.asarray(tr.distance)[i0], cfg.eps_iters, metric="distance"))
     summ = measure(tr, eps, float(cfg.eps_iters), c, d0)
     points = np.asarray(tr.points, np.float64).mean(-1)
     results = {"config": dataclasses.asdict(cfg), "c": c, "modes": {}}

@@ -65,17 +65,18 @@ def _sweep(alg, c, cfg, steps, eps_iters):
     M = cfg.workers
     smax = max(cfg.s_values)
     n = len(cfg.s_values) * cfg.trials
-    s_arr = jnp.tile(jnp.repeat(jnp.asarray(cfg.s_values, jnp.int32), cfg.trials), 2)
-    is_async = jnp.repeat(jnp.asarray([False, True]), n)
+    # Host arrays (NumPy): built without compiling an XLA program per operation.
+    s_arr = np.tile(np.repeat(np.asarray(cfg.s_values, np.int32), cfg.trials), 2)
+    is_async = np.repeat(np.asarray([False, True]), n)
     keys = jnp.tile(jax.random.split(jax.random.key(cfg.seed), cfg.trials), 2 * len(cfg.s_values))
     _, tr = scarjax.run_trials(
         alg, lambda a: _hooks(a, M, smax), steps, keys, hook_args=(s_arr, is_async), measure_read_effect=True,
         workers=M,
     )
-    d0 = float(tr.initial_distance[0])
+    d0 = float(np.asarray(tr.initial_distance)[0])
     # ε from the SSP s = 0 trial: synchronous training exactly.
     i0 = cfg.s_values.index(0) * cfg.trials
-    eps = float(rework.calibrate_eps(np.asarray(tr.distance[i0]), eps_iters, metric="distance"))
+    eps = float(rework.calibrate_eps(np.asarray(tr.distance)[i0], eps_iters, metric="distance"))
     summ = measure(tr, eps, float(eps_iters), c, d0)
     res = {}
     for b, mode in enumerate(("ssp", "async")):
