@@ -64,6 +64,7 @@ from scarjax.pollux._tuning import (
     LRScaleState,
     lr_scale,
     optimize_batch_size,
+    optimize_batch_sizes,
     scale_by_lr_rule,
     set_learning_rate,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "microbatch_stats",
     "noise_scale",
     "optimize_batch_size",
+    "optimize_batch_sizes",
     "per_example_grads",
     "pgns_data",
     "pgns_draws",

@@ -282,6 +282,189 @@ def optimize_batch_size(
     return BatchConfig(*[o.reshape(shape) for o in out])
 
 
+@partial(jax.jit, static_argnames=("s_dim", "halvings", "two_grads"))
+def _optimize_search_many(packed, *, s_dim, halvings, two_grads):
+    """:func:`_optimize_search` for ``B`` problems with their own parameters and limits at once.
+
+    ``packed``: ``float32[15, B]``, rows ``params (7), phi, M0, max_batch_size, first m, J (the
+    number of m grid points), S, N, K``. Every problem uses ``s_dim >= S + 1`` accumulation
+    columns (those above its ``S`` infeasible) and ``halvings >= ceil(log2 J)`` halvings (the
+    extra ones leave ``lo == hi`` unchanged), so one compilation serves every problem; each
+    ``(problem, s)`` cell computes what :func:`_optimize_search` computes for it, operation for
+    operation, with ``m_step = 1`` (equal to float rounding: :func:`optimize_batch_sizes`).
+    """
+    p = packed[:7, :, None]
+    phi, m0, max_bsz = packed[7][:, None], packed[8][:, None], packed[9][:, None]
+    first, n_grid, s_max = packed[10][:, None], packed[11][:, None], packed[12][:, None]
+    n, k = packed[13][:, None], packed[14][:, None]
+    m_step = 1
+    s = jnp.arange(0, s_dim, dtype=jnp.float32)[None, :]
+    c = k * (s + 1)
+    upper = max_bsz
+    if two_grads:
+        upper = jnp.where((k == 1) & (s == 0), jnp.minimum(max_bsz, m0), max_bsz)
+
+    def m_of(j):
+        return first + m_step * j.astype(jnp.float32)
+
+    j_lo = jnp.clip(jnp.ceil((jnp.ceil(m0 / c) - first) / m_step), 0, n_grid)
+    j_lo = j_lo - ((j_lo >= 1) & (c * m_of(j_lo - 1) >= m0))
+    j_lo = j_lo + (c * m_of(j_lo) < m0)
+    j_hi = jnp.clip(jnp.floor((jnp.floor(upper / c) - first) / m_step), -1, n_grid - 1)
+    j_hi = j_hi + ((j_hi + 1 <= n_grid - 1) & (c * m_of(j_hi + 1) <= upper))
+    j_hi = j_hi - ((j_hi >= 0) & (c * m_of(j_hi) > upper))
+    j_lo, j_hi = j_lo.astype(jnp.int32), j_hi.astype(jnp.int32)
+    feasible = (j_lo <= j_hi) & (s <= s_max)
+
+    def gp(j):
+        return _goodput(p, phi, m0, n, k, m_of(j), s)
+
+    def halve(_, lo_hi):
+        lo, hi = lo_hi
+        mid = (lo + hi) // 2
+        down = gp(mid + 1) <= gp(mid)
+        active = lo < hi
+        return jnp.where(active & ~down, mid + 1, lo), jnp.where(active & down, mid, hi)
+
+    def searching(state):
+        t, lo, hi = state
+        return (t < halvings) & jnp.any(lo < hi)
+
+    def step(state):
+        t, lo, hi = state
+        return (t + 1, *halve(t, (lo, hi)))
+
+    # a loop (one compiled body) where _optimize_search unrolls, stopped once every search has
+    # converged (the remaining halvings would leave every cell unchanged): the same steps; the
+    # infeasible cells (their result is masked) do not search
+    hi0 = jnp.where(feasible, jnp.maximum(j_hi, j_lo), j_lo)
+    _, lo, _ = jax.lax.while_loop(searching, step, (jnp.int32(0), j_lo, hi0))
+    g = jnp.where(feasible, gp(lo), -1.0)
+    i = jnp.argmax(g, axis=1)
+    g_best = jnp.take_along_axis(g, i[:, None], axis=1)[:, 0]
+    ok = g_best >= 0
+    m_best = jnp.where(ok, m_of(jnp.take_along_axis(lo, i[:, None], axis=1))[:, 0], 0.0)
+    s_best = jnp.where(ok, i.astype(jnp.float32), 0.0)
+    return _finish(p[:, :, 0], phi[:, 0], m0[:, 0], n[:, 0], k[:, 0], m_best, s_best, g_best, ok)
+
+
+def optimize_batch_sizes(
+    params,
+    phi,
+    base_batch_size,
+    nodes,
+    replicas,
+    *,
+    max_batch_size,
+    max_local_bsz,
+    min_local_bsz=1,
+    max_accum_steps=None,
+    require_two_gradients: bool = False,
+    accum_bound: int | None = None,
+    grid_bound: int | None = None,
+    block: int = 64,
+) -> BatchConfig:
+    """Eq 3.10 for ``B`` independent problems, each with its own model, PGNS and limits, in one
+    compiled program (a cluster scheduler's jobs of different applications, Sec 3.5).
+
+    Problem ``b`` gets what
+    ``optimize_batch_size(params[b], phi[b], base_batch_size[b], nodes[b], replicas[b],
+    max_batch_size=max_batch_size[b], max_local_bsz=max_local_bsz[b], min_local_bsz=min_local_bsz[b],
+    max_accum_steps=max_accum_steps[b], require_two_gradients=require_two_gradients)`` gives
+    (``method='search'``, ``local_bsz_step=1``): the same float32 operations and binary searches,
+    on a grid of accumulation steps padded to ``accum_bound + 1`` columns (those above a
+    problem's own ``max_accum_steps`` are infeasible), halving until every search has converged
+    (at most ``ceil(log2 grid_bound)`` times; a converged search is left unchanged). The problems
+    are run in blocks of ``block`` (the last one padded), so calls with the same
+    ``accum_bound``, ``grid_bound`` and ``block`` share one compilation whatever their number of
+    problems.
+
+    Equal to float rounding, usually bit for bit: XLA:CPU may round a transcendental (the
+    ``pow`` of Eq 3.7) differently by one ulp depending on the array's shape, so a goodput can
+    differ in its last bit, and where the goodput is flat to that rounding (tied
+    configurations) the search may pick another of the tied configurations.
+
+    Args:
+      params: ``float[B, 7]`` Eq 3.9 parameters per problem (or a
+        :class:`~scarjax.pollux.ThroughputParams` of ``[B]`` arrays).
+      phi, base_batch_size, nodes, replicas, max_batch_size, max_local_bsz, min_local_bsz,
+        max_accum_steps: per problem (``[B]``, or scalars broadcast), as in
+        :func:`optimize_batch_size`; ``max_accum_steps`` defaults to
+        ``ceil(max_batch_size / max_local_bsz)`` per problem.
+      require_two_gradients: as in :func:`optimize_batch_size`, for every problem.
+      accum_bound: static bound on ``max_accum_steps`` (default: their maximum); give it
+        (and ``grid_bound``) to compile once for problems of several families.
+      grid_bound: static bound on the number of per-device batch sizes
+        ``max_local_bsz - min_local_bsz + 1`` (default: their maximum).
+      block: problems per compiled call.
+
+    Returns:
+      :class:`BatchConfig` of ``[B]`` NumPy arrays, ``local_bsz = 0`` where nothing is feasible.
+    """
+    if isinstance(params, ThroughputParams):
+        params = np.stack([np.asarray(v, np.float64).reshape(-1) for v in params], axis=-1)
+    params = np.asarray(va.check_numeric("params", params), np.float64)
+    if params.ndim != 2 or params.shape[1] != 7:
+        raise ValueError(f"params must have shape [B, 7] (Eq 3.9 per problem), got {params.shape}")
+    check_params(ThroughputParams(*params.T))
+    b = params.shape[0]
+    block = va.check_int("block", block, lo=1)
+
+    def per(name, x, dtype):
+        arr = np.asarray(va.check_numeric(name, x))
+        if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != b):
+            raise ValueError(f"{name} must be a scalar or have shape [{b}] (one per problem), got {arr.shape}")
+        return np.broadcast_to(arr, (b,)).astype(dtype)
+
+    va.check_real("phi", phi, lo=0.0, allow_inf=True)
+    va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    phi, m0 = per("phi", phi, np.float64), per("base_batch_size", base_batch_size, np.float64)
+    check_config(nodes, replicas)
+    n, k = per("nodes", nodes, np.int64), per("replicas", replicas, np.int64)
+    for name, x in (("max_batch_size", max_batch_size), ("max_local_bsz", max_local_bsz),
+                    ("min_local_bsz", min_local_bsz)):
+        va.check_integer_value(name, x, lo=1)
+    max_bsz = per("max_batch_size", max_batch_size, np.int64)
+    m_hi = per("max_local_bsz", max_local_bsz, np.int64)
+    m_lo = per("min_local_bsz", min_local_bsz, np.int64)
+    if np.any(m_lo > m_hi):
+        j = int(np.flatnonzero(m_lo > m_hi)[0])
+        raise ValueError(f"min_local_bsz must be <= max_local_bsz, got {m_lo[j]} > {m_hi[j]} for problem {j}")
+    if np.any(m0 > max_bsz):
+        j = int(np.flatnonzero(m0 > max_bsz)[0])
+        raise ValueError(f"max_batch_size must be >= base_batch_size, got max_batch_size={max_bsz[j]}, "
+                         f"base_batch_size={m0[j]} for problem {j}")
+    if max_accum_steps is None:
+        s_max = np.maximum(-(-max_bsz // m_hi), 0)
+    else:
+        va.check_integer_value("max_accum_steps", max_accum_steps, lo=0)
+        s_max = per("max_accum_steps", max_accum_steps, np.int64)
+    n_grid = m_hi - m_lo + 1
+    if b == 0:
+        empty = np.zeros(0, np.int32)
+        return BatchConfig(empty, empty, empty, *(np.zeros(0, np.float32),) * 3)
+    accum_bound = int(s_max.max()) if accum_bound is None else va.check_int("accum_bound", accum_bound, lo=0)
+    grid_bound = int(n_grid.max()) if grid_bound is None else va.check_int("grid_bound", grid_bound, lo=1)
+    if s_max.max() > accum_bound:
+        raise ValueError(f"accum_bound must be >= every max_accum_steps ({int(s_max.max())}), got {accum_bound}")
+    if n_grid.max() > grid_bound:
+        raise ValueError(f"grid_bound must be >= every max_local_bsz - min_local_bsz + 1 ({int(n_grid.max())}), "
+                         f"got {grid_bound}")
+    rows = np.concatenate([params.T, np.stack([phi, m0, max_bsz, m_lo, n_grid, s_max, n, k])]).astype(np.float32)
+    pad = -b % block
+    rows = np.concatenate([rows, np.repeat(rows[:, :1], pad, axis=1)], axis=1)  # padding: copies of problem 0
+    outs = [
+        _optimize_search_many(
+            rows[:, i : i + block],
+            s_dim=accum_bound + 1,
+            halvings=max(int(grid_bound - 1).bit_length(), 0),
+            two_grads=bool(require_two_gradients),
+        )
+        for i in range(0, rows.shape[1], block)
+    ]
+    return BatchConfig(*[np.concatenate([np.asarray(o[f]) for o in outs])[:b] for f in range(6)])
+
+
 # ---------------------------------------------------------------------------
 # Learning-rate scaling rules
 # ---------------------------------------------------------------------------

@@ -70,7 +70,7 @@ import numpy as np
 from scarjax import validate as va
 from scarjax.data import read_bytes
 from scarjax.data.pollux_sim import APPLICATIONS, AppTraces, embedded_dir, load_app_traces
-from scarjax.pollux import ThroughputParams, fit_throughput, optimize_batch_size
+from scarjax.pollux import ThroughputParams, fit_throughput, optimize_batch_size, optimize_batch_sizes
 
 __all__ = [
     "ARTIFACT_SETTINGS",
@@ -645,6 +645,10 @@ class AppSet:
             self.epoch_progress[j, :ne] = m.epoch_progress
             self.grad_sqr[j, :nb, :ne] = m.grad_sqr
             self.grad_var[j, :nb, :ne] = m.grad_var
+        # static bounds of AppSet.optimize's one compiled program: the most accumulation steps
+        # (optimize_batch_size's default ceil(max_batch_size / max_local_bsz)) and per-GPU batch sizes
+        self.accum_bound = int(np.max(-(-self.max_batch_size // self.max_local_bsz)))
+        self.grid_bound = int(np.max(self.max_local_bsz - self.min_local_bsz + 1))
         for v in vars(self).values():
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False
@@ -708,6 +712,22 @@ class AppSet:
         k = _int("replicas", replicas, lo=1).astype(np.int64)
         m = _int("batch_size", batch_size, lo=1).astype(np.int64)
         return _split(k, m, self.init_batch_size[ids], self.max_local_bsz[ids], self.max_batch_size[ids])
+
+    def optimize(self, app_ids, nodes, replicas, phi):
+        """:meth:`AppModel.optimize` per job (Eq 3.10 with the artifact's limits of each job's
+        application), all jobs in one compiled program (:func:`scarjax.pollux.optimize_batch_sizes`,
+        one compilation per AppSet's bounds whatever the jobs and their number): for every job
+        ``j``, ``self[app_ids[j]].optimize(nodes[j], replicas[j], phi[j])`` to float rounding
+        (:func:`~scarjax.pollux.optimize_batch_sizes`; bit for bit in the checks so far).
+        Returns the :class:`~scarjax.pollux.BatchConfig` of ``[J]`` NumPy arrays."""
+        ids = self._ids(app_ids).reshape(-1)
+        n, k = _alloc(nodes, replicas)
+        phi = _real("phi", phi, lo=0.0, allow_inf=True)
+        n, k, phi = (np.broadcast_to(x, ids.shape) for x in (n.reshape(-1), k.reshape(-1), phi.reshape(-1)))
+        return optimize_batch_sizes(
+            self.params[ids], phi, self.init_batch_size[ids], n, k, max_batch_size=self.max_batch_size[ids],
+            max_local_bsz=self.max_local_bsz[ids], min_local_bsz=self.min_local_bsz[ids],
+            require_two_gradients=True, accum_bound=self.accum_bound, grid_bound=self.grid_bound, block=8)
 
     def measured_step_time(self, app_ids, placements, atomic_bsz, accum_steps=0) -> np.ndarray:
         """:meth:`AppModel.measured_step_time` per job (``placements``: one per job)."""

@@ -397,28 +397,34 @@ class _Sim:
         m0 = apps.init_batch_size[a].astype(np.int64)
         bsz = np.where(s.adaptive[idx], np.maximum(m0, apps.min_local_bsz[a] * k), s.user_bsz[idx])
         atomic, accum = apps.split_batch_size(a, k, bsz)
-        opt = s.adaptive[idx] & s.profiled[idx]
-        for j in np.flatnonzero(opt).tolist():
-            i = int(idx[j])
-            nodes = int((s.alloc[i] > 0).sum())
-            atomic[j], accum[j] = self._optimize(int(a[j]), nodes, int(k[j]), float(s.phi[i]))
+        opt = np.flatnonzero(s.adaptive[idx] & s.profiled[idx])
+        if opt.size:
+            nodes = (s.alloc[idx[opt]] > 0).sum(1)
+            cfg = self._optimize(a[opt], nodes, k[opt], s.phi[idx[opt]])
+            atomic[opt], accum[opt] = cfg[:, 0], cfg[:, 1]
         count = k * (accum + 1)
         s.atomic[idx] = np.minimum(atomic, apps.max_batch_size[a] // count)
         s.accum[idx] = accum
 
-    def _optimize(self, app: int, nodes: int, replicas: int, phi: float) -> tuple[int, int]:
-        key = (app, nodes, replicas, phi)
-        hit = self._opt_cache.get(key)
-        if hit is None:
-            cfg = self.apps.models[app].optimize(nodes, replicas, phi)
-            if int(cfg.local_bsz) <= 0:
-                raise ValueError(f"{self.apps.names[app]}: no feasible batch size on {replicas} GPUs of {nodes} "
-                                 f"nodes (phi={phi:g})")
-            hit = (int(cfg.local_bsz), int(cfg.accum_steps))
-            if len(self._opt_cache) > 200_000:
+    def _optimize(self, app, nodes, replicas, phi) -> np.ndarray:
+        """``int64[J, 2]`` the goodput-optimal ``(atomic_bsz, accum_steps)`` of each job
+        (:meth:`~scarjax.sched.apps.AppSet.optimize`: each application's
+        :meth:`~scarjax.sched.apps.AppModel.optimize` to float rounding): the configurations not
+        cached yet are optimised in one call (one compiled program for all applications)."""
+        keys = list(zip(app.tolist(), nodes.tolist(), replicas.tolist(), phi.tolist()))
+        miss = list(dict.fromkeys(key for key in keys if key not in self._opt_cache))
+        if miss:
+            m_app, m_nodes, m_reps, m_phi = (np.array(col) for col in zip(*miss))
+            cfg = self.apps.optimize(m_app, m_nodes, m_reps, m_phi.astype(np.float64))
+            bad = np.flatnonzero(cfg.local_bsz <= 0)
+            if bad.size:
+                b = int(bad[0])
+                raise ValueError(f"{self.apps.names[m_app[b]]}: no feasible batch size on {m_reps[b]} GPUs of "
+                                 f"{m_nodes[b]} nodes (phi={m_phi[b]:g})")
+            if len(self._opt_cache) + len(miss) > 200_000:
                 self._opt_cache.clear()
-            self._opt_cache[key] = hit
-        return hit
+            self._opt_cache.update(zip(miss, zip(cfg.local_bsz.tolist(), cfg.accum_steps.tolist())))
+        return np.array([self._opt_cache[key] for key in keys], np.int64).reshape(len(keys), 2)
 
     def step_times(self, idx: np.ndarray) -> np.ndarray:
         """Measured seconds per iteration of jobs ``idx`` in their current configuration."""
