@@ -348,6 +348,25 @@ def _optimize_search_many(packed, *, s_dim, halvings, two_grads):
     return _finish(p[:, :, 0], phi[:, 0], m0[:, 0], n[:, 0], k[:, 0], m_best, s_best, g_best, ok)
 
 
+def _fast_arrays(params, phi, m0, nodes, replicas, max_bsz, m_hi, m_lo, s_max) -> bool:
+    """True if :func:`optimize_batch_sizes`' arguments are NumPy arrays in range (its usual
+    caller's); False means "use the generic checks" (which also produce the precise error)."""
+    ints = [nodes, replicas, max_bsz, m_hi, m_lo] + ([] if s_max is None else [s_max])
+    if not all(isinstance(x, np.ndarray) for x in [params, phi, m0, *ints]):
+        return False
+    if params.dtype != np.float64 or params.ndim != 2 or params.shape[1] != 7 or not params.size:
+        return False
+    if phi.dtype.kind != "f" or m0.dtype.kind != "f" or any(x.dtype.kind not in "iu" for x in ints):
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.isfinite(params).all() and params[:, :6].min() >= 0
+                    and params[:, 6].min() >= GAMMA_RANGE[0] and params[:, 6].max() <= GAMMA_RANGE[1]
+                    and phi.size and phi.min() >= 0 and m0.size and np.isfinite(m0).all() and m0.min() > 0
+                    and min(x.min() if x.size else 0 for x in ints[:5]) >= 1
+                    and (s_max is None or not s_max.size or s_max.min() >= 0)
+                    and np.all(np.asarray(nodes) <= np.asarray(replicas)))
+
+
 def optimize_batch_sizes(
     params,
     phi,
@@ -403,27 +422,33 @@ def optimize_batch_sizes(
     """
     if isinstance(params, ThroughputParams):
         params = np.stack([np.asarray(v, np.float64).reshape(-1) for v in params], axis=-1)
-    params = np.asarray(va.check_numeric("params", params), np.float64)
+    fast = _fast_arrays(params, phi, base_batch_size, nodes, replicas, max_batch_size, max_local_bsz,
+                        min_local_bsz, max_accum_steps)
+    params = np.asarray(params if fast else va.check_numeric("params", params), np.float64)
     if params.ndim != 2 or params.shape[1] != 7:
         raise ValueError(f"params must have shape [B, 7] (Eq 3.9 per problem), got {params.shape}")
-    check_params(ThroughputParams(*params.T))
+    if not fast:
+        check_params(ThroughputParams(*params.T))
     b = params.shape[0]
     block = va.check_int("block", block, lo=1)
 
     def per(name, x, dtype):
-        arr = np.asarray(va.check_numeric(name, x))
+        arr = np.asarray(x if fast else va.check_numeric(name, x))
         if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != b):
             raise ValueError(f"{name} must be a scalar or have shape [{b}] (one per problem), got {arr.shape}")
         return np.broadcast_to(arr, (b,)).astype(dtype)
 
-    va.check_real("phi", phi, lo=0.0, allow_inf=True)
-    va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+    if not fast:
+        va.check_real("phi", phi, lo=0.0, allow_inf=True)
+        va.check_real("base_batch_size", base_batch_size, lo=0.0, lo_open=True)
+        check_config(nodes, replicas)
+        for name, x in (("max_batch_size", max_batch_size), ("max_local_bsz", max_local_bsz),
+                        ("min_local_bsz", min_local_bsz)):
+            va.check_integer_value(name, x, lo=1)
+        if max_accum_steps is not None:
+            va.check_integer_value("max_accum_steps", max_accum_steps, lo=0)
     phi, m0 = per("phi", phi, np.float64), per("base_batch_size", base_batch_size, np.float64)
-    check_config(nodes, replicas)
     n, k = per("nodes", nodes, np.int64), per("replicas", replicas, np.int64)
-    for name, x in (("max_batch_size", max_batch_size), ("max_local_bsz", max_local_bsz),
-                    ("min_local_bsz", min_local_bsz)):
-        va.check_integer_value(name, x, lo=1)
     max_bsz = per("max_batch_size", max_batch_size, np.int64)
     m_hi = per("max_local_bsz", max_local_bsz, np.int64)
     m_lo = per("min_local_bsz", min_local_bsz, np.int64)
@@ -437,7 +462,6 @@ def optimize_batch_sizes(
     if max_accum_steps is None:
         s_max = np.maximum(-(-max_bsz // m_hi), 0)
     else:
-        va.check_integer_value("max_accum_steps", max_accum_steps, lo=0)
         s_max = per("max_accum_steps", max_accum_steps, np.int64)
     n_grid = m_hi - m_lo + 1
     if b == 0:
