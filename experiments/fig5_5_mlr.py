@@ -31,13 +31,15 @@ class Config:
     std_range: tuple[float, float] = (1e-3, 0.3)
     size_range: tuple[float, float] = (1e-2, 10.0)
     seed: int = 0
+    chunk: int | None = None  # trials per compiled program (None: experiments._common.trial_chunk)
 
     @classmethod
     def quick(cls) -> "Config":
-        # Compilation and the MLR solve dominate. 40 trials, as fig5_6_reset's quick panel (a):
-        # the same chunks of the same unperturbed MLR runs, so the two (one worker, see
-        # experiments.TOGETHER) share one compiled baseline program.
-        return cls(trials=40)
+        # 40 trials in one chunk per panel, as fig5_6_reset's quick panel (a): the same chunk
+        # of the same unperturbed MLR runs, so the two (one worker, see experiments.TOGETHER)
+        # share the panels' and the baselines' compiled programs. One chunk, not 8 of 5: the
+        # unbatched baselines then run 300 steps once instead of once per chunk.
+        return cls(trials=40, chunk=40)
 
 
 @_common.recorded(NAME)
@@ -51,7 +53,7 @@ def run(config: Config, out_dir) -> dict:
     panels = _rework.run_rework_panels(
         alg, {"random": (perturb.gaussian, stds), "adversarial": (perturb.adversarial, sizes)},
         steps=config.steps, converge_at=config.converge_at, seed=config.seed, perturb_at=config.perturb_at,
-        exact_c=_problems.mlr_local_c(config.batch_size))
+        exact_c=_problems.mlr_local_c(config.batch_size), chunk=config.chunk)
     rand, adv = panels["random"], panels["adversarial"]
     results = {"config": vars(config),
                "model": {"lr": _problems.MLR_LR, "l2": _problems.MLR_L2, "examples": int(alg.data["x"].shape[0])},

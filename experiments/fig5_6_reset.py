@@ -57,10 +57,12 @@ class Config:
     lda_converge_at: int = 15
     lda_chains: int = 32  # unperturbed chains measuring the TV distance to w* (for c)
     lda_chain_steps: int = 150  # their length; w* = mean n_dk over the last third
+    chunk: int | None = None  # panel (a)'s trials per compiled program (None: experiments._common.trial_chunk)
 
     @classmethod
     def quick(cls) -> "Config":
-        return cls(trials=40, lda_trials=16, lda_steps=40, lda_chains=4, lda_chain_steps=60)
+        # Panel (a) in one chunk of 40, as fig5_5_mlr's quick panels (the same compiled programs).
+        return cls(trials=40, chunk=40, lda_trials=16, lda_steps=40, lda_chains=4, lda_chain_steps=60)
 
 
 def _tv_distance_curve(alg, n_chains: int, steps: int, seed: int) -> np.ndarray:
@@ -173,6 +175,7 @@ def run(config: Config, out_dir) -> dict:
     t = _rework.run_rework_panels(
         alg, {"reset": (perturb.reset, fractions)}, steps=config.steps, converge_at=config.converge_at,
         seed=config.seed, perturb_at=config.perturb_at, exact_c=_problems.mlr_local_c(config.batch_size),
+        chunk=config.chunk,
     )["reset"]
     p = lda_panel(config) if config.lda else None
     s = t.summary()
