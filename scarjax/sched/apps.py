@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
