@@ -84,6 +84,20 @@ def _optimize_exhaustive(packed, nk, *, m_lo, m_hi, m_step, s_max, two_grads):
     return jax.vmap(one)(nk[0], nk[1])
 
 
+def _grid_interval(m_of, c, m0, upper, first, m_step, n_grid):
+    """The feasible interval ``[j_lo, j_hi]`` (``int32``; empty when ``j_lo > j_hi``) of grid
+    indices ``j`` (``m_j = m_of(j) = first + j m_step``, ``0 <= j < n_grid``) with
+    ``M0 <= c m_j <= upper``: a float estimate, then an exact fix-up by one grid step each way.
+    The one rule of :func:`_optimize_search` and :func:`_optimize_search_many`."""
+    j_lo = jnp.clip(jnp.ceil((jnp.ceil(m0 / c) - first) / m_step), 0, n_grid)
+    j_lo = j_lo - ((j_lo >= 1) & (c * m_of(j_lo - 1) >= m0))
+    j_lo = j_lo + (c * m_of(j_lo) < m0)
+    j_hi = jnp.clip(jnp.floor((jnp.floor(upper / c) - first) / m_step), -1, n_grid - 1)
+    j_hi = j_hi + ((j_hi + 1 <= n_grid - 1) & (c * m_of(j_hi + 1) <= upper))
+    j_hi = j_hi - ((j_hi >= 0) & (c * m_of(j_hi) > upper))
+    return j_lo.astype(jnp.int32), j_hi.astype(jnp.int32)
+
+
 @partial(jax.jit, static_argnames=("m_lo", "m_hi", "m_step", "s_max", "two_grads"))
 def _optimize_search(packed, nk, *, m_lo, m_hi, m_step, s_max, two_grads):
     """Exact search: per ``(allocation, s)`` a binary search on the sign of ``G(m+1) - G(m)``.
@@ -108,14 +122,7 @@ def _optimize_search(packed, nk, *, m_lo, m_hi, m_step, s_max, two_grads):
     def m_of(j):
         return first + m_step * j.astype(jnp.float32)
 
-    # Feasible interval of grid indices: M0 <= c m_j <= upper (float estimate + exact fix-up).
-    j_lo = jnp.clip(jnp.ceil((jnp.ceil(m0 / c) - first) / m_step), 0, n_grid)
-    j_lo = j_lo - ((j_lo >= 1) & (c * m_of(j_lo - 1) >= m0))
-    j_lo = j_lo + (c * m_of(j_lo) < m0)
-    j_hi = jnp.clip(jnp.floor((jnp.floor(upper / c) - first) / m_step), -1, n_grid - 1)
-    j_hi = j_hi + ((j_hi + 1 <= n_grid - 1) & (c * m_of(j_hi + 1) <= upper))
-    j_hi = j_hi - ((j_hi >= 0) & (c * m_of(j_hi) > upper))
-    j_lo, j_hi = j_lo.astype(jnp.int32), j_hi.astype(jnp.int32)
+    j_lo, j_hi = _grid_interval(m_of, c, m0, upper, first, m_step, n_grid)
     feasible = j_lo <= j_hi
 
     def gp(j):
@@ -307,13 +314,7 @@ def _optimize_search_many(packed, *, s_dim, halvings, two_grads):
     def m_of(j):
         return first + m_step * j.astype(jnp.float32)
 
-    j_lo = jnp.clip(jnp.ceil((jnp.ceil(m0 / c) - first) / m_step), 0, n_grid)
-    j_lo = j_lo - ((j_lo >= 1) & (c * m_of(j_lo - 1) >= m0))
-    j_lo = j_lo + (c * m_of(j_lo) < m0)
-    j_hi = jnp.clip(jnp.floor((jnp.floor(upper / c) - first) / m_step), -1, n_grid - 1)
-    j_hi = j_hi + ((j_hi + 1 <= n_grid - 1) & (c * m_of(j_hi + 1) <= upper))
-    j_hi = j_hi - ((j_hi >= 0) & (c * m_of(j_hi) > upper))
-    j_lo, j_hi = j_lo.astype(jnp.int32), j_hi.astype(jnp.int32)
+    j_lo, j_hi = _grid_interval(m_of, c, m0, upper, first, m_step, n_grid)
     feasible = (j_lo <= j_hi) & (s <= s_max)
 
     def gp(j):
