@@ -407,8 +407,8 @@ def optimize_batch_sizes(
     Args:
       params: ``float[B, 7]`` Eq 3.9 parameters per problem (or a
         :class:`~scarjax.pollux.ThroughputParams` of ``[B]`` arrays).
-      phi, base_batch_size, nodes, replicas, max_batch_size, max_local_bsz, min_local_bsz,
-        max_accum_steps: per problem (``[B]``, or scalars broadcast), as in
+      phi, base_batch_size, nodes, replicas, max_batch_size, max_local_bsz, min_local_bsz, max_accum_steps: per
+        problem (``[B]``, or scalars broadcast), as in
         :func:`optimize_batch_size`; ``max_accum_steps`` defaults to
         ``ceil(max_batch_size / max_local_bsz)`` per problem.
       require_two_gradients: as in :func:`optimize_batch_size`, for every problem.
