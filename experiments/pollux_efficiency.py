@@ -16,6 +16,7 @@ estimated at the median batch size of the range.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import jax
@@ -55,6 +56,10 @@ class Config:
     # Part B cost controls (the full run must finish in minutes on 2 CPU cores):
     eval_size: int = 192  # the steps-to-target loss is measured on a fixed random subset
     min_efficiency: float = 0.1  # run ceil(n0 M0 / (M min_eff)) <= n0 steps at M; below: censored
+    # Compile every program at XLA's backend optimisation level 0 (~3x less compile time; the
+    # same programs, float results may differ in the last bits). The quick run's programs
+    # run for milliseconds and take seconds to compile; the full run keeps XLA's default.
+    fast_compile: bool = False
     quick_mode: bool = False
 
     @classmethod
@@ -71,8 +76,14 @@ class Config:
             lr_grid=8,
             seeds=6,  # as the full run (vmapped: little time; 3 seeds left 4x M0 above 1)
             n0=40,
+            fast_compile=True,
             quick_mode=True,
         )
+
+
+def _jit(cfg: Config, f, **kw):
+    """``jax.jit(f, **kw)``, at XLA's backend optimisation level 0 when ``cfg.fast_compile``."""
+    return jax.jit(f, compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None, **kw)
 
 
 def _problem(name):
@@ -89,7 +100,7 @@ def _train_track(prob, cfg: Config, key):
     opt = px.with_pgns(optax.sgd(_lr(prob, cfg)), microbatch_size=b, decay=cfg.pgns_decay)
     every = max(cfg.train_steps // cfg.checkpoints, 1)
 
-    @jax.jit
+    @functools.partial(_jit, cfg)
     def run_chunk(params, state, key):
         def body(carry, key):
             params, state = carry
@@ -99,14 +110,14 @@ def _train_track(prob, cfg: Config, key):
             return (optax.apply_updates(params, u), state), None
 
         (params, state), _ = jax.lax.scan(body, (params, state), jax.random.split(key, every))
-        return params, state
+        return params, state, px.pgns_from_state(state)
 
-    @jax.jit
+    @functools.partial(_jit, cfg)
     def exact(params):
         peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
         return px.noise_scale(px.exact_stats(peg)), prob.loss(params, prob.x, prob.y)
 
-    @jax.jit
+    @functools.partial(_jit, cfg)
     def frozen(params, key):  # estimator averaged over draws at fixed params (no lag)
         def one(key):
             xb, yb = examples.sample_microbatches(key, prob.x, prob.y, FROZEN_K, FROZEN_B)
@@ -117,10 +128,9 @@ def _train_track(prob, cfg: Config, key):
         return px.noise_scale(px.GradStats(st.sqr.mean(), st.var.mean()))
 
     params, state = prob.params, opt.init(prob.params)
-    rows, snaps = [], {}
+    rows, snaps, phi_e = [], {}, float("nan")
     for c in range(cfg.checkpoints + 1):
         phi_x, loss = exact(params)
-        phi_e = float(px.pgns_from_state(state)) if c else float("nan")
         key, fk = jax.random.split(key)
         rows.append(
             dict(
@@ -135,7 +145,8 @@ def _train_track(prob, cfg: Config, key):
         snaps[c * every] = params
         if c < cfg.checkpoints:
             key, sk = jax.random.split(key)
-            params, state = run_chunk(params, state, sk)
+            params, state, phi_e = run_chunk(params, state, sk)
+            phi_e = float(phi_e)
     return rows, snaps
 
 
@@ -144,14 +155,20 @@ def _measure_efficiency(prob, params, cfg: Config, key):
     m0 = cfg.base_batch_size
     key, ek = jax.random.split(key)
     n_eval = min(cfg.eval_size, prob.x.shape[0])
-    eval_idx = jax.random.choice(ek, prob.x.shape[0], (n_eval,), replace=False)
-    x_ev, y_ev = prob.x[eval_idx], prob.y[eval_idx]
+
+    @functools.partial(_jit, cfg)
+    def eval_subset(ek):  # one program (integer draws and copies: as op by op)
+        eval_idx = jax.random.choice(ek, prob.x.shape[0], (n_eval,), replace=False)
+        return prob.x[eval_idx], prob.y[eval_idx]
+
+    x_ev, y_ev = eval_subset(ek)
 
     def lr_grid(mult):
         # eta0 * 2^(j-2): eta0/4 ... eta0 * 2 * mult (the optimal SGD step grows at most
-        # linearly in M, Eq A.5), capped at cfg.lr_grid values.
+        # linearly in M, Eq A.5), capped at cfg.lr_grid values. float32 powers of two times
+        # eta0, exact, in NumPy (no op-by-op compilations).
         n = min(cfg.lr_grid, 4 + int(np.ceil(np.log2(mult))))
-        return _lr(prob, cfg) * 2.0 ** (jnp.arange(n) - 2)
+        return np.float32(_lr(prob, cfg)) * np.float32(2.0) ** (np.arange(n, dtype=np.float32) - 2)
 
     def n_steps(mult):
         # Efficiency >= min_efficiency means reaching the target within n0 / (mult min_eff) steps.
@@ -182,7 +199,7 @@ def _measure_efficiency(prob, params, cfg: Config, key):
 
     # One jitted program per (batch size, steps, LR grid size): the M0 baseline and the 1x
     # batch size share theirs (the learning rates are an argument, not a constant).
-    curves_of = jax.jit(lambda m, lrs, n_max, k: mean_curves(m, lrs, n_max, k), static_argnums=(0, 2))
+    curves_of = _jit(cfg, lambda m, lrs, n_max, k: mean_curves(m, lrs, n_max, k), static_argnums=(0, 2))
     key, k0 = jax.random.split(key)
     lrs0 = lr_grid(1)
     base = np.asarray(curves_of(m0, lrs0, cfg.n0, k0))
@@ -212,16 +229,21 @@ def _measure_efficiency(prob, params, cfg: Config, key):
     m_med = int(np.median([r["batch_size"] for r in res]))
     k, b = 8, max(m_med // 8, 1)
 
-    @jax.jit
-    def est(key):
-        xb, yb = examples.sample_microbatches(key, prob.x, prob.y, k, b)
-        g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
-        return px.microbatch_stats(g, b)
+    @functools.partial(_jit, cfg)
+    def phi_median(key):  # phi from 64 draws at the median batch size
+        def est(key):
+            xb, yb = examples.sample_microbatches(key, prob.x, prob.y, k, b)
+            g = jax.vmap(jax.grad(prob.loss), (None, 0, 0))(params, xb, yb)
+            return px.microbatch_stats(g, b)
 
-    st = jax.lax.map(est, jax.random.split(key, 64))
-    phi_med = float(px.noise_scale(px.GradStats(st.sqr.mean(), st.var.mean())))
-    peg = px.per_example_grads(prob.example_loss, params, prob.x, prob.y)
-    phi_exact = float(px.noise_scale(px.exact_stats(peg)))
+        st = jax.lax.map(est, jax.random.split(key, 64))
+        return px.noise_scale(px.GradStats(st.sqr.mean(), st.var.mean()))
+
+    @functools.partial(_jit, cfg)
+    def phi_of_all(params):  # the exact phi (a program of its own: as Part A's `exact`)
+        return px.noise_scale(px.exact_stats(px.per_example_grads(prob.example_loss, params, prob.x, prob.y)))
+
+    phi_med, phi_exact = float(phi_median(key)), float(phi_of_all(params))
     for r in res:
         r["predicted"] = float(px.efficiency(r["batch_size"], phi_med, m0))
         r["predicted_exact_phi"] = float(px.efficiency(r["batch_size"], phi_exact, m0))
