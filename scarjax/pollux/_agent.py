@@ -148,6 +148,7 @@ def train_adaptive(
     eval_fn: Callable[[Any], Any] | None = None,
     prior_params: ThroughputParams | None = None,
     microbatch_axis: Any = 0,
+    compiler_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the job-level agent loop (Sec 3.4.1) and return its history.
 
@@ -174,6 +175,10 @@ def train_adaptive(
         ``out_axes``): ``0``, ``-1`` or a pytree of them per leaf
         (:func:`~scarjax.pollux.microbatch_axes`, faster on XLA:CPU); the statistics are the
         same for every choice.
+      compiler_options: XLA options of the jitted training step (one program per
+        ``(K (s + 1), m)`` shape) and of the default ``eval_fn``, as ``jax.jit``'s
+        ``compiler_options``; e.g. ``{"xla_backend_optimization_level": 0}`` compiles several
+        times faster for short runs (float results may differ in the last bits).
 
     Returns:
       dict of NumPy arrays per step: ``time`` (cumulative s), ``t_iter``, ``local_bsz``,
@@ -190,6 +195,8 @@ def train_adaptive(
     if time_budget is not None:
         va.check_real("time_budget", time_budget, lo=0.0, lo_open=True)
     va.check_real("clock_noise", clock_noise, lo=0.0)
+    if compiler_options is not None and not isinstance(compiler_options, dict):
+        raise TypeError(f"compiler_options must be a dict or None, got {type(compiler_options).__name__}")
     measured = isinstance(clock, str)
     if measured and clock != "measured":
         raise ValueError(f"clock must be 'measured' or ThroughputParams, got {clock!r}")
@@ -206,9 +213,9 @@ def train_adaptive(
     opt_state = optimizer.init(params)
     find_pgns_state(opt_state)  # raises if the optimizer does not estimate the PGNS
     if eval_fn is None:
-        eval_fn = jax.jit(lambda p: loss_fn(p, *data))
+        eval_fn = jax.jit(lambda p: loss_fn(p, *data), compiler_options=compiler_options)
 
-    @functools.partial(jax.jit, static_argnames="shape")
+    @functools.partial(jax.jit, static_argnames="shape", compiler_options=compiler_options)
     def step(params, opt_state, key, m_tot, phi, progress, shape):
         idx = jax.random.randint(key, shape, 0, n_data)
         batch = tuple(a[idx] for a in data)

@@ -43,8 +43,8 @@ def test_adaptive_loop_simulated_clock():
 
 
 def test_trailing_microbatch_axis_gives_the_same_run():
-    """microbatch_axis=-1 (the stacking of the agent's micro-batch gradients) reproduces the
-    axis-0 run."""
+    """microbatch_axis=-1 (the stacking of the agent's micro-batch gradients) and XLA's
+    optimisation level 0 (``compiler_options``) reproduce the axis-0 run."""
     prob = examples.mlr()
     cfg = px.AgentConfig(32, 256, 64, replicas=4, retune_every=10, local_bsz_step=16)
     runs = [
@@ -58,12 +58,17 @@ def test_trailing_microbatch_axis_gives_the_same_run():
             max_steps=25,
             clock=SIM,
             microbatch_axis=ax,
+            compiler_options=opts,
         )
-        for ax in (0, -1)
+        for ax, opts in ((0, None), (-1, None), (0, {"xla_backend_optimization_level": 0}))
     ]
-    np.testing.assert_array_equal(runs[0]["batch_size"], runs[1]["batch_size"])
-    np.testing.assert_allclose(runs[0]["phi"], runs[1]["phi"], rtol=1e-3)
-    np.testing.assert_allclose(runs[0]["train_loss"], runs[1]["train_loss"], rtol=1e-4)
+    for other in runs[1:]:  # the stacking axis and the compiler's optimisation level change no statistic
+        np.testing.assert_array_equal(runs[0]["batch_size"], other["batch_size"])
+        np.testing.assert_allclose(runs[0]["phi"], other["phi"], rtol=1e-3)
+        np.testing.assert_allclose(runs[0]["train_loss"], other["train_loss"], rtol=1e-4)
+    with pytest.raises(TypeError, match="compiler_options must be a dict"):
+        px.train_adaptive(prob.loss, prob.params, px.with_pgns(optax.sgd(0.05)), (prob.x, prob.y), cfg,
+                          jax.random.PRNGKey(3), max_steps=2, clock=SIM, compiler_options=[("a", 0)])
 
 
 def test_measured_clock_refits_and_fixed_baseline():
