@@ -82,7 +82,13 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     starts at ``w⁽⁰⁾``, so a block not yet written at ``ℓ`` has age ``ℓ``), and the per-event
     rework ``log(1 + g(ℓ)) / log(1/c)`` is averaged over ``ℓ`` uniform on ``[0, K0]`` (A1's
     events fall anywhere in the run; capping at ``K0`` instead over-predicted SCAR's rework
-    where the interval ``K`` is a sizeable share of the run, e.g. price-driven markets).
+    where the interval ``K`` is a sizeable share of the run, e.g. price-driven markets). On a
+    fallback market (A5b) it is averaged over the step of the one revocation instead,
+    ``ℓ = (τ − s0)⁺ / dt``, ``τ`` a lifetime given ``τ < R`` (``R = s0 + K0 dt``, lifetimes
+    counted from the request; ``_AGES`` midpoint quantiles of ``F`` below ``F(R)``; a
+    revocation during the start-up loses nothing): its time is known, and its lifetimes can
+    be short beside the run (the uniform steps over-predicted SCAR's rework by about 30% where
+    every start is revoked 20 minutes in, ``tests/cluster/test_planner_rework.py``).
     Checkpoint-restart's rework is the lost work itself (a consistent restart, Sec 5.4).
 :A4: *Cost.* Machines are billed from the moment they run: the on-demand price, the spot price
     (mean over the planning window of the prices at or below the bid: AWS 2015 charges the
@@ -479,14 +485,33 @@ def _free_partial_hour(mttf_s):
     return jnp.where(jnp.isfinite(mttf_s), m - _H * q / jnp.maximum(-jnp.expm1(-_H / m), 1e-30), _H / 2)
 
 
-def _scar_rework(c, K, r, I, prio, p, K0, ages_top, log_drift):
+def _run_steps(K0):
+    """``_AGES`` revocation steps ``ℓ`` uniform over the run ``[0, K0]`` (midpoint rule): A1's
+    renewal events fall anywhere in it (A3)."""
+    return (jnp.arange(_AGES) + 0.5) / _AGES * K0
+
+
+def _conditional_quantiles(p, top, cdf):
+    """``_AGES`` midpoint quantiles of a lifetime ``τ`` given ``τ < R``, ``p = F(R)``:
+    ``F⁻¹((k + 1/2) p / _AGES)``, ``k = 0 … _AGES − 1``, of the piecewise-linear CDF ``F`` given
+    on the uniform grid ``linspace(0, top, len(cdf))`` (the CDF :func:`_predict_one` evaluates
+    everywhere else; ``p = 0``: all 0). Seconds when ``top`` is (A5b)."""
+    G = cdf.shape[0]
+    u = (jnp.arange(_AGES) + 0.5) / _AGES * p
+    i = jnp.clip(jnp.sum(cdf[None, :] < u[:, None], axis=1), 1, G - 1)  # the first grid point with F >= u
+    lo, hi = cdf[i - 1], cdf[i]
+    w = jnp.clip((u - lo) / jnp.maximum(hi - lo, 1e-12), 0.0, 1.0)
+    return (i - 1 + w) * top / (G - 1)
+
+
+def _scar_rework(c, K, r, I, prio, p, K0, ell, ages_top, log_drift):
     """Iterations of rework per revocation event of A3: ``E_ℓ[log(1 + g(ℓ))] / log(1/c)``,
     ``g(ℓ) = sqrt(p) E[D(A_ℓ) c^{-A_ℓ}]`` with the block age capped by the revocation's step,
     ``A_ℓ = min(A, ℓ)`` (the running checkpoint starts at ``w⁽⁰⁾``: a block not yet written
-    when the revocation comes at step ``ℓ`` has age ``ℓ``), ``ℓ`` uniform over the run
-    ``[0, K0]`` (midpoint rule on ``_AGES`` points; the events of A1 fall anywhere in it)."""
+    when the revocation comes at step ``ℓ`` has age ``ℓ``), the mean over the ``_AGES``
+    equally likely revocation steps ``ell`` (:func:`_run_steps`: uniform over the run, A1's
+    renewal events; on a fallback market the steps of its one revocation's time, A5b)."""
     lc = -jnp.log(c)  # log(1/c) > 0
-    ell = (jnp.arange(_AGES) + 0.5) / _AGES * K0  # the revocation's step
 
     def logterm(a):  # a [..., 1] -> [..., _AGES]: log(D(A_ℓ) c^{-A_ℓ}) per ℓ
         a = jnp.minimum(a, ell)
@@ -652,7 +677,12 @@ def _predict_one(c_, t):
     p_lost = jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0))
     Ks_f = jnp.where(jnp.isfinite(Ks), Ks, K0)
     I_f = jnp.where(jnp.isfinite(I), I, K0)
-    rho = _scar_rework(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, t["ages_top"], t["log_drift"])  # per event
+    # A3/A5b: the revocation's step. A fallback market revokes at most once, at a lifetime
+    # τ < R given that it comes before the end (R = s0 + K0 dts, counted from the request):
+    # at step (τ − s0)⁺ / dts, none lost when it comes during the start-up
+    tau_q = _conditional_quantiles(F(s0 + K0 * dts), top, cdf)
+    ell = jnp.where(fb, jnp.clip((tau_q - s0) / dts, 0.0, K0), _run_steps(K0))
+    rho = _scar_rework(c, Ks_f, r, I_f, c_["priority"], p_lost, K0, ell, t["ages_top"], t["log_drift"])  # per event
     slow = jnp.where(bulk | (n <= 1), 1.0, 1.0 - dt / jnp.maximum(c_["step_s_less"], dt))
     B_ev = rest * jnp.where(bulk, 1.0, 1.0 / jnp.maximum(n, 1.0)) + s0 * slow + rho * dts \
         + W_rev * jnp.where(bulk | (n <= 1), 1.0, slow)  # A7: trains on the survivors while it waits
