@@ -159,7 +159,7 @@ def run(config: Config, out_dir) -> dict:
             meta.append({"start_h": s / _H, "zone": cfg.zones[j], "ckpt_revocations": r_ck.count("revocation"),
                          "ckpt_checkpoints": r_ck.count("checkpoint"), "ckpt_meta": r_ck.meta,
                          "ckpt_on_demand_dollars": r_ck.cost_by_tier.get("reliable", 0.0),
-                         "tierml_warnings": r_tm.count("warning"), "tierml_switches": r_tm.count("proactive"),
+                         "tierml_warnings": tm.warned_revocations(r_tm), "tierml_switches": r_tm.count("proactive"),
                          "tierml_fallbacks": r_tm.count("fallback"), "tierml_meta": r_tm.meta,
                          "tierml_zones": sorted({e[2].split("@")[-1].split(" ")[0] for e in r_tm.events
                                                  if e[1] == "request" and "spot" in e[2]}),

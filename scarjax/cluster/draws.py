@@ -57,20 +57,33 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    ops, the global step moved by ``'save'``/``'rollback'``, cut at the first loss ``<=`` the
    target: :func:`~scarjax.cluster.policies.execute_plan`'s rule on a
    :class:`~scarjax.cluster.policies.LossReplay`, the same runs, tested against it).
-   TierML's controller stays one host loop per draw
-   (:func:`~scarjax.cluster.tierml.tierml` itself): its control flow is per draw and data
-   dependent (which trace nodes are held, the cheapest-option choice, the give-up counter, the
-   stage elections and class switches) and its number of events varies per draw. What is per
+   TierML's controller runs once per *start-up sequence* for the draws it takes through no
+   event of their own, and once per draw for the others. On a replayed trace (tabled, no
+   alternatives, no spot price series) the draws whose start-up delays are equal (all of them
+   under a fixed start-up) share one *template* run (:func:`_tierml_templates`): the controller
+   on the market started at 0 with its one purchase of trace nodes granted for ever. A draw is
+   served by it when its own purchase (the same call of its key chain, at its own market time,
+   picked for all the draws in one array pass: :func:`_tier_picks`) grants every machine and
+   its first warning comes later than the template's end plus the longest iteration: then no
+   warning, revocation, refusal or provider end reaches the draw's loop, which takes the
+   template's branches, chunks and times; its run is the template's points and events with its
+   own ledger (the template's entries at ``start +`` each elapsed time, built for all such
+   draws in one pass, :func:`~scarjax.cluster.ledger.stopped_ledgers`) and trace nodes. The
+   other draws (a warning, a revocation, a refused purchase; a parametric or price-driven
+   market; random start-ups) run :func:`~scarjax.cluster.tierml.tierml` itself, one host loop
+   per draw: its control flow is per draw and data dependent (which trace nodes are held, the
+   cheapest-option choice, the give-up counter, the stage elections and class switches) and its
+   number of events varies per draw. What is per
    run, not per draw, is computed once: the market's tables, a replayed trace's float64 copy
    (its availability and MTTF), ``K``, the step times and SCAR's write period. *The bills* of
    checkpoint-restart's and SCAR's draws are arrays: each run is recorded unbilled and
    :func:`~scarjax.cluster.clock.settle` bills every draw's machines at every recorded point
    (``dollars``), by tier and in free seconds in one vectorised NumPy call
    (:func:`~scarjax.cluster.ledger.bill_runs`: the one rule over ``[draws, points]`` arrays,
-   bit for bit each ledger's own methods). TierML's controller records and bills inside
-   :func:`~scarjax.cluster.tierml.tierml`, per draw.
+   bit for bit each ledger's own methods); TierML's draws too (``tierml(deferred=True)`` and
+   the templates' runs, recorded unbilled).
 
-   *TierML's controller over arrays: not done*, and only partly possible. Its state per draw
+   *TierML's controller over arrays (lock-step): not done*, and only partly possible. Its state per draw
    is a list of machine groups that grows with every purchase (a varying number per draw), its
    next event is the minimum over those groups, and at each event it branches on data: the
    stage election (thresholds on the live counts), an ActivePS loss with or without warning
@@ -1116,17 +1129,136 @@ def _tier_draws(market, markets_of, keys):
     return [_TierDraws(ms, tab, i) for i, ms in enumerate(markets_of)]
 
 
+class _TemplateDraws:
+    """The market draws of a *template* run (:func:`_tierml_templates`): call ``c`` of the
+    chain a start-up of draw ``row`` from the tables, every pick of nodes granted for ever
+    (nodes ``0..n-1``, lifetimes and warnings ``inf``). :attr:`ok` turns ``False`` when the run
+    makes a call the template does not stand for (another class, a call past the tables, a
+    second pick, a parametric process's revocations)."""
+
+    def __init__(self, tab, row):
+        self.tab, self.row, self.c, self.ok = tab, row, 0, True
+        self.pick_at = None  # (call, machines, market time) of the one pick
+
+    def startup(self, cls):
+        c, self.c = self.c, self.c + 1
+        if cls != 0 or c >= self.tab["calls"]:
+            self.ok = False
+            return 0.0
+        return float(np.float64(self.tab["up"][self.row, c])) if self.tab["startup"] else 0.0
+
+    def revocations(self, cls, n, t):
+        self.c += 1
+        self.ok = False
+        return np.full(n, np.inf), np.full(n, np.inf)
+
+    def pick(self, cls, n, t, held):
+        c, self.c = self.c, self.c + 1
+        if cls != 0 or c >= self.tab["calls"] or self.pick_at is not None or n > self.tab["nodes"]:
+            self.ok = False
+        self.pick_at = (c, int(n), float(t))
+        return np.arange(n, dtype=np.int64) % self.tab["nodes"], np.full(n, np.inf), np.full(n, np.inf)
+
+
+def _tier_picks(tab, rows, c, n, T):
+    """:meth:`_TierDraws._host_pick` of call ``c`` (``n`` machines, no node held) for draws
+    ``rows`` at market times ``T`` (``float64[len(rows)]``) in one array pass, row by row the
+    same float32 operations: ``(node int64, lifetime float64, warning float64)`` ``[len(rows), n]``."""
+    add, rem, K = tab["add"], tab["rem"], tab["nodes"]
+    T32 = T.astype(np.float32)[:, None]
+    free = (add[None, :] <= T32) & (T32 < rem[None, :])
+    prio = np.where(free, tab["u"][rows, c], np.float32(-1.0))
+    order = np.argsort(-prio, axis=1, kind="stable")
+    idx = np.arange(n)
+    pick = order[:, idx % K]
+    ok = np.take_along_axis(free, pick, axis=1) & (idx < K)[None, :]
+    life = np.where(ok, rem[pick] - T32, np.float32(0.0)).astype(np.float32)
+    if tab["unwarned"]:
+        warn = life
+    else:
+        warn = np.maximum(life - tab["warning_s"], np.float32(0.0)).astype(np.float32)
+    node = np.where(ok, pick, -1).astype(np.int64)
+    return node, life.astype(np.float64), warn.astype(np.float64)
+
+
+def _tierml_templates(job, market, tab, starts, horizon_s, traj, common, options):
+    """The runs of the draws that TierML's controller takes through no warning, revocation or
+    refused purchase before its end (module docstring, 2), from one *template* run per
+    start-up sequence: ``{draw: ClusterRun}`` (unbilled, for :func:`~scarjax.cluster.clock.settle`).
+
+    A template is :func:`~scarjax.cluster.tierml.tierml` on the market started at 0 (a replayed
+    trace's prices and MTTF do not depend on the start) with the draws' start-ups and its one
+    purchase of trace nodes granted for ever (:class:`_TemplateDraws`). A draw of the group is
+    served by it when its own purchase (the same call of its chain, at its own market time
+    ``start + ready``: :func:`_tier_picks`) grants every machine and the first warning comes
+    later than the template's end plus the longest iteration (then no event of the draw's loop
+    reaches it: the controller takes the same branches, chunks and times; its ledger is the
+    template's, ``start +`` each elapsed time, as the controller adds them). Its run is the
+    template's with its own ledger and trace nodes."""
+    o = {**tml.tierml.__kwdefaults__, **options}
+    try:
+        speed = float(market.machine.speed)
+        longest = max(tml.step_seconds(job.step_time, tr, int(o["reliable"]), o["thresholds"]) / speed
+                      for tr in range(int(o["transient"]) + 1))
+    except (TypeError, ValueError):  # bad options: the per-draw controller raises them
+        return {}
+    up = tab["up"] if tab["startup"] else np.zeros((starts.size, 1), np.float32)
+    _, group, size = np.unique(up.reshape(starts.size, -1), axis=0, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    out = {}
+    for g in np.flatnonzero(size >= 2).tolist():
+        rows = np.flatnonzero(group == g)
+        stand_in = _TemplateDraws(tab, int(rows[0]))
+        tpl = tml.tierml(job, _market_at(market, 0.0), key=0, market_draws=stand_in, trainer=_Shared(traj), **common,
+                         **options)
+        ents = tpl.ledger.entries
+        if not stand_in.ok or any(e.billing != market.billing or not isinstance(e.price, float) for e in ents):
+            continue
+        end = float(tpl.end_s)
+        ok = np.ones(rows.size, bool)
+        nodes = None
+        if stand_in.pick_at is not None:
+            c, n, ready = stand_in.pick_at
+            nodes, life, warn = _tier_picks(tab, rows, c, n, starts[rows] + ready)
+            ok = np.all(nodes >= 0, axis=1) & (np.min(ready + warn, axis=1) > end + longest + 1.0)
+        rows, nodes = rows[ok], (nodes[ok] if nodes is not None else None)
+        if not rows.size:
+            continue
+        m = len(ents)
+        t0 = starts[rows][:, None]
+        leds = stopped_ledgers(rows.size, np.repeat(np.arange(rows.size), m), [e.machine_id for e in ents] * rows.size,
+                               [e.tier for e in ents] * rows.size, np.tile([e.price for e in ents], rows.size),
+                               (t0 + np.array([e.start for e in ents])[None, :]).reshape(-1),
+                               (t0 + np.array([e.stop for e in ents])[None, :]).reshape(-1),
+                               np.tile([e.revoked for e in ents], rows.size), billing=market.billing)
+        for j, (i, led) in enumerate(zip(rows.tolist(), leds)):
+            meta = {k: (list(v) if isinstance(v, list) else v) for k, v in tpl.meta.items()}
+            if "trace_nodes" in meta:
+                meta["trace_nodes"] = tuple((bid, cls, int(nodes[j, nd])) for bid, cls, nd in tpl.meta["trace_nodes"])
+            out[i] = ck.ClusterRun(tpl.policy, tpl.time_s.copy(), None, tpl.loss.copy(), tpl.steps.copy(),
+                                   list(tpl.events), None, None, end, meta, led)
+    return out
+
+
 def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None,
             alternatives=(), **options):
+    options.pop("deferred", None)  # every draw is recorded unbilled and billed by settle below
     trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:  # as tierml's default: the real state's bytes
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     traj = _Trajectory(job.algorithm, train_key, init_state)
     at = [_market_at(market, s) for s in starts]
     draws = _tier_draws(market, [[m, *alternatives] for m in at], keys)
-    return [tml.tierml(job, m, key=k, horizon_s=horizon_s, train_key=train_key, param_bytes=param_bytes,
-                       trainer=_Shared(traj), alternatives=alternatives, market_draws=d, **options)
-            for k, m, d in zip(keys, at, draws)]
+    common = {"horizon_s": horizon_s, "train_key": train_key, "param_bytes": param_bytes}
+    done = {}
+    if (draws[0] is not None and draws[0].tab["nodes"] and not alternatives
+            and not isinstance(market.spot, mk.PriceSeries) and not {"market_draws", "trainer", "key"} & set(options)):
+        done = _tierml_templates(job, market, draws[0].tab, starts, horizon_s, traj, common, options)
+    runs = [done[i] if i in done else
+            tml.tierml(job, m, key=k, trainer=_Shared(traj), alternatives=alternatives, market_draws=d, deferred=True,
+                       **common, **options)
+            for i, (k, m, d) in enumerate(zip(keys, at, draws))]
+    return ck.settle(runs, starts)  # every draw's machines billed in one vectorised call
 
 
 # --------------------------------------------------------------------------------------
@@ -1136,13 +1268,13 @@ def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=Non
 def summary(runs: Sequence[ck.ClusterRun], target_loss: float) -> dict[str, np.ndarray]:
     """Per-draw arrays: ``reached``, ``time_s``, ``dollars``, ``steps`` to ``target_loss``
     (:meth:`ClusterRun.to_target`), ``end_s``, ``bill`` (the run's total), ``revocations`` (the
-    revocation events: ``'revocation'``, and TierML's ``'warning'``, its name for a revocation
-    whose machines were all warned, as every one is on a trace replayed with a warning) and every
-    ``meta`` count of :data:`COUNTS` the runs carry."""
+    ``'revocation'`` events: every policy names every revocation so, warned or not; TierML's
+    detail says how many of its machines were warned, :func:`~scarjax.cluster.tierml.warned_revocations`)
+    and every ``meta`` count of :data:`COUNTS` the runs carry."""
     out = ck.outcomes(runs, target_loss)
     out["end_s"] = np.array([r.end_s for r in runs], np.float64)
     out["bill"] = np.array([sum(r.cost_by_tier.values()) for r in runs], np.float64)
-    out["revocations"] = np.array([r.count("revocation") + r.count("warning") for r in runs], np.int64)
+    out["revocations"] = np.array([r.count("revocation") for r in runs], np.int64)
     for names in COUNTS.values():
         for nm in names:
             if runs and all(nm in r.meta for r in runs):

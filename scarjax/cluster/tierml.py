@@ -68,7 +68,10 @@ ClusterRun`` (:mod:`scarjax.cluster.clock`): ``job.max_steps`` executed iteratio
 ones included; ``meta['executed_steps']``), seconds, ``key`` the market's draws,
 ``train_key`` the training, one ledger entry per machine. Its extensions: the tier sizes
 (``reliable``, ``transient``), the other spot classes (``alternatives``) and the controller's
-settings. :func:`scripted` (Fig 11) is a scenario, not a policy: its iterations are given.
+settings. Every revocation is a ``'revocation'`` event, as in every policy, warned or not (the
+detail ``'<w> warned, <f> without warning'``; :func:`warned_revocations` counts those whose
+machines were all warned). :func:`scripted` (Fig 11) is a scenario, not a policy: its
+iterations are given.
 It ends as every policy does (:mod:`scarjax.cluster.policies`' termination rule): at the target,
 the step cap, the horizon, or the stated give-up, :func:`scarjax.cluster.policies.futile_give_up`
 over its warnings and revocations in a row without a completed iteration. Machines under
@@ -96,6 +99,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -126,6 +130,7 @@ __all__ = [
     "mttf_estimate",
     "state_blocks",
     "pick_nodes",
+    "warned_revocations",
     "tierml",
     "scripted",
     "Scripted",
@@ -346,6 +351,22 @@ def _placement(so: np.ndarray, moving: np.ndarray, host: np.ndarray, seed_deal: 
     return hit.copy()
 
 
+def _revoke_plan(so: np.ndarray, alive: np.ndarray, reliable: np.ndarray, servers: list, warning: bool,
+                 seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`scarjax.ps.tiers.plan_revoke` (seeded ``seed``), its results kept by input as
+    :func:`_placement`'s (pure; many draws repeat the same revocation of the same placement)."""
+    so = np.asarray(so)
+    key = ("revoke", so.dtype.str, so.tobytes(), alive.tobytes(), reliable.tobytes(), tuple(servers), bool(warning),
+           seed)
+    hit = _PLACEMENTS.get(key)
+    if hit is None:
+        hit = tuple(np.asarray(x) for x in ps_tiers.plan_revoke(so, alive, reliable, servers, warning=warning, key=seed))
+        if len(_PLACEMENTS) >= _PLACEMENTS_MAX:
+            _PLACEMENTS.clear()
+        _PLACEMENTS[key] = hit
+    return tuple(x.copy() for x in hit)
+
+
 @functools.partial(jax.jit, static_argnums=(2,))
 def _replay_pick(process, key, n, t, held):
     node, rev = process.pick(key, n, t, held)
@@ -369,6 +390,30 @@ def pick_nodes(process: Any, key: jax.Array, n: int, t: float, held: Any) -> tup
     node, life, warn = _replay_pick(process, key, n, jnp.float32(t), jnp.asarray(held))
     return (np.asarray(node, np.int64), np.asarray(life, np.float32).astype(np.float64),
             np.asarray(warn, np.float32).astype(np.float64))
+
+
+_REVOCATION_DETAIL = re.compile(r"^(\d+) warned, (\d+) without warning$")
+
+
+def warned_revocations(run: ck.ClusterRun) -> int:
+    """The ``'revocation'`` events of a TierML run whose machines were all warned (evictions,
+    Sec 3.3: the ActivePSs can flush). Every revocation is a ``'revocation'`` event, as in every
+    policy (:meth:`~scarjax.cluster.clock.ClusterRun.count`); TierML's detail states its counts,
+    ``'<w> warned, <f> without warning'``, and this counts those with ``f = 0``."""
+    if not isinstance(run, ck.ClusterRun):
+        raise TypeError(f"run must be a scarjax.cluster.clock.ClusterRun, got {type(run).__name__}")
+    n = 0
+    for _, kind, detail in run.events:
+        m = _REVOCATION_DETAIL.match(detail) if kind == "revocation" else None
+        n += bool(m) and m.group(2) == "0"
+    return n
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_of(transient: int, reliable: int, thresholds: Thresholds) -> int:
+    """:func:`select_stage` of one configuration, kept for every controller (a pure function of
+    its arguments, asked at every event of every run)."""
+    return int(select_stage(transient, reliable, thresholds))
 
 
 def _next_hour_end(start: float, t: float) -> float:
@@ -422,6 +467,7 @@ class _Controller:
         # the stage, time per iteration and flush time of each machine count, computed once (pure
         # functions of the counts; the controller asks at every event)
         self._memo: dict = {}
+        self._elected = None  # what _elect read when it last ran (it is idempotent: same input, same placement)
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
@@ -513,9 +559,8 @@ class _Controller:
         m = self.markets[g.cls]
         tier = "transient" if g.kind == "spot" else "reliable"
         granted = g.life_t > g.ready_t
-        for bid, mem in g.blocks:
-            if granted[mem].all():
-                self.ledger.start(bid, self.t0 + g.ready_t, price=self._price(g), tier=tier, billing=m.billing)
+        for j in np.flatnonzero(granted).tolist():  # blocks[j]: machine j alone (buy)
+            self.ledger.start(g.blocks[j][0], self.t0 + g.ready_t, price=self._price(g), tier=tier, billing=m.billing)
         g.billed[:] = granted
         g.alive[:] = granted
         g.joined = True
@@ -547,23 +592,25 @@ class _Controller:
 
     def counts(self) -> tuple[int, int]:
         """(transient, reliable) machines in the computation."""
-        tr = sum(int(g.alive.sum()) for g in self.groups if g.kind == "spot")
-        re = sum(int(g.alive.sum()) for g in self.groups if g.kind != "spot")
+        tr = re = 0
+        for g in self.groups:
+            k = g.alive.tolist().count(True)
+            if g.kind == "spot":
+                tr += k
+            else:
+                re += k
         return tr, re
 
     def stage(self) -> int:
         tr, re = self.counts()
-        got = self._memo.get(("stage", tr, re))
-        if got is None:
-            got = self._memo[("stage", tr, re)] = int(select_stage(tr, re, self.th))
-        return got
+        return _stage_of(tr, re, self.th)
 
     def pending(self, kind: str) -> int:
         return sum(len(g.ids) for g in self.groups if g.kind == kind and not g.joined)
 
     def seconds_per_step(self) -> float:
         tr, re = self.counts()
-        speed = min(float(self.markets[g.cls].machine.speed) for g in self.groups if g.alive.any())
+        speed = min(float(self.markets[g.cls].machine.speed) for g in self.groups if True in g.alive.tolist())
         got = self._memo.get(("step", tr, re, speed))
         if got is None:
             got = self._memo[("step", tr, re, speed)] = step_seconds(self.job.step_time, tr, re, self.th) / speed
@@ -580,9 +627,10 @@ class _Controller:
     def next_interrupt(self) -> float:
         """The next warning (or unwarned revocation) of a machine in the computation."""
         best = math.inf
-        for g in self.groups:
-            if g.alive.any():
-                best = min(best, float(np.min(np.where(g.alive, g.warn_t, np.inf))))
+        for g in self.groups:  # Python floats over the few machines of each group (the same minimum)
+            for a, w in zip(g.alive.tolist(), g.warn_t.tolist()):
+                if a and w < best:
+                    best = w
         return best
 
     def next_boundary_event(self) -> float:
@@ -592,31 +640,33 @@ class _Controller:
         for g in self.groups + self.retired:
             if not g.joined:
                 best = min(best, g.ready_t)
-            elif g.alive.any() and g.release_t < math.inf:
+            elif g.release_t < math.inf and True in g.alive.tolist():
                 best = min(best, g.release_t)
-            if g.billed.any():
-                best = min(best, float(np.min(np.where(g.billed, g.life_t, np.inf))))
+            for b, life in zip(g.billed.tolist(), g.life_t.tolist()):  # Python floats: the same minimum
+                if b and life < best:
+                    best = life
         return best
 
     def handle_boundary(self, t: float):
         for g in self.groups + self.retired:
             if not g.joined and g.ready_t <= t + 1e-9:
                 self._join(g, t)
-            if g.joined and g.release_t <= t + 1e-9 and (g.alive.any() or g.billed.any()):
-                for bid, mem in g.blocks:
-                    if g.billed[mem].all() and g.life_t[mem][0] > g.release_t:
-                        self.ledger.stop(bid, self.t0 + g.release_t, revoked=False)
-                        g.billed[mem] = False
+            if g.joined and g.release_t <= t + 1e-9 and (True in g.alive.tolist() or True in g.billed.tolist()):
+                for j in np.flatnonzero(g.billed & (g.life_t > g.release_t)).tolist():  # blocks[j]: machine j
+                    self.ledger.stop(g.blocks[j][0], self.t0 + g.release_t, revoked=False)
+                    g.billed[j] = False
                 g.alive[:] = False
                 g.ps[:] = False
                 self.rec.event(t, "release", f"{len(g.ids)} {g.kind} released at the end of their billing hour")
-            if g.billed.any():
-                for bid, mem in g.blocks:
-                    if g.billed[mem].all() and g.life_t[mem][0] <= t + 1e-9:
-                        self.ledger.stop(bid, self.t0 + float(g.life_t[mem][0]), revoked=True)
-                        g.billed[mem] = False
-                        g.alive[mem] = False
-                        g.ps[mem] = False
+            billed = g.billed.tolist()
+            if True in billed:
+                for j, (b, life) in enumerate(zip(billed, g.life_t.tolist())):  # blocks[j]: machine j
+                    if not (b and life <= t + 1e-9):
+                        continue
+                    self.ledger.stop(g.blocks[j][0], self.t0 + life, revoked=True)
+                    g.billed[j] = False
+                    g.alive[j] = False
+                    g.ps[j] = False
         self._elect()
         self._prune()
 
@@ -625,15 +675,30 @@ class _Controller:
         still billed, and forget them once not: their ledger entries and events stay; the
         controller's passes then cost the groups in play, not every group bought so far
         (machines re-bought at every warning)."""
-        live = [g for g in self.groups if not g.joined or g.alive.any()]
-        out = [g for g in self.groups if g.joined and not g.alive.any()]
+        live = [g for g in self.groups if not g.joined or True in g.alive.tolist()]
+        out = [g for g in self.groups if g.joined and True not in g.alive.tolist()]
         self.groups = live
-        self.retired = [g for g in self.retired + out if g.billed.any()]
+        self.retired = [g for g in self.retired + out if True in g.billed.tolist()]
 
     def _elect(self):
         """Place the ActivePSs (stages 2-3) on half of the transient machines in the
         computation (Sec 3.3), keeping those already placed and preferring the machines that
         are not being retired, newest first; none in stage 1."""
+        seen = self._election_input()
+        if seen == self._elected:
+            return  # nothing it reads changed since it ran: the placement stands
+        self._elect_now()
+        self._elected = self._election_input()
+
+    def _election_input(self) -> tuple:
+        """Everything :meth:`_elect` and :meth:`_place` read: the groups in the computation
+        (kind, machine indices, times, who is alive and who hosts an ActivePS) and the blocks'
+        servers."""
+        so = None if self.server_of is None else self.server_of.tobytes()
+        return so, self._hosts, tuple((g.kind, g.first, len(g.ids), g.ready_t, g.release_t, g.alive.tobytes(),
+                                       g.ps.tobytes()) for g in self.groups)
+
+    def _elect_now(self):
         spots = [g for g in self.groups if g.kind == "spot"]
         if self.stage() == 1:
             for g in spots:
@@ -733,16 +798,16 @@ class _Controller:
             alive, reliable, _ = self._masks()
             so = self.server_of
             if saved:
-                so, alive, _ = ps_tiers.plan_revoke(so, alive, reliable, saved, warning=True, key=self._next_seed())
+                so, alive, _ = _revoke_plan(so, alive, reliable, saved, True, self._next_seed())
             if failed:
-                so, alive, lost = ps_tiers.plan_revoke(so, alive, reliable, failed, warning=False,
-                                                       key=self._next_seed())
+                so, alive, lost = _revoke_plan(so, alive, reliable, failed, False, self._next_seed())
                 state_lost = lost if lost.any() else None
             self.server_of = np.asarray(so, np.int64)
         for g, due in dues:
             g.alive[due] = False
             g.ps[due] = False
-        self.rec.event(t, "revocation" if failed_n else "warning", f"{warned_n} warned, {failed_n} without warning")
+        # every revocation is a 'revocation' event, as in every policy; the detail says how many were warned
+        self.rec.event(t, "revocation", f"{warned_n} warned, {failed_n} without warning")
         extra = 0.0
         if state_lost is not None:
             lost = self.trainer.step - self.pushed_at
@@ -795,16 +860,19 @@ class _Controller:
             self.pushed_at = self.trainer.step
             self.since_push = 0
             return
-        if self.since_push >= push_period(self.push_every, st, self.flush_s()):
+        flush = self.flush_s()
+        every = self._memo.get(("push", st, flush))
+        if every is None:
+            every = self._memo[("push", st, flush)] = push_period(self.push_every, st, flush)
+        if self.since_push >= every:
             self.backup = self.trainer.snapshot()
             self.pushed_at = self.trainer.step
             self.since_push = 0
 
     def stop_all(self, t: float):
         for g in self.groups + self.retired:
-            for bid, mem in g.blocks:
-                if g.billed[mem].all():
-                    self.ledger.stop(bid, self.t0 + t, revoked=False)
+            for j in np.flatnonzero(g.billed).tolist():  # blocks[j]: machine j alone (buy)
+                self.ledger.stop(g.blocks[j][0], self.t0 + t, revoked=False)
             g.billed[:] = False
             g.alive[:] = False
 
@@ -903,7 +971,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
            param_bytes: float | None = None, bandwidth_bps: float = 1e9, switch_factor: float = 2.0,
            mttf_window_s: float = 24 * _H, check_every_s: float = 300.0, proactive: bool = True,
            flush_on_warning: bool = True, chunk: int = 8, train_key: Any = 0, init_state=None,
-           trainer: Any = None, ps_blocks: int = 256, market_draws: Any = None):
+           trainer: Any = None, ps_blocks: int = 256, market_draws: Any = None, deferred: bool = False):
     """TierML (Secs 3.2–3.4) on ``market`` and the other spot classes ``alternatives``: returns a
     :class:`~scarjax.cluster.clock.ClusterRun` (``meta``: rollbacks, lost and trained
     iterations, flushes, the stages used).
@@ -949,6 +1017,9 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         (:meth:`~scarjax.cluster.market.Replay.pick` with the chain's next key, excluding the
         ``held`` nodes); a stand-in without it is not used there (the market's own draws, the
         same chain of keys: the same run).
+      deferred: ``True``: the run is returned unbilled (``dollars``, ``cost_by_tier``,
+        ``free_seconds`` ``None``) for :func:`scarjax.cluster.clock.settle` to bill many runs in
+        one vectorised call (the same values).
     """
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
@@ -975,7 +1046,7 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
     ledger = Ledger()
-    rec = ck.Recorder("tierml", ledger, market.start_time_s)
+    rec = ck.Recorder("tierml", ledger, market.start_time_s, deferred=bool(deferred))
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
                       recorder=rec, ledger=ledger, trainer=trainer, ps_blocks=ps_blocks, market_draws=market_draws)
@@ -992,10 +1063,14 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
             return float(ps[max(int(np.searchsorted(ts, ctl.t0 + t, side="right")) - 1, 0)])
         return float(m.price_at("transient", ctl.t0 + t))
 
+    fixed_mttf: dict = {}  # a class without a price series: its MTTF, the same at every check
+
     def mttf(i, t):
         if i in series:
             return mttf_estimate(*series[i], _class_bid(markets[i]), ctl.t0 + t, mttf_window_s)
-        return min(markets[i].mttf_s(), mttf_window_s)
+        if i not in fixed_mttf:
+            fixed_mttf[i] = min(markets[i].mttf_s(), mttf_window_s)
+        return fixed_mttf[i]
 
     def best_class(t):
         """``(class, MTTF)``: among the granted classes (price <= bid), the cheapest of those

@@ -154,7 +154,8 @@ def test_no_parameter_state_lost_when_every_revocation_is_warned(seed, reliable,
     key = jax.random.key(seed)
     run = tm.tierml(JOB, _market(mean_h * H, bulk=bulk), key=key, horizon_s=48 * H, reliable=reliable,
                     transient=transient, chunk=4)
-    assert run.count("warning") >= 1  # revocations did happen
+    assert run.count("revocation") >= 1  # revocations did happen
+    assert tm.warned_revocations(run) == run.count("revocation")  # every one warned
     check_no_state_lost(run, _reference_losses(key, JOB.max_steps))
 
 
@@ -345,7 +346,7 @@ def test_fallback_to_on_demand_and_proactive_switch():
     kinds = [e[1] for e in run.events]
     # A is chosen first (B's recent history is volatile), revoked at hour 2 with a warning;
     # B is then granted (A above the bid)
-    assert kinds.index("warning") < kinds.index("flush")
+    assert kinds.index("revocation") < kinds.index("flush")
     reqs = [e[2] for e in run.events if e[1] == "request"]
     assert "spot A" in reqs[1] and any("spot B" in r for r in reqs[2:]), reqs
     assert run.meta["rollbacks"] == 0

@@ -1,0 +1,188 @@
+"""scarjax.cluster.draws, TierML: the draws served by a template run (no warning, revocation or
+refused purchase before their end) and the per-draw controller's other draws are the per-draw
+policy's runs, every field bit for bit (points, bills, events, meta, ledger entries), on the
+embedded p3 node trace, a trace built from arrays, a parametric market and random traces
+(hypothesis); planted violations (a template serving interrupted draws) are caught."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scarjax.cluster import clock as ck
+from scarjax.cluster import draws as dr
+from scarjax.cluster import market as mk
+from scarjax.cluster import tierml as tm
+from scarjax.cluster.steptime import step_time_linear
+from scarjax.cluster.trainer import Trainer
+from scarjax.models import mlr
+
+HORIZON = 3 * 3600.0
+OPTS = {"reliable": 1, "transient": 3}
+
+
+@functools.lru_cache(maxsize=None)
+def _job(max_steps=40):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 6)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32) + (x[:, 2] > 1)
+    alg = mlr.mlr(x, y, num_classes=3, lr=0.5, batch_size=16)
+    curve = Trainer(alg, 0).train(max_steps)
+    target = float(np.min(curve[: max_steps * 2 // 3])) + 1e-3
+    return ck.Job(alg, target, step_time_linear(40.0, 0.5), workers=4, checkpoint_s=60.0, restore_s=30.0,
+                  max_steps=max_steps)
+
+
+def _machine():
+    return mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
+
+
+@functools.lru_cache(maxsize=None)
+def _p3():
+    from scarjax.data import transient as td  # the embedded trace, loaded once
+
+    return mk.Market(_machine(), mk.replay(td.load_aws_p3_trace()), startup=mk.fixed_startup(120.0))
+
+
+def _from_arrays():
+    ticks = np.arange(0.0, 6 * 3600.0 + 1.0, 300.0)
+    walk = np.clip(np.cumsum(np.random.default_rng(5).integers(-2, 3, ticks.size)) + 4, 0, 6)
+    return mk.Market(_machine(), mk.from_availability(ticks, walk, provider="aws"), startup=mk.fixed_startup(60.0),
+                     billing="per_second")
+
+
+def _exp():
+    return mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0), startup=mk.fixed_startup(60.0))
+
+
+def _runs(market, n, seed, starts, monkeypatch=None, **kw):
+    """``(vectorised, per-draw, templated draws)``."""
+    served = []
+    real = dr._tierml_templates
+
+    def counting(*a, **k):
+        out = real(*a, **k)
+        served.append(len(out))
+        return out
+
+    if monkeypatch is not None:
+        monkeypatch.setattr(dr, "_tierml_templates", counting)
+    keys = jax.random.split(jax.random.key(seed), n)
+    opts = {**OPTS, **kw}
+    a = dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    b = dr.per_draw("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    return a, b, sum(served)
+
+
+def _entries(run):
+    return [(e.machine_id, e.tier, e.price, e.billing, e.start, e.stop, e.revoked, e.charged)
+            for e in run.ledger.entries]
+
+
+def whole_run_mismatches(a, b):
+    """Every field of every run, ``==`` (float64 bit for bit, dtypes too): ``[(draw, field)]``."""
+    bad = []
+    for i, (r, q) in enumerate(zip(a, b)):
+        for f in ("time_s", "dollars", "loss", "steps"):
+            x, y = getattr(r, f), getattr(q, f)
+            if x.dtype != y.dtype or not np.array_equal(x, y):
+                bad.append((i, f))
+        for f in ("policy", "events", "cost_by_tier", "free_seconds", "end_s", "meta"):
+            if getattr(r, f) != getattr(q, f):
+                bad.append((i, f))
+        if _entries(r) != _entries(q):
+            bad.append((i, "ledger"))
+    return bad
+
+
+def test_p3_trace_templates_serve_draws_equal_to_the_per_draw_loop(monkeypatch):
+    starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 16))
+    a, b, served = _runs(_p3(), 16, 3, starts, monkeypatch)
+    assert 0 < served < 16, f"templates served {served} of 16 draws: a vacuous test"
+    assert whole_run_mismatches(a, b) == []
+    assert not dr.mismatches(dr.summary(a, _job().target_loss), dr.summary(b, _job().target_loss))
+
+
+def test_trace_from_arrays_templates_equal_the_per_draw_loop(monkeypatch):
+    starts = np.round(np.random.default_rng(2).uniform(0.0, 3 * 3600.0, 12))
+    a, b, served = _runs(_from_arrays(), 12, 4, starts, monkeypatch)
+    assert served > 0, "no draw served by a template: a vacuous test"
+    assert whole_run_mismatches(a, b) == []
+
+
+def test_parametric_market_runs_per_draw_equal(monkeypatch):
+    """An exponential process: no template (its lifetimes are the market's calls); the same runs."""
+    a, b, served = _runs(_exp(), 6, 5, None, monkeypatch)
+    assert served == 0
+    assert whole_run_mismatches(a, b) == []
+
+
+def _random_trace(data):
+    k = data.draw(st.integers(1, 6), label="nodes")
+    add = np.array(sorted(data.draw(st.lists(st.integers(0, 6000), min_size=k, max_size=k), label="add")), float)
+    stay = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=k, max_size=k), label="stay"), float)
+    rem = np.where(np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k), label="forever")),
+                   np.inf, add + stay)
+    warning = data.draw(st.sampled_from([0.0, 120.0]), label="warning_s")
+    return mk.Market(_machine(), mk.replay((add, rem), warning_s=warning), startup=mk.fixed_startup(30.0))
+
+
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_property_random_traces_equal_the_per_draw_loop(data):
+    market = _random_trace(data)
+    starts = np.array(data.draw(st.lists(st.integers(0, 8000), min_size=4, max_size=4), label="starts"), float)
+    transient = data.draw(st.integers(1, 4), label="transient")
+    a, b, _ = _runs(market, 4, data.draw(st.integers(0, 99), label="seed"), starts, transient=transient)
+    assert whole_run_mismatches(a, b) == []
+
+
+def test_planted_violation_template_serving_interrupted_draws_is_caught(monkeypatch):
+    """Planted: every purchase looks granted for ever (the eligibility test blinded), so the
+    template serves draws that a warning interrupts. The comparison catches them."""
+    real = dr._tier_picks
+
+    def blind(*a, **k):
+        node, life, warn = real(*a, **k)
+        return np.abs(node), np.full_like(life, np.inf), np.full_like(warn, np.inf)
+
+    starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 16))
+    monkeypatch.setattr(dr, "_tier_picks", blind)
+    a, b, served = _runs(_p3(), 16, 3, starts, monkeypatch)
+    assert served == 16
+    assert whole_run_mismatches(a, b) != []
+    assert dr.mismatches(dr.summary(a, _job().target_loss), dr.summary(b, _job().target_loss)) != []
+
+
+# ----------------------------------------------------------------------------- one event contract
+
+
+def _run_with(events):
+    z = np.zeros(0)
+    return ck.ClusterRun("tierml", z, z, z, z.astype(np.int64), events, {}, 0.0)
+
+
+def test_every_revocation_is_a_revocation_event_and_the_warned_ones_are_counted():
+    """TierML names every revocation ``'revocation'`` (as every policy): the summary counts them
+    all; :func:`warned_revocations` those whose machines were all warned."""
+    market = mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=0.5),
+                       startup=mk.fixed_startup(60.0), billing="per_second")
+    keys = jax.random.split(jax.random.key(8), 6)
+    runs = dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, reliable=1, transient=8)
+    kinds = {e[1] for r in runs for e in r.events}
+    assert "revocation" in kinds and "warning" not in kinds
+    warned = [tm.warned_revocations(r) for r in runs]
+    total = dr.summary(runs, _job().target_loss)["revocations"]
+    assert all(0 <= w <= n for w, n in zip(warned, total))
+    assert sum(warned) > 0 and sum(warned) < total.sum(), "need warned and unwarned revocations: a vacuous test"
+    # synthetic events: only revocations whose detail says 0 without warning are warned ones
+    ev = [(1.0, "revocation", "3 warned, 0 without warning"), (2.0, "revocation", "2 warned, 1 without warning"),
+          (3.0, "flush", "3 warned, 0 without warning"), (4.0, "revocation", "0 warned, 4 without warning")]
+    assert tm.warned_revocations(_run_with(ev)) == 1 and _run_with(ev).count("revocation") == 3
+    with pytest.raises(TypeError, match="run"):
+        tm.warned_revocations(ev)
