@@ -356,11 +356,11 @@ def _revoke_plan(so: np.ndarray, alive: np.ndarray, reliable: np.ndarray, server
     """:func:`scarjax.ps.tiers.plan_revoke` (seeded ``seed``), its results kept by input as
     :func:`_placement`'s (pure; many draws repeat the same revocation of the same placement)."""
     so = np.asarray(so)
-    key = ("revoke", so.dtype.str, so.tobytes(), alive.tobytes(), reliable.tobytes(), tuple(servers), bool(warning),
-           seed)
+    plan = ps_tiers.plan_revoke  # in the key: a replaced rule (a test's spy or planted violation) is called
+    key = (plan, so.dtype.str, so.tobytes(), alive.tobytes(), reliable.tobytes(), tuple(servers), bool(warning), seed)
     hit = _PLACEMENTS.get(key)
     if hit is None:
-        hit = tuple(np.asarray(x) for x in ps_tiers.plan_revoke(so, alive, reliable, servers, warning=warning, key=seed))
+        hit = tuple(np.asarray(x) for x in plan(so, alive, reliable, servers, warning=warning, key=seed))
         if len(_PLACEMENTS) >= _PLACEMENTS_MAX:
             _PLACEMENTS.clear()
         _PLACEMENTS[key] = hit
