@@ -33,7 +33,7 @@ table and JSON, bound checks over all trials), never dropped.
 them (and REPRODUCTION.md reports them); with ``--jobs N`` :func:`run_parallel`
 (:mod:`experiments._parallel`) runs them in ``N`` worker processes, longest first by
 :data:`COST`, each group of :data:`TOGETHER` in one worker, the :data:`ALONE` ones last and by
-themselves. :func:`load_results`,
+themselves (those of :data:`EARLY_SET_UP` set up beside the last others). :func:`load_results`,
 :func:`plot_results`, :func:`headline_table` and :func:`run_parallel` are what the command
 line uses (``scarjax reproduce``, ``replot``).
 """
@@ -98,6 +98,12 @@ TOGETHER: tuple[tuple[str, ...], ...] = (
 # with ``--jobs N`` they run last, one at a time, with no other experiment beside them.
 ALONE: tuple[str, ...] = ("pollux_throughput", "perf_models_local")
 
+# Experiments of ALONE whose set-up (starting measuring processes, compiling what they time)
+# may run beside the last other experiments: with ``--jobs N`` each starts as soon as a worker
+# is free and only ALONE experiments are left, and waits in
+# :func:`experiments._common.wait_alone` before it times anything until it runs alone.
+EARLY_SET_UP: tuple[str, ...] = ("pollux_throughput",)
+
 # The package's public API for the command line (``scarjax reproduce``/``replot``): results
 # I/O, the headline table and the concurrent runner; everything else is private to the
 # experiments.
@@ -105,5 +111,5 @@ from experiments._common import load_results, plot_results  # noqa: E402
 from experiments._headline import table as headline_table  # noqa: E402
 from experiments._parallel import ExperimentError, run_parallel  # noqa: E402
 
-__all__ = ["ALONE", "COST", "REGISTRY", "TOGETHER", "ExperimentError", "headline_table", "load_results",
-           "plot_results", "run_parallel"]
+__all__ = ["ALONE", "COST", "EARLY_SET_UP", "REGISTRY", "TOGETHER", "ExperimentError", "headline_table",
+           "load_results", "plot_results", "run_parallel"]

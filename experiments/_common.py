@@ -125,6 +125,23 @@ def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterabl
     return tqdm(iterable, desc=desc, total=total, leave=False, disable=quiet)
 
 
+ALONE_FLAG_ENV = "SCARJAX_ALONE_FLAG"  # set by experiments._parallel for an experiment started early
+
+
+def wait_alone(poll: float = 0.05) -> None:
+    """Block until no other experiment of this ``scarjax reproduce`` runs beside this one.
+
+    An experiment of :data:`experiments.EARLY_SET_UP` is started by
+    :func:`experiments.run_parallel` while the last other experiments still run; it sets up
+    (starts processes, compiles) beside them and calls this before it times anything. Returns
+    at once outside such a run (one experiment, ``--jobs 1``, or a direct ``run`` call)."""
+    flag = os.environ.get(ALONE_FLAG_ENV)
+    if not flag:
+        return
+    while not os.path.exists(flag):
+        time.sleep(poll)
+
+
 # ----------------------------------------------------------------------------- run metadata
 
 _REPO = Path(__file__).resolve().parents[1]

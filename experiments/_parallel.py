@@ -16,7 +16,11 @@ another in the same worker, as one unit of the schedule (ordered by their summed
 that each shared program compiles once per run rather than once per worker. The
 experiments named in :data:`experiments.ALONE` time this machine's own speed and run
 last, one at a time with no other experiment of this run beside them, as they would in the
-sequential command. Each experiment writes its results JSON and figure exactly as in-process
+sequential command; those also in :data:`experiments.EARLY_SET_UP` start as soon as a worker is
+free and only ``alone`` experiments are left, set up (start processes, compile) beside the last
+others, and wait in :func:`experiments._common.wait_alone` until those have finished (a flag
+file whose path the worker finds in ``SCARJAX_ALONE_FLAG``) before they time anything. Each
+experiment writes its results JSON and figure exactly as in-process
 (:func:`experiments._common.recorded`); workers run with ``SCARJAX_NO_PROGRESS`` set (no
 per-experiment bars) and the parent shows one bar over the experiments.
 
@@ -31,12 +35,15 @@ import importlib
 import multiprocessing
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from experiments._common import ALONE_FLAG_ENV
 
 __all__ = ["ExperimentError", "run_parallel", "schedule"]
 
@@ -120,26 +127,34 @@ def _run_one(module: str, quick: bool, out_dir: str) -> dict:
         return {"error": traceback.format_exc()}
 
 
-def _run_unit(modules: list[str], quick: bool, out_dir: str) -> list[dict]:
+def _run_unit(modules: list[str], quick: bool, out_dir: str, alone_flag: str | None = None) -> list[dict]:
     """In a worker: :func:`_run_one` for each of ``modules`` in turn (one unit of
-    :func:`schedule`), stopping after the first that fails; one result per module run."""
+    :func:`schedule`), stopping after the first that fails; one result per module run.
+    ``alone_flag``: the file whose existence tells :func:`experiments._common.wait_alone` that
+    the unit runs alone (an experiment started early), in ``SCARJAX_ALONE_FLAG`` meanwhile."""
     out = []
-    for module in modules:
-        out.append(_run_one(module, quick, out_dir))
-        if "error" in out[-1]:
-            break
+    if alone_flag:
+        os.environ[ALONE_FLAG_ENV] = alone_flag
+    try:
+        for module in modules:
+            out.append(_run_one(module, quick, out_dir))
+            if "error" in out[-1]:
+                break
+    finally:
+        os.environ.pop(ALONE_FLAG_ENV, None)
     return out
 
 
 def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.PathLike, jobs: int, *,
                  cost: Mapping[str, tuple[float, float]], alone: Iterable[str] = (),
-                 together: Iterable[Iterable[str]] = (),
+                 together: Iterable[Iterable[str]] = (), early: Iterable[str] = (),
                  done_line: Callable[[str, float | None], str] = lambda n, s: f"{n}: done") -> list[str]:
     """Run the experiments ``modules`` (``{NAME: module path}``) in ``jobs`` worker
     processes, in :func:`schedule`'s order (each group of ``together`` in one worker, one
     after another), writing into ``out_dir``; prints ``done_line(NAME, wall seconds)`` as
     each finishes (a group's members when the group has finished) and returns the names in
-    the order they finished.
+    the order they finished. An ``alone`` experiment also in ``early`` starts beside the last
+    others and waits in :func:`experiments._common.wait_alone` until they have finished.
 
     Raises:
       ValueError: ``jobs`` below 1; a name in two groups of ``together``, or a group mixing
@@ -148,9 +163,11 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
     """
     if int(jobs) < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs!r}")
-    alone = set(alone)
+    alone, early = set(alone), set(early)
     queue = _schedule_units(modules, quick, cost, alone, together)
     running: dict[Future, tuple[str, ...]] = {}
+    flags: dict[Future, str] = {}  # alone_flag of the early experiment running
+    flag_dir = tempfile.TemporaryDirectory(prefix="scarjax_alone_")
     finished: list[str] = []
     failures: list[tuple[str, str]] = []
     bar = tqdm(total=sum(map(len, queue)), desc="reproduce", unit="exp", file=sys.stderr, leave=False,
@@ -162,14 +179,23 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
             while queue or running:
                 # start what may start: up to `jobs` at once, an `alone` experiment by itself
                 while queue and not failures and not any(u[0] in alone for u in running.values()):
-                    if (queue[0][0] in alone and running) or len(running) >= jobs:
+                    head = queue[0][0]
+                    if (head in alone and head not in early and running) or len(running) >= jobs:
                         break
                     unit = queue.pop(0)
-                    running[pool.submit(_run_unit, [modules[n] for n in unit], quick, str(out_dir))] = unit
+                    flag = os.path.join(flag_dir.name, f"{head}.alone") if head in alone else None
+                    fut = pool.submit(_run_unit, [modules[n] for n in unit], quick, str(out_dir), flag)
+                    running[fut] = unit
+                    if flag:
+                        flags[fut] = flag
+                # an alone experiment with nothing beside it may time (nothing else starts meanwhile)
+                if len(running) == 1 and (fut := next(iter(running))) in flags:
+                    open(flags.pop(fut), "w").close()
                 bar.set_postfix_str(shown(), refresh=True)
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in done:
                     unit = running.pop(fut)
+                    flags.pop(fut, None)
                     try:
                         rs = fut.result()
                     except Exception as e:  # noqa: BLE001 - a dead worker (BrokenProcessPool) or unpicklable result
@@ -190,6 +216,7 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
                         sys.stdout.flush()
     finally:
         bar.close()
+        flag_dir.cleanup()
     if failures:
         raise ExperimentError(failures)
     return finished

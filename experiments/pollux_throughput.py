@@ -42,7 +42,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from experiments import _launch, _plot
-from experiments._common import progress, recorded
+from experiments._common import progress, recorded, wait_alone
 from scarjax import pollux as px
 from scarjax.pollux import examples
 
@@ -252,7 +252,9 @@ def _measure(config: Config, timeout: float = 900.0) -> dict[str, list[dict]]:
     compile and warm up every configuration: CPU work that keeps both cores busy) while this
     process writes their inputs (:func:`_write_inputs`); each then waits at its gate, and they
     are let on one at a time, so that every timed sweep runs with the others blocked (no CPU
-    used) and no set-up beside it.
+    used) and no set-up beside it. In ``scarjax reproduce --jobs N`` this set-up may run beside
+    the run's last other experiments (:data:`experiments.EARLY_SET_UP`): the first sweep starts
+    once they have finished (:func:`experiments._common.wait_alone`).
     """
     cfg_json = json.dumps(dataclasses.asdict(config))
     with tempfile.TemporaryDirectory(prefix="scarjax_pollux_") as tmp:
@@ -268,6 +270,7 @@ def _measure(config: Config, timeout: float = 900.0) -> dict[str, list[dict]]:
             _write_inputs(config.hidden, inputs)
             for _, _, launched in launches:
                 launched.ready(timeout)
+            wait_alone()  # started beside the last other experiments of a parallel run: now alone
             measured = {"processes": [], "forced": []}
             # One progress step per timed launch (each a few seconds to a minute).
             bar = progress(launches, desc="pollux_throughput: measuring")

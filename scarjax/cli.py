@@ -216,7 +216,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             pkg.run_parallel({n: available[n].__name__ for n in names}, args.quick, out, jobs, cost=pkg.COST,
-                             alone=pkg.ALONE, together=pkg.TOGETHER,
+                             alone=pkg.ALONE, together=pkg.TOGETHER, early=pkg.EARLY_SET_UP,
                              done_line=lambda n, s: f"[scarjax] {n}: done"
                              + (f" in {_fmt_s(s)}" if s is not None else ""))
         except pkg.ExperimentError as e:

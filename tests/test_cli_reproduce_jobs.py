@@ -116,6 +116,7 @@ def test_schedule_longest_first_alone_last():
     assert schedule(["a", "new", "b"], True, cost) == ["new", "b", "a"]  # unknown cost: counted longest
     names = set(cli.experiments())
     assert set(experiments.COST) == names and set(experiments.ALONE) <= names
+    assert set(experiments.EARLY_SET_UP) <= set(experiments.ALONE)
     grouped = [n for group in experiments.TOGETHER for n in group]
     assert set(grouped) <= names and len(grouped) == len(set(grouped)) and not set(grouped) & set(experiments.ALONE)
 
@@ -164,6 +165,44 @@ def test_a_group_runs_in_one_worker(tmp_path, monkeypatch):
         assert sorted(finished) == names
         pid = {n: (out / f"{n}.pid").read_text() for n in names}
         assert (pid["planted_pid_a"] == pid["planted_pid_b"]) is shared, (together, pid)
+
+
+_EARLY_BODY = """out = Path(out_dir)
+    if NAME == 'planted_busy':  # waits (at most `patience` s) for the early one to start beside it
+        patience = float((out / 'PATIENCE').read_text())
+        t0 = time.monotonic()
+        while not (out / 'planted_early.start').exists() and time.monotonic() - t0 < patience:
+            time.sleep(0.05)
+        (out / 'busy.saw_early').write_text(str((out / 'planted_early.start').exists()))
+        (out / 'busy.end').touch()
+        return {}
+    (out / (NAME + '.start')).touch()
+    wait_alone()
+    (out / (NAME + '.alone')).write_text(str((out / 'busy.end').exists()))
+    return {}"""
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_early_set_up_runs_beside_others_and_times_alone(tmp_path, monkeypatch, early):
+    """An ``alone`` experiment of ``early`` starts beside the last other one and passes
+    ``wait_alone`` only once that has finished; without ``early`` (planted) it starts after."""
+    src = tmp_path / "fake_early"
+    src.mkdir()
+    names = ["planted_busy", "planted_early"]
+    for name in names:
+        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
+                                        "from experiments._common import wait_alone\n"
+                                        + textwrap.dedent(_FAKE).format(name=name, body=_EARLY_BODY))
+    monkeypatch.syspath_prepend(str(src))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "PATIENCE").write_text("120" if early else "2")
+    cost = {"planted_busy": (2, 2), "planted_early": (1, 1)}
+    finished = experiments.run_parallel({n: n for n in names}, True, out, 2, cost=cost, alone=["planted_early"],
+                                        early=["planted_early"] if early else [])
+    assert finished == names
+    assert (out / "busy.saw_early").read_text() == str(early)  # started beside planted_busy (or not)
+    assert (out / "planted_early.alone").read_text() == "True"  # wait_alone returned after planted_busy ended
 
 
 def test_jobs_must_be_positive(capsys):
