@@ -2,6 +2,7 @@
 command gives, and a failing (or dying) worker fails the command naming its experiment."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -174,6 +175,7 @@ _EARLY_BODY = """out = Path(out_dir)
         while not (out / 'planted_early.start').exists() and time.monotonic() - t0 < patience:
             time.sleep(0.05)
         (out / 'busy.saw_early').write_text(str((out / 'planted_early.start').exists()))
+        (out / 'busy.blas_threads').write_text(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))
         (out / 'busy.end').touch()
         return {}
     (out / (NAME + '.start')).touch()
@@ -203,6 +205,9 @@ def test_early_set_up_runs_beside_others_and_times_alone(tmp_path, monkeypatch, 
     assert finished == names
     assert (out / "busy.saw_early").read_text() == str(early)  # started beside planted_busy (or not)
     assert (out / "planted_early.alone").read_text() == "True"  # wait_alone returned after planted_busy ended
+    if "OPENBLAS_NUM_THREADS" not in os.environ:  # the workers' BLAS has one thread; the parent's is as it was
+        assert (out / "busy.blas_threads").read_text() == "1"
+        assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
 def test_jobs_must_be_positive(capsys):
