@@ -94,7 +94,10 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    own next event, masks for the branches, groups padded to the most any draw holds) could
    carry the counts, the stage, the time per iteration and the next event; the rollbacks
    (own training per draw), the ActivePS block placement (:mod:`scarjax.ps`'s deal, per input)
-   and the ledger's per-machine entries would stay per draw.
+   and the ledger's per-machine entries would stay per draw. The draws an event reaches (a
+   warning, a revocation, a refused purchase) are now most of TierML's time here; a cheaper
+   step than the lock-step would start them from the template's state at their first event
+   (the controller resumable, its state copied per draw) instead of from the start.
 3. *The training.* Checkpoint-restart restores only states of the one reliable trajectory
    (its checkpoints are taken from it) and a redone step draws the same minibatch
    (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global step's), so every draw's
