@@ -221,7 +221,8 @@ _BACKEND_STARTED = ("import sys; {setup}; from jax._src import xla_bridge; "
 
 
 @pytest.mark.parametrize("setup, started", [
-    ("import experiments.pollux_throughput", False),  # what its jax.distributed processes import first
+    ("import experiments._pollux_measure", False),  # what pollux_throughput's jax.distributed processes import first
+    ("import experiments.pollux_throughput", False),
     ("import experiments.pollux_throughput, jax.numpy as jnp; jnp.zeros(1)", True),  # planted: a computation
 ])
 def test_importing_an_experiment_starts_no_jax_backend(setup, started):
