@@ -73,6 +73,13 @@ FORMATS: dict[str, tuple[int, int, str]] = {
 _F32_MAX_EXP = 127
 
 
+def _uniform_like(key, x):
+    """``jax.random.uniform(key, x.shape)``, drawn flat and reshaped: the same numbers (the
+    counters are the flat indices either way), while a multi-dimensional draw's counters
+    take XLA:CPU seconds longer to compile."""
+    return jax.random.uniform(key, (x.size,)).reshape(x.shape)
+
+
 def relative_bound(mantissa_bits: Any, *, stochastic: bool = False) -> Any:
     """Example 5.2.1's per-entry bound ``|δ|/|y|``: ``2^{−m}`` (``= 2^{−(p−1)}`` with the
     significand precision ``p = m + 1``) for stochastic rounding and truncation,
@@ -125,7 +132,7 @@ def round_float(
             raise ValueError("stochastic rounding needs a PRNG key")
         lo = jnp.floor(scaled)
         frac = scaled - lo  # exact
-        n = lo + (jax.random.uniform(key, x.shape) < frac).astype(jnp.float32)
+        n = lo + (_uniform_like(key, x) < frac).astype(jnp.float32)
     else:
         n = jnp.round(scaled)  # half to even
     r = jnp.ldexp(n, e - m)
@@ -214,7 +221,7 @@ def fixed_point_quantizer(bits: Any, *, stochastic: bool = False) -> Quantizer:
         y = x / scale
         if stochastic:
             lo = jnp.floor(y)
-            y = lo + (jax.random.uniform(key, x.shape) < (y - lo)).astype(jnp.float32)
+            y = lo + (_uniform_like(key, x) < (y - lo)).astype(jnp.float32)
         else:
             y = jnp.round(y)
         return jnp.clip(y, -levels, levels) * scale
@@ -237,7 +244,7 @@ def qsgd(levels: Any) -> Quantizer:
         s = jnp.asarray(levels, jnp.float32)
         r = jnp.abs(x) / jnp.where(nrm > 0, nrm, 1.0) * s
         lo = jnp.floor(r)
-        xi = (lo + (jax.random.uniform(key, x.shape) < (r - lo)).astype(jnp.float32)) / s
+        xi = (lo + (_uniform_like(key, x) < (r - lo)).astype(jnp.float32)) / s
         return jnp.sign(x) * nrm * xi
 
     return _Q(fn, f"qsgd{levels if not tu.is_traced(levels) else ''}", True)
