@@ -504,24 +504,40 @@ class _Fleets:
         return [_Clock(led, float(self.t0[i]), self.events[i]) for led, i in zip(leds, b.tolist())]
 
 
+def _lockstep_start(job, market, tab, starts):
+    """The set-up the lock-step planners share: the fleets (:class:`_Fleets`) with every draw's
+    first ``job.workers`` machines bought at time 0, and per draw its time, global step,
+    futile-recovery count (zeros), operations, marks and done flag (a draw planned per draw is
+    done from the start): ``(fleets, t, step, futile, ops, marks, done)``."""
+    B = starts.size
+    fl = _Fleets(job, market, tab, starts)
+    t = fl.buy(fl.rows, np.ones((B, job.workers), bool), np.zeros(B))
+    return (fl, t, np.zeros(B, np.int64), np.zeros(B, np.int64), [[] for _ in range(B)], [[] for _ in range(B)],
+            fl.fallback.copy())
+
+
+def _lockstep_plans(fl, t, ops, marks, meta):
+    """The :class:`~scarjax.cluster.policies.Plan` of every draw the lock-step planned
+    (``meta(i)``: draw ``i``'s meta), ``None`` for a draw left to the per-draw planner."""
+    plans = [None] * len(ops)
+    ok = np.flatnonzero(~fl.fallback)
+    for i, clock in zip(ok.tolist(), fl.clocks(ok, t)):
+        plans[i] = po.Plan(ops[i], clock, float(t[i]), meta(i), marks[i])
+    return plans
+
+
 def _plan_checkpoint_restart_all(job, market, tab, starts, horizon_s, K, granularity):
     """:func:`~scarjax.cluster.policies.plan_checkpoint_restart` of every draw (its passes in
     lock-step, one branch per draw and pass, masks for the branches; module docstring, 2):
     ``[Plan | None]`` (``None``: the draw needs a purchase past the tables, planned per draw)."""
     B, M, delta = starts.size, job.workers, float(job.checkpoint_s)
-    fl = _Fleets(job, market, tab, starts)
+    fl, t, step, futile, ops, marks, done = _lockstep_start(job, market, tab, starts)
     eps = po.TIME_TOL_S
     finite = math.isfinite(K)
     dt = po.seconds_per_step(job, market, M)
-    t = fl.buy(fl.rows, np.ones((B, M), bool), np.zeros(B))
-    step = np.zeros(B, np.int64)
     ck_step = np.zeros(B, np.int64)
     executed = np.zeros(B, np.int64)
-    futile = np.zeros(B, np.int64)
     rework = np.zeros(B, np.int64)
-    ops = [[] for _ in range(B)]
-    marks = [[] for _ in range(B)]
-    done = fl.fallback.copy()
     while True:
         live = ~done & ~fl.fallback & (executed < job.max_steps) & (t < horizon_s)
         b = np.flatnonzero(live)
@@ -580,32 +596,22 @@ def _plan_checkpoint_restart_all(job, market, tab, starts, horizon_s, K, granula
             step[i_go] += n_go
             executed[i_go] += n_go
             futile[i_go] = 0
-    plans = [None] * B
-    ok = np.flatnonzero(~fl.fallback)
-    for i, clock in zip(ok.tolist(), fl.clocks(ok, t)):
-        meta = {"interval_steps": K, "rework_steps": int(rework[i]), "workers": M, "unavailable": "on_demand"}
-        plans[i] = po.Plan(ops[i], clock, float(t[i]), meta, marks[i])
-    return plans
+    return _lockstep_plans(fl, t, ops, marks, lambda i: {
+        "interval_steps": K, "rework_steps": int(rework[i]), "workers": M, "unavailable": "on_demand"})
 
 
 def _plan_scar_all(job, market, tab, starts, horizon_s, K, fraction, granularity, spec):
     """:func:`~scarjax.cluster.policies.plan_scar` of every draw in lock-step (as
     :func:`_plan_checkpoint_restart_all`): ``[Plan | None]``."""
     B, M, delta = starts.size, job.workers, float(job.checkpoint_s)
-    fl = _Fleets(job, market, tab, starts)
+    fl, t, step, futile, ops, marks, done = _lockstep_start(job, market, tab, starts)
     eps = po.TIME_TOL_S
     I = math.inf if spec.period is None else int(sck.interval(spec))
     finite = math.isfinite(I)
     dts = np.array([math.nan] + [po.seconds_per_step(job, market, m) for m in range(1, M + 1)])
     restore = float(job.restore_s)
-    t = fl.buy(fl.rows, np.ones((B, M), bool), np.zeros(B))
-    step = np.zeros(B, np.int64)
     last_ck = np.zeros(B, np.int64)
-    futile = np.zeros(B, np.int64)
     recoveries = np.zeros(B, np.int64)
-    ops = [[] for _ in range(B)]
-    marks = [[] for _ in range(B)]
-    done = fl.fallback.copy()
     while True:
         b = np.flatnonzero(~done & ~fl.fallback & (step < job.max_steps) & (t < horizon_s))
         if not b.size:
@@ -685,13 +691,9 @@ def _plan_scar_all(job, market, tab, starts, horizon_s, K, fraction, granularity
             t[i_go] = t_go + n_go * d_go
             step[i_go] += n_go
             futile[i_go] = 0
-    plans = [None] * B
-    ok = np.flatnonzero(~fl.fallback)
-    for i, clock in zip(ok.tolist(), fl.clocks(ok, t)):
-        plans[i] = po.Plan(ops[i], clock, float(t[i]), {
-            "interval_steps": K, "checkpoint_every": I, "fraction": fraction, "recoveries": int(recoveries[i]),
-            "workers": M, "unavailable": "on_demand"}, marks[i])
-    return plans
+    return _lockstep_plans(fl, t, ops, marks, lambda i: {
+        "interval_steps": K, "checkpoint_every": I, "fraction": fraction, "recoveries": int(recoveries[i]),
+        "workers": M, "unavailable": "on_demand"})
 
 
 # --------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.models import mlr
 
+from ._markets import machine, p3
+
 HORIZON = 3 * 3600.0
 
 
@@ -39,24 +41,13 @@ def _job(max_steps=60, workers=4):
                   max_steps=max_steps)
 
 
-def _machine():
-    return mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
-
-
-@functools.lru_cache(maxsize=None)
-def _p3():
-    from scarjax.data import transient as td
-
-    return mk.Market(_machine(), mk.replay(td.load_aws_p3_trace()), startup=mk.fixed_startup(120.0))
-
-
 def _exp():
-    return mk.Market(_machine(), mk.exponential(1800.0), startup=mk.fixed_startup(60.0), billing="per_second")
+    return mk.Market(machine(), mk.exponential(1800.0), startup=mk.fixed_startup(60.0), billing="per_second")
 
 
 def _gap():
     trace = mk.replay((np.array([0.0, 0.0, 7200.0]), np.array([3600.0, 1800.0, np.inf])), warning_s=0.0)
-    return mk.Market(_machine(), trace)
+    return mk.Market(machine(), trace)
 
 
 OPTS = {"checkpoint_restart": {}, "scar": {}, "tierml": {"reliable": 1, "transient": 3}}
@@ -83,7 +74,7 @@ def check_identical(a, b, target):
 def test_p3_trace_draws_equal_the_per_draw_loop(policy):
     job = _job()
     starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 24)
-    a, b = _both(policy, job, _p3(), 24, 3, starts)
+    a, b = _both(policy, job, p3(), 24, 3, starts)
     check_identical(a, b, job.target_loss)
     assert any(e[1] == "revocation" for r in b for e in r.events), "no draw was revoked: a vacuous test"
     # the summary counts them (every policy names every revocation 'revocation', warned or not)
@@ -106,12 +97,12 @@ def test_tierml_market_draws_beyond_the_tables_fall_back(monkeypatch):
     monkeypatch.setattr(dr, "TIER_CALLS", 2)
     job = _job()
     starts = np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 6)
-    a, b = _both("tierml", job, _p3(), 6, 3, starts)
+    a, b = _both("tierml", job, p3(), 6, 3, starts)
     check_identical(a, b, job.target_loss)
     real = dr._TierDraws._key
     monkeypatch.setattr(dr._TierDraws, "_key", lambda self, c: jax.random.fold_in(real(self, c), 1))
     monkeypatch.setattr(dr, "TIER_CALLS", 0)
-    bad = dr.run("tierml", job, _p3(), jax.random.split(jax.random.key(3), 6), horizon_s=HORIZON, start_s=starts,
+    bad = dr.run("tierml", job, p3(), jax.random.split(jax.random.key(3), 6), horizon_s=HORIZON, start_s=starts,
                  **OPTS["tierml"])
     with pytest.raises(AssertionError, match="mismatches"):
         check_identical(bad, b, job.target_loss)
@@ -122,7 +113,7 @@ def test_tierml_draws_with_lost_blocks_equal_the_per_draw_loop():
     back to the BackupPS and the draw's state leaves the shared trajectory; the runs stay the
     per-draw ones, bit for bit."""
     job = _job()
-    market = mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=1.0),
+    market = mk.Market(machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=1.0),
                        startup=mk.fixed_startup(60.0), billing="per_second")
     a, b = _both("tierml", job, market, 6, 8, transient=8)
     assert any(r.meta["rollbacks"] for r in b), "no draw lost blocks: a vacuous test"
@@ -157,7 +148,7 @@ def _random_trace(data):
     stay = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=k, max_size=k), label="stay"), float)
     rem = np.where(np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k), label="forever")),
                    np.inf, add + stay)
-    return mk.Market(_machine(), mk.replay((add, rem), warning_s=0.0), startup=mk.fixed_startup(30.0))
+    return mk.Market(machine(), mk.replay((add, rem), warning_s=0.0), startup=mk.fixed_startup(30.0))
 
 
 @pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
@@ -186,7 +177,7 @@ def test_planted_violation_tables_of_another_draw_are_caught(monkeypatch):
                                if getattr(tab, f) is not None})
 
     monkeypatch.setattr(dr, "_market_tables", shifted)
-    a, b = _both("checkpoint_restart", job, _p3(), 24, 3, starts)
+    a, b = _both("checkpoint_restart", job, p3(), 24, 3, starts)
     with pytest.raises(AssertionError, match="mismatches"):
         check_identical(a, b, job.target_loss)
 
@@ -214,8 +205,8 @@ def test_same_keys_same_runs(policy):
     job = _job()
     keys = jax.random.split(jax.random.key(9), 6)
     starts = np.linspace(0.0, 30000.0, 6)
-    one = dr.summary(dr.run(policy, job, _p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
-    two = dr.summary(dr.run(policy, job, _p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
+    one = dr.summary(dr.run(policy, job, p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
+    two = dr.summary(dr.run(policy, job, p3(), keys, horizon_s=HORIZON, start_s=starts, **OPTS[policy]), job.target_loss)
     assert dr.mismatches(one, two) == []
 
 

@@ -25,6 +25,8 @@ from scarjax.cluster.ledger import Ledger
 from scarjax.cluster.steptime import step_time_linear
 from scarjax.models import mlr
 
+from ._markets import machine, p3
+
 HORIZON = 3 * 3600.0
 
 
@@ -40,17 +42,6 @@ def _alg():
 def _job(workers=4, max_steps=60):
     return ck.Job(_alg(), 0.0, step_time_linear(40.0, 0.5), workers=workers, checkpoint_s=60.0, restore_s=30.0,
                   max_steps=max_steps)
-
-
-def _machine():
-    return mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
-
-
-@functools.lru_cache(maxsize=None)
-def _p3():
-    from scarjax.data import transient as td  # the embedded trace, loaded once
-
-    return mk.Market(_machine(), mk.replay(td.load_aws_p3_trace()), startup=mk.fixed_startup(120.0))
 
 
 def _oracle(policy, job, market, keys, starts, *, interval_steps=None, granularity=25, fraction=0.25):
@@ -96,14 +87,14 @@ def _revoked(plans):
 @pytest.mark.parametrize("policy", ["checkpoint_restart", "scar"])
 def test_p3_trace_plans_equal_the_per_draw_planner(policy):
     starts = np.round(np.random.default_rng(2).uniform(0.0, 40000.0 - HORIZON, 24))
-    a, b = _both(policy, _job(), _p3(), 24, 3, starts)
+    a, b = _both(policy, _job(), p3(), 24, 3, starts)
     assert _revoked(b) >= 5, "too few revocations: a vacuous test"
     assert plan_mismatches(a, b) == []
 
 
 @pytest.mark.parametrize("policy", ["checkpoint_restart", "scar"])
 def test_parametric_market_plans_equal_the_per_draw_planner(policy):
-    market = mk.Market(_machine(), mk.exponential(1200.0), startup=mk.fixed_startup(60.0), billing="per_second")
+    market = mk.Market(machine(), mk.exponential(1200.0), startup=mk.fixed_startup(60.0), billing="per_second")
     a, b = _both(policy, _job(workers=3), market, 12, 4, np.zeros(12), interval_steps=7, granularity=4)
     assert _revoked(b) >= 5, "too few revocations: a vacuous test"
     assert plan_mismatches(a, b) == []
@@ -111,7 +102,7 @@ def test_parametric_market_plans_equal_the_per_draw_planner(policy):
 
 def test_purchases_past_the_tables_are_planned_per_draw(monkeypatch):
     monkeypatch.setattr(dr, "PURCHASES", 2)
-    market = mk.Market(_machine(), mk.exponential(900.0), startup=mk.fixed_startup(60.0))
+    market = mk.Market(machine(), mk.exponential(900.0), startup=mk.fixed_startup(60.0))
     for policy in ("checkpoint_restart", "scar"):
         a, b = _both(policy, _job(workers=2), market, 8, 6, np.zeros(8))
         assert any(e.machine_id.endswith(f"{3}.0") or e.machine_id.endswith(f"{3}.1")
@@ -129,7 +120,7 @@ def _random_market(data):
     else:
         process = mk.exponential(float(data.draw(st.integers(200, 5000), label="mttf")))
     billing = data.draw(st.sampled_from(["hourly", "per_second"]), label="billing")
-    return mk.Market(_machine(), process, startup=mk.fixed_startup(float(data.draw(st.integers(0, 200)))),
+    return mk.Market(machine(), process, startup=mk.fixed_startup(float(data.draw(st.integers(0, 200)))),
                      billing=billing)
 
 
@@ -172,7 +163,7 @@ def test_execute_equals_execute_plan(policy, stop_at_target):
     starts = np.round(np.random.default_rng(5).uniform(0.0, 40000.0 - HORIZON, 16))
     keys = jax.random.split(jax.random.key(11), 16)
     job = dataclasses.replace(_job(), target_loss=0.3)
-    ps = dr.plans(policy, job, _p3(), keys, horizon_s=HORIZON, start_s=starts)
+    ps = dr.plans(policy, job, p3(), keys, horizon_s=HORIZON, start_s=starts)
     if policy == "scar":
         ps = [p.training_only() for p in ps]
     rng = np.random.default_rng(3)
@@ -202,15 +193,15 @@ def test_planted_violation_tables_of_another_draw_are_caught(monkeypatch):
 
     starts = np.round(np.random.default_rng(2).uniform(0.0, 40000.0 - HORIZON, 8))
     keys = jax.random.split(jax.random.key(3), 8)
-    b = _oracle("checkpoint_restart", _job(), _p3(), keys, starts)
+    b = _oracle("checkpoint_restart", _job(), p3(), keys, starts)
     monkeypatch.setattr(dr, "_market_tables", shifted)
-    a = dr.plans("checkpoint_restart", _job(), _p3(), keys, horizon_s=HORIZON, start_s=starts)
+    a = dr.plans("checkpoint_restart", _job(), p3(), keys, horizon_s=HORIZON, start_s=starts)
     assert plan_mismatches(a, b) != []
 
 
 def test_planted_violation_one_ulp_in_a_ledger_entry_is_caught():
     starts = np.zeros(3)
-    market = mk.Market(_machine(), mk.exponential(1200.0), startup=mk.fixed_startup(60.0))
+    market = mk.Market(machine(), mk.exponential(1200.0), startup=mk.fixed_startup(60.0))
     a, b = _both("checkpoint_restart", _job(), market, 3, 5, starts)
     assert plan_mismatches(a, b) == []
     e = a[1].fleet.ledger.entries[0]
@@ -266,8 +257,8 @@ def test_ledger_of_stopped_bad_input_names_the_argument():
 def test_plans_bad_input_names_the_argument():
     keys = jax.random.split(jax.random.key(0), 2)
     with pytest.raises(ValueError, match="policy"):
-        dr.plans("tierml", _job(), _p3(), keys, horizon_s=HORIZON)
+        dr.plans("tierml", _job(), p3(), keys, horizon_s=HORIZON)
     with pytest.raises(TypeError, match="job"):
-        dr.plans("scar", None, _p3(), keys, horizon_s=HORIZON)
+        dr.plans("scar", None, p3(), keys, horizon_s=HORIZON)
     with pytest.raises(ValueError, match="horizon_s"):
-        dr.plans("scar", _job(), _p3(), keys, horizon_s=-1.0)
+        dr.plans("scar", _job(), p3(), keys, horizon_s=-1.0)
