@@ -249,6 +249,10 @@ class MarketModel:
         the :class:`Availability` of ``n = 1 … N`` machines (index ``n − 1``; a plan of more
         machines reads ``N``'s). Default (``None``): always obtainable (``N = 1``: ``avail_n``
         = ``avail``, no waits, every revoked machine replaced at once).
+      revoked_price: ``[J, B]`` mean USD/h of a revoked transient machine during its warning
+        (a price history: the first price above the bid after a granted minute; default
+        ``spot``): per-second billing charges the warning at it (A5b of
+        :mod:`scarjax.cluster.planner`).
     """
 
     names: tuple
@@ -276,6 +280,7 @@ class MarketModel:
     wait_revoked_s: Any = None
     start_share: Any = None
     held_share: Any = None
+    revoked_price: Any = None
 
     def __post_init__(self):
         J, B = len(self.names), len(self.bids)
@@ -303,7 +308,9 @@ class MarketModel:
             a = np.asarray(getattr(self, f), np.float64)
             if a.shape != (J,) or not np.all(np.isfinite(a)) or np.any(a <= 0):
                 raise ValueError(f"{f} must be [{J}] finite and > 0, got {getattr(self, f)!r}")
-        for f in ("spot", "avail"):
+        if self.revoked_price is None:
+            object.__setattr__(self, "revoked_price", np.array(self.spot, np.float64, copy=True))
+        for f in ("spot", "avail", "revoked_price"):
             a = np.asarray(getattr(self, f), np.float64)
             if a.shape != (J, B) or not np.all(np.isfinite(a)) or np.any(a < 0):
                 raise ValueError(f"{f} must be [{J}, {B}] finite and >= 0, got {getattr(self, f)!r}")
@@ -408,9 +415,10 @@ class MarketModel:
         measured on the minute grid of ``window = (t0, t1)`` (seconds on the series' clock;
         default its whole span): the lifetime of an allocation requested at each minute the
         price is at or below the bid is the time to the next price above the bid plus the
-        warning (censored at the window's end: never revoked within it; its CDF gives the
-        chance that a run is revoked), the availability is the share of such minutes, the spot
-        price the mean price over them; the MTTF (Young/Daly) is the renewal over the window,
+        warning (censored at the window's end: never revoked within it; its CDF, on a grid to
+        the longest finite lifetime, 4 to 48 hours, gives the chance that a run is revoked), the availability is the share of such minutes, the spot
+        price the mean price over them (and ``revoked_price`` the mean of the first price above
+        the bid that revokes them: the warning's); the MTTF (Young/Daly) is the renewal over the window,
         :meth:`scarjax.cluster.market.PriceDriven.mttf_s` (the granted time over the
         revocations, as the simulator's ``Market.mttf_s``; ``1e9`` h: never revoked). Bulk (the allocation goes at once), fallback (A1), hourly
         billing, 5-minute start-up (TierML Sec 3.3)."""
@@ -428,10 +436,11 @@ class MarketModel:
         for b in bids:
             if not (0 < b <= 10):
                 raise ValueError(f"bids are fractions of on-demand in (0, 10], got {b!r}")
-        grid = np.linspace(0.0, 48.0, 257)
         B, J = len(bids), len(ss)
         spot, avail, mttf = np.zeros((J, B)), np.zeros((J, B)), np.zeros((J, B))
+        rev_price = np.zeros((J, B))
         cdf, ren, sint = np.zeros((J, B, 257)), np.zeros((J, B, 257)), np.zeros((J, B, 257))
+        lives = {}  # (j, b) -> lifetimes (h) of the granted minutes
         t0s = []
         for j, s in enumerate(ss):
             t_ch = np.asarray(s.times_s, np.float64)
@@ -448,21 +457,28 @@ class MarketModel:
                 ok = p <= bid
                 avail[j, b] = ok.mean()
                 if not ok.any():
-                    spot[j, b] = ods[j]
+                    spot[j, b] = rev_price[j, b] = ods[j]
                     mttf[j, b] = 1e-3
-                    cdf[j, b] = 1.0
-                    ren[j, b] = grid / 1e-3
                     continue
                 spot[j, b] = float(p[ok].mean())
                 above = np.where(p > bid, np.arange(M), M)
                 nxt = np.minimum.accumulate(above[::-1])[::-1]  # first minute >= m above the bid
                 nxt = np.concatenate([nxt[1:], [M]])  # strictly after m
-                life = np.where(nxt < M, (nxt - np.arange(M)) * 60.0 + warning_s, np.inf)[ok] / _H
-                c_, r_, s_, _ = lifetime_tables(life, None, grid)
-                cdf[j, b], ren[j, b], sint[j, b] = c_, r_, s_
+                hit = nxt[ok][nxt[ok] < M]  # the rise that revokes each granted minute's allocation
+                rev_price[j, b] = float(p[hit].mean()) if hit.size else spot[j, b]  # its warning's price
+                lives[j, b] = np.where(nxt < M, (nxt - np.arange(M)) * 60.0 + warning_s, np.inf)[ok] / _H
                 # the MTTF (Young/Daly) by renewal over the window, as the simulator's market.mttf_s
                 m_ = mk.price_driven(s, bid, warning_s=warning_s).mttf_s((lo, hi)) / _H
                 mttf[j, b] = m_ if math.isfinite(m_) and m_ > 0 else 1e9
+        # the grid: to the longest finite lifetime (the CDF is flat beyond it), 4 to 48 hours
+        longest = max([float(np.max(v[np.isfinite(v)])) for v in lives.values() if np.isfinite(v).any()] + [0.0])
+        grid = np.linspace(0.0, min(48.0, max(4.0, longest)), 257)
+        for j in range(J):
+            for b in range(B):
+                if (j, b) in lives:
+                    cdf[j, b], ren[j, b], sint[j, b], _ = lifetime_tables(lives[j, b], None, grid)
+                else:  # never granted
+                    cdf[j, b], ren[j, b] = 1.0, grid / 1e-3
 
         def build(j, frac):
             bid = float(frac) * float(ods[j])
@@ -471,6 +487,7 @@ class MarketModel:
                              startup=mk.fixed_startup(startup_s) if startup_s > 0 else None, start_time_s=t0s[j])
 
         return cls(names, ods, sp_, bids, spot, avail, mttf, grid, cdf, ren, sint, bulk=True, fallback=True,
+                   revoked_price=rev_price,
                    warning_s=warning_s, startup_s=float(startup_s), billing="hourly",
                    source=f"spot prices {','.join(names)} {_window_text(window)}", build=build)
 

@@ -107,9 +107,14 @@ iteration, ``K0`` iterations, ``s0`` start-up, ``δ`` a full checkpoint, ``ρ`` 
     after a revocation the replacements are on-demand (A1's fallback), billed from the expected
     revocation time ``E[τ | τ < T]`` (``T`` the run without a revocation) to the end of the
     revoked run, which is longer by the revocation's cost (checkpoint-restart: the restart and
-    half a segment of lost work; SCAR: its per-event time), hourly: half an hour of rounding
+    the work lost since the last checkpoint at the revocation's time ``τ`` given ``τ < R``,
+    ``E[(τ − s0)⁺ mod L]`` on the quantile intervals of ``F``: the whole progress when the
+    interval is as long as the run, none during the start-up; half a segment, the uniform
+    phase, is wrong there, ``tests/cluster/test_planner_rework.py``; SCAR: its per-event
+    time, A3), hourly: half an hour of rounding
     per machine and at least one hour; the spot machines' whole hours before ``τ`` are billed
-    (``max(τ/h − 1/2, 0)`` of them, hourly), the partial one free. TierML pays the on-demand
+    (``max(τ/h − 1/2, 0)`` of them, hourly), the partial one free; per-second, the warning
+    before the revocation at the price that revokes them (``MarketModel.revoked_price``). TierML pays the on-demand
     price for the share of time the class is unavailable. The Young/Daly interval of
     checkpoint-restart and SCAR comes from the window's MTTF by renewal over the price series
     (:meth:`scarjax.cluster.market.PriceDriven.mttf_s`, as the simulator's ``Market.mttf_s``)
@@ -491,17 +496,36 @@ def _run_steps(K0):
     return (jnp.arange(_AGES) + 0.5) / _AGES * K0
 
 
-def _conditional_quantiles(p, top, cdf):
-    """``_AGES`` midpoint quantiles of a lifetime ``τ`` given ``τ < R``, ``p = F(R)``:
-    ``F⁻¹((k + 1/2) p / _AGES)``, ``k = 0 … _AGES − 1``, of the piecewise-linear CDF ``F`` given
-    on the uniform grid ``linspace(0, top, len(cdf))`` (the CDF :func:`_predict_one` evaluates
-    everywhere else; ``p = 0``: all 0). Seconds when ``top`` is (A5b)."""
+def _conditional_quantiles(p, top, cdf, edges=False):
+    """Quantiles of a lifetime ``τ`` given ``τ < R``, ``p = F(R)``: the ``_AGES`` midpoints
+    ``F⁻¹((k + 1/2) p / _AGES)``, ``k = 0 … _AGES − 1`` (``edges``: the ``_AGES + 1`` edges
+    ``F⁻¹(k p / _AGES)``, ``k = 0 … _AGES``, of ``_AGES`` equally likely intervals), of the
+    piecewise-linear CDF ``F`` given on the uniform grid ``linspace(0, top, len(cdf))`` (the CDF
+    :func:`_predict_one` evaluates everywhere else; ``p = 0``: all 0). Seconds when ``top`` is
+    (A5b)."""
     G = cdf.shape[0]
-    u = (jnp.arange(_AGES) + 0.5) / _AGES * p
+    u = (jnp.arange(_AGES + 1) / _AGES if edges else (jnp.arange(_AGES) + 0.5) / _AGES) * p
     i = jnp.clip(jnp.sum(cdf[None, :] < u[:, None], axis=1), 1, G - 1)  # the first grid point with F >= u
     lo, hi = cdf[i - 1], cdf[i]
     w = jnp.clip((u - lo) / jnp.maximum(hi - lo, 1e-12), 0.0, 1.0)
     return (i - 1 + w) * top / (G - 1)
+
+
+def _lost_since_checkpoint(tau_edges, s0, L):
+    """``E[(τ − s0)⁺ mod L]``, ``τ`` uniform within each of the equally likely intervals between
+    ``tau_edges`` (:func:`_conditional_quantiles` with ``edges``): the training time a
+    checkpoint-restart run loses to a revocation at ``τ`` (counted from the request; its
+    segments of ``L`` seconds, training and the write, begin after the start-up ``s0``; a
+    revocation during the start-up loses nothing), exact on each interval through
+    ``G(x) = ∫0^x (y mod L) dy = ⌊x/L⌋ L²/2 + (x mod L)²/2`` (A5b)."""
+    def G(x):
+        return jnp.floor(x / L) * L * L / 2 + jnp.mod(x, L) ** 2 / 2
+
+    x = jnp.maximum(tau_edges - s0, 0.0)
+    a, b = x[:-1], x[1:]
+    width = tau_edges[1:] - tau_edges[:-1]
+    mid = jnp.mod(jnp.maximum(0.5 * (tau_edges[1:] + tau_edges[:-1]) - s0, 0.0), L)
+    return jnp.mean(jnp.where(width > 1e-3, (G(b) - G(a)) / jnp.maximum(width, 1e-3), mid))
 
 
 def _scar_rework(c, K, r, I, prio, p, K0, ell, ages_top, log_drift):
@@ -626,7 +650,11 @@ def _predict_one(c_, t):
         # the spot machines' whole hours before the revocation are billed, the partial one free
         sp_h = jnp.maximum(tau - s0, 0.0) / _H
         od_h = jnp.maximum(run + extra - tau, 0.0) / _H  # the replacements, each at least an hour (hourly)
-        c_rev = n * (sp * jnp.where(hourly, jnp.maximum(sp_h - 0.5, 0.0), sp_h)
+        # per-second: the warning before the revocation is billed at the price above the bid
+        # (its part after the start-up; over the quantiles of τ < R)
+        held_warn = jnp.mean(jnp.minimum(t["warning_s"], jnp.maximum(_conditional_quantiles(p, top, cdf) - s0, 0.0)))
+        warn = jnp.where(hourly, 0.0, (t["revoked_price"][j, b] - sp) * held_warn / _H)
+        c_rev = n * (sp * jnp.where(hourly, jnp.maximum(sp_h - 0.5, 0.0), sp_h) + warn
                      + od * jnp.where(hourly, jnp.maximum(od_h + 0.5, 1.0), od_h))
         return (1 - p) * c_no + p * c_rev, p * (1 - p) * (c_rev - c_no) ** 2
 
@@ -655,15 +683,17 @@ def _predict_one(c_, t):
     cr_N_nf = nseg * em1
     cr_T_nf = s0 + W_start + nseg * seg
     p1 = jnp.where(fb, F(s0 + T0), 0.0)  # A5b: a lifetime counts from the request
-    cr_T_fb = s0 + T0 + p1 * (Rr + L / 2)
+    # A5b: the one revocation's loss, the time since the last checkpoint at its time τ < s0 + T0
+    lost_fb = _lost_since_checkpoint(_conditional_quantiles(p1, top, cdf, edges=True), s0, L)
+    cr_T_fb = s0 + T0 + p1 * (Rr + lost_fb)
     cr_N = jnp.where(fb, p1, cr_N_nf)
     cr_T = jnp.where(fb, cr_T_fb, cr_T_nf)
-    cr_lost = jnp.where(fb, L / 2, lost)
+    cr_lost = jnp.where(fb, lost_fb, lost)
     cr_var = jnp.where(fb, p1 * (1 - p1), cr_N) * (Rr + cr_lost) ** 2
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
     ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0 - n * (1.0 - held) * W_start
     cr_c_nf, cr_cv = billed_mixed(ms_nf, cr_N * k_lost_n, cr_T - s0)
-    cr_c_fb, cr_fbv = fb_cost(T0, Rr + L / 2)
+    cr_c_fb, cr_fbv = fb_cost(T0, Rr + lost_fb)
     cr_cost = jnp.where(fb, cr_c_fb, cr_c_nf)
     cr_cost_var = jnp.where(fb, cr_fbv, cr_cv + (n * sp / _H) ** 2 * cr_var)
     # a fallback market may not grant the start (price above the bid): on-demand throughout
@@ -781,6 +811,7 @@ def prediction_tables(profile: JobProfile, market: MarketModel) -> dict:
     return {
         "startup_s": f32(market.startup_s), "checkpoint_s": f32(profile.checkpoint_s), "restore_s": f32(profile.restore_s),
         "on_demand": f32(market.on_demand), "spot": f32(market.spot), "avail": f32(market.avail),
+        "revoked_price": f32(market.revoked_price), "warning_s": f32(market.warning_s),
         "mttf_s": f32(np.where(np.isfinite(mttf_s), mttf_s, np.inf)), "grid_top_s": f32(float(np.asarray(market.grid_h)[-1]) * _H),
         "renewal": f32(market.renewal), "cdf": f32(market.cdf), "surv_int": f32(np.asarray(market.surv_int) * _H),
         "bulk": jnp.asarray(bool(market.bulk)), "fallback": jnp.asarray(bool(market.fallback)),
