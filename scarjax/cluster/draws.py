@@ -106,27 +106,36 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    draw loses ActivePS blocks without warning: those blocks roll back to the BackupPS and the
    others do not, so from there that draw trains its own state with its own Trainer, as the
    per-draw policy does (the two states it mixes re-run from the start, bit for bit).
-   SCAR's partial recovery makes each draw's trajectory its own from its first lost block: a
-   draw that loses none trains the reliable trajectory (the writes do not change the state), so
-   the one real run serves it; the others train in one jitted program, ``vmap`` over draws of
-   a ``lax.scan`` over global steps, each step ``scarjax.core.run_one`` with the Trainer's key
-   ``fold_in(train_key, step)``, the priority checkpoint write
-   (:func:`scarjax.scar.checkpoint.step`) where the draw's plan writes one and the partial
-   recovery (:func:`scarjax.scar.faults.recover`) of the servers the plan revokes at that step
-   (masks ``bool[draws, steps]`` and ``bool[draws, steps, servers]``). This program is now most
-   of SCAR's time: every draw in it trains all ``job.max_steps`` steps, the loss on the whole
-   data after each. *Not done:* running each draw only from its first lost block (before it,
-   the reliable run's states and running checkpoint) to its target or plan end, in chunks with
-   the finished draws dropped (measured on the benchmark's p3 runs, 1,000 draws x 200 steps:
-   0.38 of today's draw-steps); the shapes change per chunk (one compilation per padded size).
+   SCAR's partial recovery makes each draw's trajectory its own from its first lost block; up
+   to it the draw trains the reliable trajectory (the writes do not change the state), so the
+   one real run serves a draw that loses no block and every draw up to its first loss: the one
+   reliable :class:`~scarjax.cluster.trainer.Trainer` run, cut at the steps asked for, gives the
+   states there and the running checkpoint (the per-draw policy's write,
+   :func:`scarjax.scar.checkpoint.step`, on the reliable states at the write steps before;
+   a draw whose writes before its first loss are not the others' starts at step 0). From there
+   the draws train in one jitted program, ``vmap`` over draws of a ``lax.scan`` over
+   :data:`SCAR_CHUNK` global steps ``g .. g + C - 1`` (``g`` a multiple of ``C``, one step for
+   the whole batch), each step ``scarjax.core.run_one`` with the Trainer's key
+   ``fold_in(train_key, step)``, the priority checkpoint write where the draw's plan writes one
+   and the partial recovery (:func:`scarjax.scar.faults.recover`) of the servers the plan
+   revokes at that step (masks ``bool[draws, C]`` and ``bool[draws, C, servers]``), the loss on
+   the whole data after each. A draw joins at the chunk start before its first lost block (the
+   reliable state and checkpoint there) and is dropped after the chunk that reaches its target
+   (a draw whose reliable prefix reaches it never joins) or its plan's end; the batch is padded
+   to one of a few sizes (:func:`_padded`: at most 8 per octave, each compiled once), its rows
+   selected on the host between calls. On the benchmark's p3 runs (1,000 draws x 200 steps,
+   measured) the program trains 68,096 draw-steps (padding and the chunk ends included; 56,196
+   from the first lost blocks to the targets) where training every draw that loses a block
+   from step 0 for all ``job.max_steps`` steps took 149,000.
 
 **Identical.** For checkpoint-restart and TierML every field of every run equals the per-draw
 policy's bit for bit (``==`` on float64: time and dollars to the target, the step, the counts,
 the whole curves and events). For SCAR the schedule (event times, the ledger) is bit for bit,
-so are the losses of a draw that loses no block, and the others' losses equal the per-draw
-Trainer's to float32 rounding only: XLA compiles the
-batched (``vmap``) matrix products differently from the unbatched ones (measured: a few
-``1e-7`` after 120 steps of MLR), so :func:`summary`'s fields - whether and at which step
+so are the losses of every draw up to its first lost block (the one reliable run; all of a
+draw that loses none), and from there a draw's losses equal the per-draw Trainer's to float32
+rounding only (the steps from its chunk start to its first lost block are trained in the batch
+too): XLA compiles the batched (``vmap``) matrix products differently from the unbatched ones
+(measured: a few ``1e-7`` after 120 steps of MLR), so :func:`summary`'s fields - whether and at which step
 the target is reached, its time and dollars, ``recoveries`` - are equal unless a draw's loss
 crosses the target within that rounding (:func:`mismatches` reports any such draw).
 """
@@ -850,38 +859,62 @@ def _checkpoint_restart(job, market, keys, starts, horizon_s, *, train_key=0, st
     return ck.settle(runs, starts)  # every draw's machines billed in one vectorised call
 
 
-# ---- SCAR: one vmapped program over draws
+# ---- SCAR: the reliable run up to each draw's first lost block, then one vmapped program in chunks
 
+#: Global steps per call of SCAR's chunk program (module docstring, 3): after each call the
+#: draws that reached their target or their plan's end are dropped.
+SCAR_CHUNK = 16
 
 _SCAR_PROGRAMS: dict = {}
 
 
+def _padded(n: int) -> int:
+    """The draw count a chunk call is padded to: ``n`` rounded up to a multiple of ``max(4,
+    2^(b - 4))`` (``b``: the bit length of ``n - 1``), at least 8: at most 8 sizes per octave
+    compiled, at most an eighth of a large call (a third of a small one) padding."""
+    q = max(4, 1 << max(0, (n - 1).bit_length() - 4))
+    return max(8, -(-n // q) * q)
+
+
 def _scar_program(algorithm, partition, spec):
-    """The jitted all-draws SCAR training (cached per algorithm, partition and spec objects)."""
+    """The jitted SCAR training of a batch of draws over global steps ``start .. start + C - 1``
+    (cached per algorithm, partition and spec objects): ``(key, ck_key, state, ckpt, start
+    int32, write bool[b, C], lost bool[b, C, servers]) -> (state, ckpt, losses float32[b,
+    C])``. At step ``s = start + i``: the running checkpoint write
+    (:func:`scarjax.scar.checkpoint.step` with ``fold_in(ck_key, s)``) of the draws with
+    ``write[:, i]``, the partial recovery (:func:`scarjax.scar.faults.recover`) of the
+    servers ``lost[:, i]``, one ``scarjax.core.run_one`` step with the Trainer's key
+    ``fold_in(key, s)`` and the loss after it. The write and the recovery are computed only
+    when some draw of the batch has one at ``i``."""
     k = (id(algorithm), id(partition), id(spec))
     hit = _SCAR_PROGRAMS.get(k)
     if hit is not None and hit[0] is algorithm and hit[1] is partition and hit[2] is spec:
         return hit[3]
 
-    def program(key, ck_key, state, ckpt, write, lost):
-        def per_draw_step(s, st, c, w, fl):
+    def program(key, ck_key, state, ckpt, start, write, lost):
+        def write_one(s, st, c, w):
             new_c = sck.step(spec, c, st, partition, s, jax.random.fold_in(ck_key, s), algorithm.norm)[0]
-            c = jax.tree.map(lambda a, b: jnp.where(w, a, b), new_c, c)
+            return jax.tree.map(lambda a, b: jnp.where(w, a, b), new_c, c)
+
+        def recover_one(st, c, fl):
             rec = sfl.recover("partial", st, c.saved, partition, spt.server_blocks(partition, fl))
-            st = core.State(*jax.tree.map(lambda a, b: jnp.where(jnp.any(fl), a, b), rec, st))
+            return core.State(*jax.tree.map(lambda a, b: jnp.where(jnp.any(fl), a, b), rec, st))
+
+        def train_one(s, st):
             new, tr = core.run_one(algorithm, jax.random.fold_in(key, s), None, st, (), (1, False, None))
-            return core.State(*new), c, tr.loss[1]
+            return core.State(*new), tr.loss[1]
 
         def body(carry, xs):
             st, c = carry
             s, w, fl = xs
-            st, c, loss = jax.vmap(per_draw_step, (None, 0, 0, 0, 0))(s, st, c, w, fl)
+            c = jax.lax.cond(jnp.any(w), lambda c: jax.vmap(write_one, (None, 0, 0, 0))(s, st, c, w), lambda c: c, c)
+            st = jax.lax.cond(jnp.any(fl), lambda st: jax.vmap(recover_one)(st, c, fl), lambda st: st, st)
+            st, loss = jax.vmap(train_one, (None, 0))(s, st)
             return (st, c), loss
 
-        steps = write.shape[1]
-        xs = (jnp.arange(steps, dtype=jnp.int32), jnp.swapaxes(write, 0, 1), jnp.swapaxes(lost, 0, 1))
-        _, losses = jax.lax.scan(body, (state, ckpt), xs)
-        return losses.T
+        xs = (start + jnp.arange(write.shape[1], dtype=jnp.int32), jnp.swapaxes(write, 0, 1), jnp.swapaxes(lost, 0, 1))
+        (state, ckpt), losses = jax.lax.scan(body, (state, ckpt), xs)
+        return state, ckpt, losses.T
 
     fn = jax.jit(program)
     _SCAR_PROGRAMS[k] = (algorithm, partition, spec, fn)
@@ -904,36 +937,122 @@ def _scar_marks(plan, steps, servers):
     return write, lost
 
 
+def _reliable_run(algorithm, train_key, upto, at, target):
+    """The one reliable :class:`Trainer` run (every draw's trajectory before its first lost
+    block) to ``upto`` steps, cut at the steps ``at``: ``(curve float64[<= upto], {step:
+    state})``. With ``target`` (not ``None``) it stops at the first loss ``<= target`` (the
+    draws then end there)."""
+    trainer = Trainer(algorithm, train_key)
+    states, parts = {}, []
+    for s in sorted({int(x) for x in at if x <= upto} | {int(upto)}):
+        if s > trainer.step:
+            parts.append(trainer.train(s - trainer.step))
+            if target is not None and np.any(parts[-1] <= target):
+                break
+        states[s] = trainer.state
+    return (np.concatenate(parts) if parts else np.zeros(0)), states
+
+
+def _scar_chunks(program, keys, at, join, first, end, write, lost, target):
+    """The draws of one program trained in calls of :data:`SCAR_CHUNK` global steps ``g .. g +
+    C - 1`` (``g`` a multiple of ``C``; one step ``s`` for the whole batch, padded to
+    :func:`_padded` draws): draw ``j`` joins at ``g = join[j]`` from ``at[g]`` (the reliable
+    ``(state, ckpt)`` there) and is dropped after the call that reaches ``end[j]`` or a loss
+    ``<= target`` (not ``None``) at a step past ``first[j]``: ``float64[draws, steps +
+    SCAR_CHUNK]``, the loss after each step trained (``NaN`` elsewhere)."""
+    C = SCAR_CHUNK
+    n, steps = write.shape
+    pad = ((0, 0), (0, C)) + ((0, 0),) * (lost.ndim - 2)
+    write, lost = np.pad(write, pad[:2]), np.pad(lost, pad)
+    out = np.full((n, steps + C), np.nan)
+    rows = np.zeros(0, np.int64)
+    batch = None  # the draws' (state, ckpt) rows, on the host (selecting rows op by op costs ms)
+    for g in range(int(join.min()), int(end.max()), C):
+        new = np.flatnonzero(join == g)
+        if new.size:  # the joining draws from the reliable state and checkpoint at g
+            fresh = jax.tree.map(lambda x: _host_rows(x)[None].repeat(new.size, axis=0), at[g])
+            batch = fresh if batch is None else jax.tree.map(lambda a, b: _host_rows(a[: rows.size], b), batch, fresh)
+            rows = np.concatenate([rows, new])
+        if not rows.size:
+            continue
+        P = _padded(rows.size)
+        if jax.tree.leaves(batch)[0].shape[0] != P:
+            idx = np.concatenate([np.arange(rows.size), np.zeros(P - rows.size, np.int64)])
+            batch = jax.tree.map(lambda x: x[idx], batch)
+        sel = np.concatenate([rows, np.full(P - rows.size, rows[0])])
+        st, ck, losses = program(*keys, *batch, np.int32(g), write[sel, g:g + C], lost[sel, g:g + C])
+        losses = np.asarray(losses, np.float64)[: rows.size]
+        out[rows, g:g + C] = losses
+        done = g + C >= end[rows]
+        if target is not None:
+            steps_at = g + np.arange(C)
+            mine = (steps_at >= first[rows][:, None]) & (steps_at < end[rows][:, None])
+            done |= np.any((losses <= target) & mine, axis=1)
+        keep = np.flatnonzero(~done)
+        rows = rows[keep]
+        batch = None if keep.size == 0 else jax.tree.map(lambda x: _host_rows(x)[keep], (st, ck))
+    return out
+
+
+def _host_rows(a, b=None):
+    """``a`` (or ``a`` and ``b`` concatenated) as a NumPy array; a PRNG key array stays a JAX array."""
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+        return a if b is None else jnp.concatenate([a, b])
+    return np.asarray(a) if b is None else np.concatenate([np.asarray(a), np.asarray(b)])
+
+
 def _scar(job, market, keys, starts, horizon_s, *, train_key=0, stop_at_target=True, **planning):
     plans, setups = _scar_plans(job, market, keys, starts, horizon_s, **planning)
     tk = core.as_key(train_key)
-    init = Trainer(job.algorithm, tk).state
-    steps = int(job.max_steps)
-    curves = [None] * len(plans)
+    ck_key = jax.random.fold_in(tk, 7)
+    steps, C = int(job.max_steps), SCAR_CHUNK
+    target = float(job.target_loss) if stop_at_target else None
     marks = [_scar_marks(p, steps, job.workers) for p in plans]
-    # a draw that loses no block trains the reliable trajectory (its writes do not change the
-    # state): the one real run serves it, bit for bit the per-draw Trainer's
-    kept = [i for i, (_, lo) in enumerate(marks) if not lo.any()]
-    if kept:
-        reliable = Trainer(job.algorithm, train_key).train(max([plans[i].furthest_step() for i in kept] + [1]))
-        for i in kept:
-            curves[i] = reliable
+    end = np.array([min(p.furthest_step(), steps) for p in plans], np.int64)
+    # the first step boundary at which a draw loses blocks (its end: none before it); up to it
+    # the draw trains the reliable trajectory (the writes do not change the state)
+    first = np.minimum([int(np.argmax(lo.any(axis=1))) if lo.any() else steps for _, lo in marks], end)
+    own = first < end
     groups: dict = {}  # one program per (partition, spec): draws whose K differs (price-driven starts)
-    for i, (_, partition, spec) in enumerate(setups):
-        if curves[i] is None:
-            groups.setdefault((id(partition), id(spec)), []).append(i)
-    for idx in groups.values():
+    for i in np.flatnonzero(own).tolist():
+        groups.setdefault((id(setups[i][1]), id(setups[i][2])), []).append(i)
+    # a draw joins its program at the chunk start before its first loss, from the reliable state
+    # and running checkpoint there (the writes before it on the reliable states: a draw whose
+    # writes before its first loss are not its group's joins at step 0)
+    writes = {}
+    for g, idx in groups.items():
+        W = np.unique(np.concatenate([np.flatnonzero(marks[i][0][: first[i]]) for i in idx]))
+        for i in idx:
+            if not np.array_equal(np.flatnonzero(marks[i][0][: first[i]]), W[W < first[i]]):
+                first[i] = 0
+        writes[g] = W
+    join = first // C * C
+    cuts = {0} | set(join[own].tolist()) | {int(w) for W in writes.values() for w in W if w < join[own].max()}
+    upto = int(max(first[own].max(initial=0), end[~own].max(initial=0), 1))
+    reliable, states = _reliable_run(job.algorithm, train_key, upto, cuts, target)
+    if target is not None:  # a draw whose reliable prefix reaches the target ends there
+        below = np.flatnonzero(reliable <= target)
+        if below.size:
+            own &= first < below[0] + 1
+    curves = [reliable] * len(plans)
+    for g, idx in groups.items():
+        idx = np.array([i for i in idx if own[i]], np.int64)
+        if not idx.size:
+            continue
         _, partition, spec = setups[idx[0]]
-        write = jnp.asarray(np.stack([marks[i][0] for i in idx]))
-        lost = jnp.asarray(np.stack([marks[i][1] for i in idx]))
-        b = len(idx)
-        state = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), init)
-        ckpt0 = sck.init(init, partition, spec)
-        ckpt = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), ckpt0)
-        losses = _scar_program(job.algorithm, partition, spec)(tk, jax.random.fold_in(tk, 7), state, ckpt, write, lost)
-        losses = np.asarray(losses, np.float64)
-        for j, i in enumerate(idx):
-            curves[i] = losses[j]
+        write_fn = po._scar_programs(partition, spec, job.algorithm.norm)[0]  # the per-draw policy's write
+        W = set(writes[g][writes[g] < join[idx].max()].tolist())
+        at, c = {}, sck.init(states[0], partition, spec)
+        for s in sorted(set(join[idx].tolist()) | W):
+            if s in states:
+                at.setdefault(s, (states[s], c))  # the checkpoint before the write at s
+            if s in W:
+                c = write_fn(c, states[s], jnp.int32(s), jax.random.fold_in(ck_key, s))
+        out = _scar_chunks(_scar_program(job.algorithm, partition, spec), (tk, ck_key), at, join[idx], first[idx],
+                           end[idx], np.stack([marks[i][0] for i in idx]), np.stack([marks[i][1] for i in idx]),
+                           target)
+        for j, i in enumerate(idx.tolist()):
+            curves[i] = np.concatenate([reliable[: first[i]], out[j, first[i]: end[i]]])
     runs = _execute([p.training_only() for p in plans], curves, job, "scar", stop_at_target)
     return ck.settle(runs, starts)  # every draw's machines billed in one vectorised call
 

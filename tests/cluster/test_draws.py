@@ -79,7 +79,9 @@ def test_p3_trace_draws_equal_the_per_draw_loop(policy):
     assert any(e[1] == "revocation" for r in b for e in r.events), "no draw was revoked: a vacuous test"
     # the summary counts them (every policy names every revocation 'revocation', warned or not)
     assert dr.summary(b, job.target_loss)["revocations"].sum() > 0
-    if policy != "scar":  # the whole runs, bit for bit (SCAR: losses to float32 rounding, module notes)
+    if policy == "scar":  # the losses to float32 rounding (module notes), the reliable prefix bit for bit
+        check_scar_curves(a, b, _first_losses(job, p3(), jax.random.split(jax.random.key(3), 24), starts))
+    else:  # the whole runs, bit for bit
         for r, q in zip(a, b):
             assert np.array_equal(r.loss, q.loss) and np.array_equal(r.dollars, q.dollars) and r.events == q.events
 
@@ -137,6 +139,80 @@ def test_drawn_purchases_beyond_the_tables_fall_back(monkeypatch):
     job = _job()
     a, b = _both("checkpoint_restart", job, _exp(), 6, 6)
     check_identical(a, b, job.target_loss)
+
+
+# ----------------------------------------------------------------------------- SCAR's late start
+
+
+def _first_losses(job, market, keys, starts):
+    """Each draw's first step boundary at which its plan loses blocks (``None``: none)."""
+    out = []
+    for p in dr.plans("scar", job, market, keys, horizon_s=HORIZON, start_s=starts):
+        lost = dr._scar_marks(p, job.max_steps, job.workers)[1].any(axis=1)
+        out.append(int(np.argmax(lost)) if lost.any() else None)
+    return out
+
+
+def check_scar_curves(a, b, firsts):
+    """SCAR's runs ``a`` against the per-draw runs ``b``: points, steps and events equal, the losses
+    up to a draw's first lost block bit for bit (the one reliable run), after it to float32
+    rounding (the batched program; module notes)."""
+    for r, q, f in zip(a, b, firsts):
+        assert np.array_equal(r.time_s, q.time_s) and np.array_equal(r.steps, q.steps) and r.events == q.events
+        pre = r.steps <= (np.inf if f is None else f)
+        assert np.array_equal(r.loss[pre], q.loss[pre]), "the reliable prefix differs"
+        np.testing.assert_allclose(r.loss, q.loss, rtol=1e-5, atol=1e-6)
+
+
+def _one_step_late(program, key, ck_key, state, ckpt, start, write, lost):
+    return program(key, ck_key, state, ckpt, start + 1, write, lost)
+
+
+def test_scar_draws_train_from_their_first_lost_block(monkeypatch):
+    """A draw that loses blocks joins the chunk program at the chunk start before its first lost
+    block (the reliable run's state and running checkpoint there) and is dropped after the chunk
+    that reaches its target or its plan's end: with chunks of 4 steps (many joins, drops and
+    padded sizes) the runs equal the per-draw loop's (summaries ``==``, losses to float32 rounding,
+    the reliable prefix bit for bit). Planted: the program one global step late (the next step's
+    minibatches and writes) is caught."""
+    monkeypatch.setattr(dr, "SCAR_CHUNK", 4)
+    job = _job()
+    starts = np.random.default_rng(2).uniform(0.0, 40000.0 - HORIZON, 16)
+    keys = jax.random.split(jax.random.key(11), 16)
+    a = dr.run("scar", job, p3(), keys, horizon_s=HORIZON, start_s=starts)
+    b = dr.per_draw("scar", job, p3(), keys, horizon_s=HORIZON, start_s=starts)
+    firsts = _first_losses(job, p3(), keys, starts)
+    assert sum(f is not None and f >= 4 for f in firsts) >= 2, "no draw starts late: a vacuous test"
+    check_identical(a, b, job.target_loss)
+    check_scar_curves(a, b, firsts)
+    real = dr._scar_program
+    monkeypatch.setattr(dr, "_scar_program", lambda *setup: functools.partial(_one_step_late, real(*setup)))
+    bad = dr.run("scar", job, p3(), keys, horizon_s=HORIZON, start_s=starts)
+    with pytest.raises(AssertionError):
+        check_scar_curves(bad, b, firsts)
+
+
+def _padding_ok(padded, n):
+    p = padded(n)
+    return n <= p <= max(8, n + max(3, (n - 1) // 8))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(n=st.integers(1, 5000))
+def test_property_padded_sizes(n):
+    """A chunk call's padded draw count: at least ``n``, at most 3 more (an eighth more above 32
+    draws). Planted: doubling is caught."""
+    assert _padding_ok(dr._padded, n)
+    assert not _padding_ok(lambda m: 2 * m + 8, n)
+
+
+def test_padded_sizes_are_few_per_octave():
+    """At most 8 padded sizes per octave (compilations); planted: no padding (every size) is caught."""
+    def most(padded):
+        return max(len({padded(n) for n in range(2**k + 1, 2**(k + 1) + 1)}) for k in range(3, 13))
+
+    assert most(dr._padded) <= 8
+    assert most(lambda n: n) > 8
 
 
 # ----------------------------------------------------------------------------- properties
