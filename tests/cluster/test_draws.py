@@ -19,7 +19,7 @@ from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.models import mlr
 
-from ._markets import machine, p3
+from ._markets import machine, p3, random_trace
 
 HORIZON = 3 * 3600.0
 
@@ -218,20 +218,11 @@ def test_padded_sizes_are_few_per_octave():
 # ----------------------------------------------------------------------------- properties
 
 
-def _random_trace(data):
-    k = data.draw(st.integers(1, 5), label="nodes")
-    add = np.array(sorted(data.draw(st.lists(st.integers(0, 6000), min_size=k, max_size=k), label="add")), float)
-    stay = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=k, max_size=k), label="stay"), float)
-    rem = np.where(np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k), label="forever")),
-                   np.inf, add + stay)
-    return mk.Market(machine(), mk.replay((add, rem), warning_s=0.0), startup=mk.fixed_startup(30.0))
-
-
 @pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_property_random_traces_equal_the_per_draw_loop(data):
-    market = _random_trace(data)
+    market = random_trace(data, max_nodes=5)
     policy = data.draw(st.sampled_from(["checkpoint_restart", "scar"]), label="policy")
     unavailable = data.draw(st.sampled_from(["on_demand", "wait"]), label="unavailable")
     starts = np.array(data.draw(st.lists(st.integers(0, 8000), min_size=4, max_size=4), label="starts"), float)

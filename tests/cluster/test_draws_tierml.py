@@ -21,6 +21,8 @@ from scarjax.cluster.steptime import step_time_linear
 from scarjax.cluster.trainer import Trainer
 from scarjax.models import mlr
 
+from ._markets import machine, p3, random_trace
+
 HORIZON = 3 * 3600.0
 OPTS = {"reliable": 1, "transient": 3}
 
@@ -37,26 +39,15 @@ def _job(max_steps=40):
                   max_steps=max_steps)
 
 
-def _machine():
-    return mk.MachineType("p3.2xlarge", 3.06, spot=0.92)
-
-
-@functools.lru_cache(maxsize=None)
-def _p3():
-    from scarjax.data import transient as td  # the embedded trace, loaded once
-
-    return mk.Market(_machine(), mk.replay(td.load_aws_p3_trace()), startup=mk.fixed_startup(120.0))
-
-
 def _from_arrays():
     ticks = np.arange(0.0, 6 * 3600.0 + 1.0, 300.0)
     walk = np.clip(np.cumsum(np.random.default_rng(5).integers(-2, 3, ticks.size)) + 4, 0, 6)
-    return mk.Market(_machine(), mk.from_availability(ticks, walk, provider="aws"), startup=mk.fixed_startup(60.0),
+    return mk.Market(machine(), mk.from_availability(ticks, walk, provider="aws"), startup=mk.fixed_startup(60.0),
                      billing="per_second")
 
 
 def _exp():
-    return mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0), startup=mk.fixed_startup(60.0))
+    return mk.Market(machine(), mk.exponential(1800.0, warning_s=120.0), startup=mk.fixed_startup(60.0))
 
 
 def _runs(market, n, seed, starts, monkeypatch=None, **kw):
@@ -101,7 +92,7 @@ def whole_run_mismatches(a, b):
 
 def test_p3_trace_templates_serve_draws_equal_to_the_per_draw_loop(monkeypatch):
     starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 16))
-    a, b, served = _runs(_p3(), 16, 3, starts, monkeypatch)
+    a, b, served = _runs(p3(), 16, 3, starts, monkeypatch)
     assert 0 < served < 16, f"templates served {served} of 16 draws: a vacuous test"
     assert whole_run_mismatches(a, b) == []
     assert not dr.mismatches(dr.summary(a, _job().target_loss), dr.summary(b, _job().target_loss))
@@ -121,21 +112,11 @@ def test_parametric_market_runs_per_draw_equal(monkeypatch):
     assert whole_run_mismatches(a, b) == []
 
 
-def _random_trace(data):
-    k = data.draw(st.integers(1, 6), label="nodes")
-    add = np.array(sorted(data.draw(st.lists(st.integers(0, 6000), min_size=k, max_size=k), label="add")), float)
-    stay = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=k, max_size=k), label="stay"), float)
-    rem = np.where(np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k), label="forever")),
-                   np.inf, add + stay)
-    warning = data.draw(st.sampled_from([0.0, 120.0]), label="warning_s")
-    return mk.Market(_machine(), mk.replay((add, rem), warning_s=warning), startup=mk.fixed_startup(30.0))
-
-
 @pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_property_random_traces_equal_the_per_draw_loop(data):
-    market = _random_trace(data)
+    market = random_trace(data, max_nodes=6, warnings=(0.0, 120.0))
     starts = np.array(data.draw(st.lists(st.integers(0, 8000), min_size=4, max_size=4), label="starts"), float)
     transient = data.draw(st.integers(1, 4), label="transient")
     a, b, _ = _runs(market, 4, data.draw(st.integers(0, 99), label="seed"), starts, transient=transient)
@@ -153,7 +134,7 @@ def test_planted_violation_template_serving_interrupted_draws_is_caught(monkeypa
 
     starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 16))
     monkeypatch.setattr(dr, "_tier_picks", blind)
-    a, b, served = _runs(_p3(), 16, 3, starts, monkeypatch)
+    a, b, served = _runs(p3(), 16, 3, starts, monkeypatch)
     assert served == 16
     assert whole_run_mismatches(a, b) != []
     assert dr.mismatches(dr.summary(a, _job().target_loss), dr.summary(b, _job().target_loss)) != []
@@ -170,7 +151,7 @@ def _run_with(events):
 def test_every_revocation_is_a_revocation_event_and_the_warned_ones_are_counted():
     """TierML names every revocation ``'revocation'`` (as every policy): the summary counts them
     all; :func:`warned_revocations` those whose machines were all warned."""
-    market = mk.Market(_machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=0.5),
+    market = mk.Market(machine(), mk.exponential(1800.0, warning_s=120.0, unwarned=0.5),
                        startup=mk.fixed_startup(60.0), billing="per_second")
     keys = jax.random.split(jax.random.key(8), 6)
     runs = dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, reliable=1, transient=8)
