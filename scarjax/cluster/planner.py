@@ -505,7 +505,7 @@ def _conditional_quantiles(p, top, cdf, edges=False):
     (A5b)."""
     G = cdf.shape[0]
     u = (jnp.arange(_AGES + 1) / _AGES if edges else (jnp.arange(_AGES) + 0.5) / _AGES) * p
-    i = jnp.clip(jnp.sum(cdf[None, :] < u[:, None], axis=1), 1, G - 1)  # the first grid point with F >= u
+    i = jnp.clip(jnp.searchsorted(cdf, u, side="left", method="scan"), 1, G - 1)  # the first grid point with F >= u
     lo, hi = cdf[i - 1], cdf[i]
     w = jnp.clip((u - lo) / jnp.maximum(hi - lo, 1e-12), 0.0, 1.0)
     return (i - 1 + w) * top / (G - 1)
@@ -639,7 +639,7 @@ def _predict_one(c_, t):
     def rounded_h(x):  # billed hours of one machine run x seconds, stopped by the user
         return jnp.where(hourly, _billed_hours(x), x / _H)
 
-    def fb_cost(run, extra):  # A5b: (mean, var) of the bill on a fallback market
+    def fb_cost(run, extra, tau_q):  # A5b: (mean, var) of the bill on a fallback market
         # `run`: the run's seconds without a revocation; `extra`: the seconds a revocation adds
         # (restart and lost work), spent on the on-demand replacements
         # lifetimes count from the request, the machines are billed after their start-up s0
@@ -652,7 +652,7 @@ def _predict_one(c_, t):
         od_h = jnp.maximum(run + extra - tau, 0.0) / _H  # the replacements, each at least an hour (hourly)
         # per-second: the warning before the revocation is billed at the price above the bid
         # (its part after the start-up; over the quantiles of τ < R)
-        held_warn = jnp.mean(jnp.minimum(t["warning_s"], jnp.maximum(_conditional_quantiles(p, top, cdf) - s0, 0.0)))
+        held_warn = jnp.mean(jnp.minimum(t["warning_s"], jnp.maximum(tau_q - s0, 0.0)))
         warn = jnp.where(hourly, 0.0, (t["revoked_price"][j, b] - sp) * held_warn / _H)
         c_rev = n * (sp * jnp.where(hourly, jnp.maximum(sp_h - 0.5, 0.0), sp_h) + warn
                      + od * jnp.where(hourly, jnp.maximum(od_h + 0.5, 1.0), od_h))
@@ -684,7 +684,8 @@ def _predict_one(c_, t):
     cr_T_nf = s0 + W_start + nseg * seg
     p1 = jnp.where(fb, F(s0 + T0), 0.0)  # A5b: a lifetime counts from the request
     # A5b: the one revocation's loss, the time since the last checkpoint at its time τ < s0 + T0
-    lost_fb = _lost_since_checkpoint(_conditional_quantiles(p1, top, cdf, edges=True), s0, L)
+    tau_e = _conditional_quantiles(p1, top, cdf, edges=True)
+    lost_fb = _lost_since_checkpoint(tau_e, s0, L)
     cr_T_fb = s0 + T0 + p1 * (Rr + lost_fb)
     cr_N = jnp.where(fb, p1, cr_N_nf)
     cr_T = jnp.where(fb, cr_T_fb, cr_T_nf)
@@ -693,7 +694,7 @@ def _predict_one(c_, t):
     cr_rework = cr_N * jnp.minimum(cr_lost, Kc_eff * dt) / dt
     ms_nf = n * (cr_T - s0) - cr_N * k_lost_n * s0 - n * (1.0 - held) * W_start
     cr_c_nf, cr_cv = billed_mixed(ms_nf, cr_N * k_lost_n, cr_T - s0)
-    cr_c_fb, cr_fbv = fb_cost(T0, Rr + lost_fb)
+    cr_c_fb, cr_fbv = fb_cost(T0, Rr + lost_fb, 0.5 * (tau_e[1:] + tau_e[:-1]))
     cr_cost = jnp.where(fb, cr_c_fb, cr_c_nf)
     cr_cost_var = jnp.where(fb, cr_fbv, cr_cv + (n * sp / _H) ** 2 * cr_var)
     # a fallback market may not grant the start (price above the bid): on-demand throughout
@@ -743,7 +744,7 @@ def _predict_one(c_, t):
     ms = n * (sc_T - s0) - sc_N * k_lost_n * s0 * jnp.where(bulk, 1.0, slow) - n * (1.0 - held) * W_start \
         - sc_N * k_lost_n * W_rev
     sc_c_nf, sc_cv = billed_mixed(ms, sc_N * k_lost_n, sc_T - s0)
-    sc_c_fb, sc_fbv = fb_cost(A_s - s0, B_ev)
+    sc_c_fb, sc_fbv = fb_cost(A_s - s0, B_ev, tau_q)  # A_s = s0 + K0 dts here (no waits)
     sc_cost = jnp.where(fb, sc_c_fb, sc_c_nf)
     sc_cost_var = jnp.where(fb, sc_fbv, sc_cv + (n * sp / _H) ** 2 * sc_var)
     sc_T, sc_var, sc_cost, sc_cost_var, sc_N, sc_rework = _start_mix(
