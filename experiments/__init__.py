@@ -71,14 +71,14 @@ REGISTRY: tuple[str, ...] = (
 # (:func:`experiments._parallel.schedule`); a missing or stale entry only costs time, never
 # changes results.
 COST: dict[str, tuple[float, float]] = {
-    "fig5_3_qp": (9, 29), "fig5_5_mlr": (31, 172), "fig5_6_reset": (18, 145),
-    "fig5_7_partial_recovery": (14, 356), "fig5_9_priority_checkpoint": (20, 676),
-    "fig5_11_large_scale": (14, 62), "staleness": (21, 55), "precision": (12, 31), "revocation": (8, 40),
-    "combined": (12, 24), "pollux_efficiency": (25, 521), "pollux_throughput": (42, 193),
-    "pollux_adaptive": (20, 115), "proteus": (8, 19), "tierml_fig12": (6, 63), "sched_main": (7, 825),
-    "sched_sweeps": (26, 3959), "sched_autoscale": (7, 49), "sync_on_the_fly": (17, 20),
-    "litz_elasticity": (7, 6), "cluster_scar": (6, 37), "tierml_fig1": (7, 414), "tierml_fig11": (4, 3),
-    "cmdare": (3, 10), "perf_models_local": (11, 204), "planner_validation": (19, 276),
+    "fig5_3_qp": (7, 29), "fig5_5_mlr": (21, 172), "fig5_6_reset": (19, 145),
+    "fig5_7_partial_recovery": (8, 356), "fig5_9_priority_checkpoint": (21, 676),
+    "fig5_11_large_scale": (13, 62), "staleness": (20, 55), "precision": (11, 31), "revocation": (9, 40),
+    "combined": (11, 24), "pollux_efficiency": (13, 521), "pollux_throughput": (27, 193),
+    "pollux_adaptive": (14, 115), "proteus": (5, 19), "tierml_fig12": (2, 518), "sched_main": (8, 825),
+    "sched_sweeps": (29, 3959), "sched_autoscale": (7, 49), "sync_on_the_fly": (15, 20),
+    "litz_elasticity": (7, 6), "cluster_scar": (5, 37), "tierml_fig1": (4, 414), "tierml_fig11": (4, 13),
+    "cmdare": (7, 10), "perf_models_local": (7, 204), "planner_validation": (18, 518),
 }
 
 # Experiments that share memoised problems or compiled programs: with ``--jobs N`` each group
