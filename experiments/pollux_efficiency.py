@@ -305,9 +305,9 @@ def plot(out: dict, out_dir) -> list:
             ep[1:], [r["phi_est"] for r in tr[1:]], "C1--s", ms=3, label="phi estimated in training (EMA)"
         )
         ax.plot(ep, [r["phi_frozen"] for r in tr], "C3x", ms=5, label="phi estimated, frozen params")
+        ax2 = ax.twinx()
         for mult, c in ((4, "C0"), (16, "C2")):
             eff = [float(px.efficiency(m0 * mult, r["phi_exact"], m0)) for r in tr]
-            ax2 = ax.twinx() if mult == 4 else ax2  # noqa: F821
             ax2.plot(ep, eff, c + ":", label=f"EFFICIENCY_t({mult}xM0)")
             ax2.set_ylim(0, 1.05)
         ax2.set_ylabel("predicted efficiency (Eq 3.3)")
@@ -343,6 +343,7 @@ def plot(out: dict, out_dir) -> list:
             )
             ax.semilogx(bs, [r["predicted_exact_phi"] for r in rows], "C0:", label="predicted, exact phi")
             ax.set_ylim(0, 1.1)
+            _plot.readable_log(ax, "x")  # the quick run's batch sizes span less than a decade
             ax.set_title(
                 f"{name}: efficiency vs batch size (Fig 3.4), step {e['measure']['checkpoint_step']}"
             )
