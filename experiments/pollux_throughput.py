@@ -156,6 +156,18 @@ def _fit(records, key="t_iter"):
     return px.fit_throughput(a["nodes"], a["replicas"], a["local_bsz"], a["accum_steps"], t)
 
 
+def _predict(params: px.ThroughputParams, records) -> list[float]:
+    """Eq 3.8's ``T_iter`` of each record under ``params`` (float32, as one call per record
+    would give): one vectorised :func:`scarjax.pollux.t_iter` over the records padded to a
+    multiple of 64 (a one-replica configuration), so that every record count compiles its
+    ops once instead of once per scalar call."""
+    size = len(records)
+    pad = -size % 64
+    cols = [np.array([r[k] for r in records] + [v] * pad, np.int32)
+            for k, v in (("nodes", 1), ("replicas", 1), ("local_bsz", 1), ("accum_steps", 0))]
+    return [float(t) for t in np.asarray(px.t_iter(params, *cols))[:size]]
+
+
 def _fit_summary(records, key="t_iter", fit=None) -> dict | None:
     """The fit of ``records``' ``key`` (``fit``: that fit already made) as a JSON dict."""
     if len(records) < 3:
@@ -180,8 +192,7 @@ def _heldout(records) -> dict | None:
     test = [r for r in records if r["replicas"] == kmax]
     if len({r["replicas"] for r in train}) < 2 or not test:
         return None
-    p = _fit(train).params
-    pred = np.array([float(px.t_iter(p, r["nodes"], kmax, r["local_bsz"], r["accum_steps"])) for r in test])
+    pred = np.array(_predict(_fit(train).params, [dict(r, replicas=kmax) for r in test]))
     obs = np.array([r["t_iter"] for r in test])
     err = np.abs(pred - obs) / obs
     return dict(replicas=kmax, mean_rel_error=float(err.mean()), max_rel_error=float(err.max()))
@@ -200,24 +211,29 @@ def _parallel_ratio(records) -> dict | None:
     return dict(local_bsz=max(r["local_bsz"] for r in records), t1=t[1], t2=t[2], ratio=t[2] / t[1])
 
 
-@recorded(NAME)
-def run(config: Config, out_dir) -> dict:
-    t0 = time.perf_counter()
-    measured = _measure(config)
+def _analyse(measured: dict[str, list[dict]]) -> tuple[list[dict], list[dict], dict]:
+    """``(processes' records, forced host devices' records, fits)`` from :func:`_measure`'s
+    records: each record gains its fitted ``t_pred``; per kind of device the fit of the minimum
+    and of the median timings, the held-out prediction of the largest K and the parallel ratio."""
     procs, forced = measured["processes"], measured["forced"]
     fits = {}
     for name, recs in (("processes", procs), ("forced_host", forced)):
         f = _fit(recs)
-        for r in recs:
-            r["t_pred"] = float(
-                px.t_iter(f.params, r["nodes"], r["replicas"], r["local_bsz"], r["accum_steps"])
-            )
+        for r, t in zip(recs, _predict(f.params, recs)):
+            r["t_pred"] = t
         fits[name] = dict(
             fit=_fit_summary(recs, fit=f),
             fit_median=_fit_summary(recs, "t_iter_median"),
             heldout=_heldout(recs),
             parallel=_parallel_ratio(recs),
         )
+    return procs, forced, fits
+
+
+@recorded(NAME)
+def run(config: Config, out_dir) -> dict:
+    t0 = time.perf_counter()
+    procs, forced, fits = _analyse(_measure(config))
     out = dict(
         config=dataclasses.asdict(config),
         records=procs + forced,
