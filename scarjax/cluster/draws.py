@@ -68,10 +68,21 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    warning, revocation, refusal or provider end reaches the draw's loop, which takes the
    template's branches, chunks and times; its run is the template's points and events with its
    own ledger (the template's entries at ``start +`` each elapsed time, built for all such
-   draws in one pass, :func:`~scarjax.cluster.ledger.stopped_ledgers`) and trace nodes. The
-   other draws (a warning, a revocation, a refused purchase; a parametric or price-driven
-   market; random start-ups) run :func:`~scarjax.cluster.tierml.tierml` itself, one host loop
-   per draw: its control flow is per draw and data dependent (which trace nodes are held, the
+   draws in one pass, :func:`~scarjax.cluster.ledger.stopped_ledgers`) and trace nodes. A draw
+   of the group that a warning reaches earlier (its purchase granted) is *resumed* from the
+   template's state (:func:`_resume_at`): before each pass of its loop the template saves the
+   controller's state (``tierml._Controller.save``: the groups and counters copied; the
+   loop's time, fraction of the iteration done and next check; its points, events and ledger
+   entries so far), and the draw's own controller adopts the state of the last pass that
+   starts more than the longest iteration and a second before the draw's first warning
+   (:func:`_resume_pass`: every earlier pass ends before it, so the warning neither
+   interrupted nor cut a chunk of them), with its own trace nodes, lifetimes and warnings in
+   place of the template's granted-for-ever ones, its own chain at the same call and the
+   ledger entries at its ``t0 +`` each elapsed time; from there its own loop runs (the prefix
+   is not simulated again). The other draws (a refused purchase; a warning within the first
+   pass; a parametric or price-driven market; random start-ups) run
+   :func:`~scarjax.cluster.tierml.tierml` itself, one host loop per draw: its control flow is
+   per draw and data dependent (which trace nodes are held, the
    cheapest-option choice, the give-up counter, the stage elections and class switches) and its
    number of events varies per draw. What is per
    run, not per draw, is computed once: the market's tables, a replayed trace's float64 copy
@@ -95,9 +106,8 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    carry the counts, the stage, the time per iteration and the next event; the rollbacks
    (own training per draw), the ActivePS block placement (:mod:`scarjax.ps`'s deal, per input)
    and the ledger's per-machine entries would stay per draw. The draws an event reaches (a
-   warning, a revocation, a refused purchase) are now most of TierML's time here; a cheaper
-   step than the lock-step would start them from the template's state at their first event
-   (the controller resumable, its state copied per draw) instead of from the start.
+   warning, a revocation, a refused purchase) are most of TierML's time here, now from their
+   first warning on (the prefix resumed from the template's state, above).
 3. *The training.* Checkpoint-restart restores only states of the one reliable trajectory
    (its checkpoints are taken from it) and a redone step draws the same minibatch
    (:class:`~scarjax.cluster.trainer.Trainer`'s keys are the global step's), so every draw's
@@ -1329,12 +1339,20 @@ def _tierml_templates(job, market, tab, starts, horizon_s, traj, common, options
     up = tab["up"] if tab["startup"] else np.zeros((starts.size, 1), np.float32)
     _, group, size = np.unique(up.reshape(starts.size, -1), axis=0, return_inverse=True, return_counts=True)
     group = group.reshape(-1)
-    out = {}
+    out, resumes = {}, {}
     for g in np.flatnonzero(size >= 2).tolist():
         rows = np.flatnonzero(group == g)
         stand_in = _TemplateDraws(tab, int(rows[0]))
-        tpl = tml.tierml(job, _market_at(market, 0.0), key=0, market_draws=stand_in, trainer=_Shared(traj), **common,
-                         **options)
+        passes = []  # the template's loop state before each pass (_resume_at)
+
+        def on_pass(ctl, t, frac, next_check, stand_in=stand_in, passes=passes):
+            passes.append((t, frac, next_check, ctl.save(), stand_in.c, ctl.trainer.step, ctl.rec,
+                           len(ctl.rec._t), len(ctl.rec.events),
+                           [(e.machine_id, e.tier, e.price, e.billing, e.start, e.stop, e.revoked)
+                            for e in ctl.ledger.entries]))
+
+        tpl = tml._tierml(job, _market_at(market, 0.0), **{**o, **common, "key": 0, "market_draws": stand_in,
+                                                            "trainer": _Shared(traj), "on_pass": on_pass})
         ents = tpl.ledger.entries
         if not stand_in.ok or any(e.billing != market.billing or not isinstance(e.price, float) for e in ents):
             continue
@@ -1344,7 +1362,12 @@ def _tierml_templates(job, market, tab, starts, horizon_s, traj, common, options
         if stand_in.pick_at is not None:
             c, n, ready = stand_in.pick_at
             nodes, life, warn = _tier_picks(tab, rows, c, n, starts[rows] + ready)
-            ok = np.all(nodes >= 0, axis=1) & (np.min(ready + warn, axis=1) > end + longest + 1.0)
+            granted = np.all(nodes >= 0, axis=1)
+            first = np.min(ready + warn, axis=1)  # the draw's first warning (elapsed)
+            ok = granted & (first > end + longest + 1.0)
+            k = _resume_pass(np.array([p[0] for p in passes], np.float64), first, longest)
+            for j in np.flatnonzero(granted & ~ok & (k >= 0)).tolist():
+                resumes[int(rows[j])] = functools.partial(_resume_at, passes[int(k[j])], nodes[j], life[j], warn[j])
         rows, nodes = rows[ok], (nodes[ok] if nodes is not None else None)
         if not rows.size:
             continue
@@ -1361,7 +1384,42 @@ def _tierml_templates(job, market, tab, starts, horizon_s, traj, common, options
                 meta["trace_nodes"] = tuple((bid, cls, int(nodes[j, nd])) for bid, cls, nd in tpl.meta["trace_nodes"])
             out[i] = ck.ClusterRun(tpl.policy, tpl.time_s.copy(), None, tpl.loss.copy(), tpl.steps.copy(),
                                    list(tpl.events), None, None, end, meta, led)
-    return out
+    return out, resumes
+
+
+def _resume_pass(tops, first, longest):
+    """For each draw, the template pass to resume it at (``-1``: none, the draw runs from the
+    start): the last pass starting (``tops``: the template's elapsed times before its passes,
+    non-decreasing) more than the longest iteration and a second before the draw's first
+    warning ``first``. Every pass before it then ends that early, so the draw's own warning
+    cuts none of its chunks (it only shortens a chunk that would end past it) and interrupts
+    none: the draw's loop took the template's branches, chunks and times up to there."""
+    return np.sum(tops[None, :] + longest + 1.0 < first[:, None], axis=1) - 1
+
+
+def _resume_at(saved, node, life, warn, ctl):
+    """Put a draw's controller ``ctl`` (its own market, clock, draws, recorder, ledger and
+    trainer) into the state of a template run before one of its passes (``saved``, recorded
+    by :func:`_tierml_templates`): the template's groups, counters and placement, its points,
+    events and ledger entries so far (entries at the draw's ``t0 +`` each elapsed time, as the
+    controller adds them), the shared trajectory's step and the draw's chain at the same call,
+    with the draw's own purchase of trace nodes (``node``, ``life``, ``warn``: the template's
+    machines ``0..n-1`` granted for ever stand for them). Returns ``(t, frac, next_check)``."""
+    t, frac, next_check, state, c, step, rec, npts, nev, entries = saved
+    ctl.adopt(state)
+    for g in ctl.groups + ctl.retired:
+        if g.node is not None:  # the one pick (template nodes: machine indices)
+            g.node, g.life_t, g.warn_t = node.copy(), g.ready_t + life, g.ready_t + warn
+    ctl.trace_nodes = [(bid, cls, int(node[nd])) for bid, cls, nd in ctl.trace_nodes]
+    ctl.market_draws.c = c
+    ctl.trainer.step = step
+    ctl.rec._t, ctl.rec._loss, ctl.rec._steps = rec._t[:npts], rec._loss[:npts], rec._steps[:npts]
+    ctl.rec.events = rec.events[:nev]
+    for mid, tier, price, billing, start, stop, revoked in entries:
+        ctl.ledger.start(mid, ctl.t0 + start, price=price, tier=tier, billing=billing)
+        if stop is not None:
+            ctl.ledger.stop(mid, ctl.t0 + stop, revoked=revoked)
+    return t, frac, next_check
 
 
 def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None,
@@ -1374,11 +1432,14 @@ def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=Non
     at = [_market_at(market, s) for s in starts]
     draws = _tier_draws(market, [[m, *alternatives] for m in at], keys)
     common = {"horizon_s": horizon_s, "train_key": train_key, "param_bytes": param_bytes}
-    done = {}
+    done, resumes = {}, {}
     if (draws[0] is not None and draws[0].tab["nodes"] and not alternatives
             and not isinstance(market.spot, mk.PriceSeries) and not {"market_draws", "trainer", "key"} & set(options)):
-        done = _tierml_templates(job, market, draws[0].tab, starts, horizon_s, traj, common, options)
+        done, resumes = _tierml_templates(job, market, draws[0].tab, starts, horizon_s, traj, common, options)
+    o = {**tml.tierml.__kwdefaults__, **common, **options}
     runs = [done[i] if i in done else
+            tml._tierml(job, m, **{**o, "key": k, "trainer": _Shared(traj), "market_draws": d, "deferred": True,
+                                   "resume": resumes[i]}) if i in resumes else
             tml.tierml(job, m, key=k, trainer=_Shared(traj), alternatives=alternatives, market_draws=d, deferred=True,
                        **common, **options)
             for i, (k, m, d) in enumerate(zip(keys, at, draws))]

@@ -330,6 +330,24 @@ class _Group:
     offer_t: float = -math.inf  # refused on a replayed trace: the market's next offer (elapsed)
 
 
+def _copied(state: dict) -> dict:
+    """A controller state (:meth:`_Controller.save`) with its mutable parts copied: the groups
+    and their arrays, the lists, the stage set, the block placement (the caches ``_memo`` hold
+    pure functions' values and are shared)."""
+    out = dict(state)
+    for k in ("groups", "retired"):
+        out[k] = [dataclasses.replace(g, ids=list(g.ids), blocks=list(g.blocks), warn_t=g.warn_t.copy(),
+                                      life_t=g.life_t.copy(), alive=g.alive.copy(), billed=g.billed.copy(),
+                                      ps=None if g.ps is None else g.ps.copy(),
+                                      node=None if g.node is None else g.node.copy())
+                  for g in state[k]]
+    out["offer_t"], out["trace_nodes"], out["stages"] = list(state["offer_t"]), list(state["trace_nodes"]), set(
+        state["stages"])
+    if state.get("server_of") is not None:
+        out["server_of"] = state["server_of"].copy()
+    return out
+
+
 _PLACEMENTS: dict = {}  # _placement's results by input (many draws repeat the same moves)
 _PLACEMENTS_MAX = 4096
 
@@ -468,6 +486,24 @@ class _Controller:
         # functions of the counts; the controller asks at every event)
         self._memo: dict = {}
         self._elected = None  # what _elect read when it last ran (it is idempotent: same input, same placement)
+
+    # ---- saved state (a run resumed from another run's state) ---------------------
+    #: What a controller is built with (the run's own: markets, clock, draws, recorder, ledger,
+    #: trainer, options), not its state between two passes of :func:`_run_loop`.
+    _OWN = frozenset({"job", "markets", "t0", "key", "replay", "market_draws", "th", "push_every", "param_bytes",
+                      "bw", "flush_on_warning", "rec", "ledger", "trainer", "ps_blocks"})
+
+    def save(self) -> dict:
+        """The controller's state between two passes of :func:`_run_loop` (machine groups,
+        counters, BackupPS snapshot, ActivePS placement, caches), copied: :meth:`adopt` puts
+        it into another controller, which then runs on as this one would from here (an
+        attribute added to the controller is state unless named in :attr:`_OWN`; a mutable one
+        needs its copy in :func:`_copied`)."""
+        return _copied({k: v for k, v in self.__dict__.items() if k not in self._OWN})
+
+    def adopt(self, state: dict) -> None:
+        """Take a :meth:`save`'d state (a copy of it: one state serves many controllers)."""
+        self.__dict__.update(_copied(state))
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
@@ -884,7 +920,8 @@ def _due_by(t_event: float, horizon_s: float) -> float:
 
 
 def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check_every_s: float = math.inf,
-              target_loss: float = -math.inf, max_steps: int, chunk: int) -> float:
+              target_loss: float = -math.inf, max_steps: int, chunk: int, resume: tuple | None = None,
+              on_pass=None) -> float:
     """Advance real training and the events until the horizon, the target loss or
     ``max_steps`` executed iterations (redone ones included, as every policy counts them);
     returns the elapsed time at the end, never past ``horizon_s`` (an iteration that would end
@@ -894,11 +931,20 @@ def _run_loop(ctl: _Controller, t: float, *, horizon_s: float, check=None, check
     one falls inside an iteration, at that time with the iteration's work done so far kept
     (the rest runs at the new configuration's pace: new workers take over data, Sec 3.3).
     A warning or revocation inside an iteration keeps its work too (the survivors take over the
-    revoked workers' data), unless it rolls the state back."""
-    next_check = t + check_every_s if check is not None else math.inf
-    frac = 0.0  # fraction of the iteration in progress already done
-    ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
+    revoked workers' data), unless it rolls the state back.
+
+    ``on_pass(t, frac, next_check)`` (optional) is called before each pass with the loop's
+    state; ``resume=(frac, next_check)``: the loop goes on from a pass's state (the controller
+    holding the state saved there, :meth:`_Controller.save`, and the points before it)."""
+    if resume is None:
+        next_check = t + check_every_s if check is not None else math.inf
+        frac = 0.0  # fraction of the iteration in progress already done
+        ctl.rec.point(t, ctl.trainer.loss(), ctl.trainer.step)
+    else:
+        frac, next_check = resume
     while t < horizon_s - 1e-9 and ctl.trained < max_steps:  # executed iterations (redone ones count)
+        if on_pass is not None:
+            on_pass(t, frac, next_check)
         ctl.handle_boundary(t)
         if t >= next_check - 1e-9:
             check(ctl, t)
@@ -1021,6 +1067,23 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
         ``free_seconds`` ``None``) for :func:`scarjax.cluster.clock.settle` to bill many runs in
         one vectorised call (the same values).
     """
+    return _tierml(job, market, key=key, horizon_s=horizon_s, reliable=reliable, transient=transient,
+                   alternatives=alternatives, thresholds=thresholds, push_every=push_every, param_bytes=param_bytes,
+                   bandwidth_bps=bandwidth_bps, switch_factor=switch_factor, mttf_window_s=mttf_window_s,
+                   check_every_s=check_every_s, proactive=proactive, flush_on_warning=flush_on_warning, chunk=chunk,
+                   train_key=train_key, init_state=init_state, trainer=trainer, ps_blocks=ps_blocks,
+                   market_draws=market_draws, deferred=deferred)
+
+
+def _tierml(job, market, *, key, horizon_s, reliable, transient, alternatives, thresholds, push_every, param_bytes,
+            bandwidth_bps, switch_factor, mttf_window_s, check_every_s, proactive, flush_on_warning, chunk, train_key,
+            init_state, trainer, ps_blocks, market_draws, deferred, on_pass=None, resume=None):
+    """:func:`tierml` (the same arguments, all given) with two hooks for runs resumed from
+    another run's state (:mod:`scarjax.cluster.draws`' draws resumed from a template run):
+    ``on_pass(ctl, t, frac, next_check)`` before every pass of the main loop
+    (:func:`_run_loop`; ``ctl.save()`` is the controller's state there), and ``resume(ctl) ->
+    (t, frac, next_check)``: instead of the initial purchases, the controller is put into a
+    saved state (``ctl.adopt``, the caller's own changes) and the loop goes on from there."""
     reliable = va.check_int("reliable", reliable, lo=1)
     transient = va.check_int("transient", transient, lo=0)
     push_every = va.check_int("push_every", push_every, lo=1)
@@ -1123,13 +1186,19 @@ def tierml(job, market, *, key, horizon_s: float, reliable: int = 1, transient: 
                 return
         acquire(t)
 
-    core_group = ctl.buy("reliable", 0, reliable, 0.0)
-    if transient:
-        acquire(0.0)  # the initial list holds reliable and transient machines (Sec 3.1)
-    t = core_group.ready_t
-    ctl.handle_boundary(t)
+    loop_state = None
+    if resume is None:
+        core_group = ctl.buy("reliable", 0, reliable, 0.0)
+        if transient:
+            acquire(0.0)  # the initial list holds reliable and transient machines (Sec 3.1)
+        t = core_group.ready_t
+        ctl.handle_boundary(t)
+    else:
+        t, *loop_state = resume(ctl)
     t = _run_loop(ctl, t, horizon_s=horizon_s, check=check if transient else None, check_every_s=check_every_s,
-                  target_loss=float(job.target_loss), max_steps=int(job.max_steps), chunk=chunk)
+                  target_loss=float(job.target_loss), max_steps=int(job.max_steps), chunk=chunk,
+                  resume=None if loop_state is None else tuple(loop_state),
+                  on_pass=None if on_pass is None else functools.partial(on_pass, ctl))
     ctl.handle_boundary(t)
     ctl.stop_all(t)
     extra = {"trace_nodes": tuple(ctl.trace_nodes)} if any(ctl.replay) else {}

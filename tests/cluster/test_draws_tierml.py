@@ -1,8 +1,10 @@
 """scarjax.cluster.draws, TierML: the draws served by a template run (no warning, revocation or
-refused purchase before their end) and the per-draw controller's other draws are the per-draw
-policy's runs, every field bit for bit (points, bills, events, meta, ledger entries), on the
-embedded p3 node trace, a trace built from arrays, a parametric market and random traces
-(hypothesis); planted violations (a template serving interrupted draws) are caught."""
+refused purchase before their end), the draws resumed from a template run's state before
+their first warning and the per-draw controller's other draws are the per-draw policy's runs,
+every field bit for bit (points, bills, events, meta, ledger entries), on the embedded p3 node
+trace, a trace built from arrays, a parametric market and random traces (hypothesis); planted
+violations (a template serving interrupted draws, draws resumed past their first warning) are
+caught."""
 
 from __future__ import annotations
 
@@ -50,15 +52,18 @@ def _exp():
     return mk.Market(machine(), mk.exponential(1800.0, warning_s=120.0), startup=mk.fixed_startup(60.0))
 
 
-def _runs(market, n, seed, starts, monkeypatch=None, **kw):
-    """``(vectorised, per-draw, templated draws)``."""
+def _runs(market, n, seed, starts, monkeypatch=None, resumed=None, **kw):
+    """``(vectorised, per-draw, templated draws)``; ``resumed`` (a list): the draws resumed
+    from a template's state are appended to it."""
     served = []
     real = dr._tierml_templates
 
     def counting(*a, **k):
-        out = real(*a, **k)
+        out, resumes = real(*a, **k)
         served.append(len(out))
-        return out
+        if resumed is not None:
+            resumed.extend(resumes)
+        return out, resumes
 
     if monkeypatch is not None:
         monkeypatch.setattr(dr, "_tierml_templates", counting)
@@ -92,8 +97,10 @@ def whole_run_mismatches(a, b):
 
 def test_p3_trace_templates_serve_draws_equal_to_the_per_draw_loop(monkeypatch):
     starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 16))
-    a, b, served = _runs(p3(), 16, 3, starts, monkeypatch)
+    resumed = []
+    a, b, served = _runs(p3(), 16, 3, starts, monkeypatch, resumed)
     assert 0 < served < 16, f"templates served {served} of 16 draws: a vacuous test"
+    assert 0 < len(resumed) <= 16 - served, f"{len(resumed)} draws resumed from a template's state: a vacuous test"
     assert whole_run_mismatches(a, b) == []
     assert not dr.mismatches(dr.summary(a, _job().target_loss), dr.summary(b, _job().target_loss))
 
@@ -103,6 +110,19 @@ def test_trace_from_arrays_templates_equal_the_per_draw_loop(monkeypatch):
     a, b, served = _runs(_from_arrays(), 12, 4, starts, monkeypatch)
     assert served > 0, "no draw served by a template: a vacuous test"
     assert whole_run_mismatches(a, b) == []
+
+
+def test_planted_violation_resuming_past_the_first_warning_is_caught(monkeypatch):
+    """Planted: the interrupted draws resume at the template's last pass, past their first
+    warning (the pass rule without its condition). The comparison catches them; the
+    controller's state is otherwise the draw's (its own trace nodes, lifetimes and warnings)."""
+    monkeypatch.setattr(dr, "_resume_pass", lambda tops, first, longest: np.full(first.shape, tops.size - 1))
+    starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 6))
+    resumed = []
+    a, b, _ = _runs(p3(), 6, 3, starts, monkeypatch, resumed)
+    assert resumed
+    bad = whole_run_mismatches(a, b)
+    assert bad and {i for i, _ in bad} <= set(resumed), bad
 
 
 def test_parametric_market_runs_per_draw_equal(monkeypatch):
