@@ -52,9 +52,9 @@ def _exp():
     return mk.Market(machine(), mk.exponential(1800.0, warning_s=120.0), startup=mk.fixed_startup(60.0))
 
 
-def _runs(market, n, seed, starts, monkeypatch=None, resumed=None, **kw):
+def _runs(market, n, seed, starts, monkeypatch=None, resumed=None, steps=40, **kw):
     """``(vectorised, per-draw, templated draws)``; ``resumed`` (a list): the draws resumed
-    from a template's state are appended to it."""
+    from a template's state are appended to it; ``steps``: the job's ``max_steps``."""
     served = []
     real = dr._tierml_templates
 
@@ -69,8 +69,8 @@ def _runs(market, n, seed, starts, monkeypatch=None, resumed=None, **kw):
         monkeypatch.setattr(dr, "_tierml_templates", counting)
     keys = jax.random.split(jax.random.key(seed), n)
     opts = {**OPTS, **kw}
-    a = dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
-    b = dr.per_draw("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    a = dr.run("tierml", _job(steps), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
+    b = dr.per_draw("tierml", _job(steps), market, keys, horizon_s=HORIZON, start_s=starts, **opts)
     return a, b, sum(served)
 
 
@@ -140,6 +140,17 @@ def test_property_random_traces_equal_the_per_draw_loop(data):
     starts = np.array(data.draw(st.lists(st.integers(0, 8000), min_size=4, max_size=4), label="starts"), float)
     transient = data.draw(st.integers(1, 4), label="transient")
     a, b, _ = _runs(market, 4, data.draw(st.integers(0, 99), label="seed"), starts, transient=transient)
+    assert whole_run_mismatches(a, b) == []
+
+
+@pytest.mark.slow  # long on 2 CPU cores: CI runs it in its separate `-m slow` step
+@settings(max_examples=3, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**16), transient=st.integers(5, 7))
+def test_property_p3_resumed_draws_equal_the_per_draw_loop(seed, transient):
+    """The p3 trace at random starts, a job long enough for most draws to be warned after a
+    while (resumed from a template's state): every field of every run equal."""
+    starts = np.round(np.random.default_rng(seed).uniform(0.0, 40000.0 - HORIZON, 6))
+    a, b, _ = _runs(p3(), 6, seed, starts, steps=160, transient=transient)
     assert whole_run_mismatches(a, b) == []
 
 
