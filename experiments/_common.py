@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 __all__ = ["to_jsonable", "revive", "save_results", "load_results", "plot_results", "progress", "trial_chunk",
-           "recorded", "run_meta", "machine", "shared_data_root", "shown_path"]
+           "recorded", "run_meta", "machine", "shared_data_root", "shown_path", "compiler_options"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -249,3 +249,10 @@ def recorded(name: str) -> Callable:
         return wrapper
 
     return deco
+
+
+def compiler_options(fast_compile: bool) -> dict | None:
+    """``jax.jit``'s ``compiler_options`` of a quick run: XLA's backend optimisation level 0
+    when ``fast_compile`` (programs compile faster and run slower; the numbers may move in
+    their last bits), else ``None`` (XLA's defaults, the full runs)."""
+    return {"xla_backend_optimization_level": 0} if fast_compile else None

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 
 from experiments import _plot
-from experiments._common import recorded
+from experiments._common import compiler_options, recorded
 from scarjax import pollux as px
 from scarjax.pollux import examples
 
@@ -117,7 +117,7 @@ def run(config: Config, out_dir) -> dict:
                 clock=sim,
                 clock_noise=config.clock_noise,
                 eval_every=10,
-                compiler_options={"xla_backend_optimization_level": 0} if config.fast_compile else None,
+                compiler_options=compiler_options(config.fast_compile),
             )
             # Per-step traces are thinned to about 400 points for the results file (the
             # figure needs no more); evaluations and the summary numbers use every step.

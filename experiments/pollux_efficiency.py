@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from experiments import _plot
-from experiments._common import progress, recorded
+from experiments._common import compiler_options, progress, recorded
 from scarjax import pollux as px
 from scarjax.pollux import examples
 
@@ -83,7 +83,7 @@ class Config:
 
 def _jit(cfg: Config, f, **kw):
     """``jax.jit(f, **kw)``, at XLA's backend optimisation level 0 when ``cfg.fast_compile``."""
-    return jax.jit(f, compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None, **kw)
+    return jax.jit(f, compiler_options=compiler_options(cfg.fast_compile), **kw)
 
 
 def _problem(name):
