@@ -1425,6 +1425,10 @@ def _resume_at(saved, node, life, warn, ctl):
 def _tierml(job, market, keys, starts, horizon_s, *, train_key=0, init_state=None, param_bytes=None,
             alternatives=(), **options):
     options.pop("deferred", None)  # every draw is recorded unbilled and billed by settle below
+    unknown = sorted(set(options) - set(tml.tierml.__kwdefaults__))
+    if unknown:  # named as the per-draw policy would, before any run
+        raise TypeError(f"tierml() got unexpected keyword argument(s) {unknown}; its options are "
+                        f"{sorted(tml.tierml.__kwdefaults__)}")
     trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:  # as tierml's default: the real state's bytes
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))

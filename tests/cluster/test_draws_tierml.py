@@ -198,3 +198,12 @@ def test_every_revocation_is_a_revocation_event_and_the_warned_ones_are_counted(
     assert tm.warned_revocations(_run_with(ev)) == 1 and _run_with(ev).count("revocation") == 3
     with pytest.raises(TypeError, match="run"):
         tm.warned_revocations(ev)
+
+
+def test_a_misspelt_option_is_named_before_any_run():
+    """A typo in TierML's options (``reliabel``) raises a TypeError naming it and the policy's
+    options, on a replayed trace (the template path) and a parametric market alike."""
+    keys = jax.random.split(jax.random.key(1), 3)
+    for market in (p3(), _exp()):
+        with pytest.raises(TypeError, match=r"tierml\(\).*'reliabel'.*reliable"):
+            dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=np.zeros(3), reliabel=1)
