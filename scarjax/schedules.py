@@ -254,8 +254,13 @@ def geometric(rate: Any, start: int = 1, stop: int | None = None) -> Geometric:
     Sec 5.5.3 samples the failure iteration from a geometric distribution): each
     iteration from ``start`` on would fire with probability ``rate``, conditioned on a
     firing before ``stop``. ``stop=None`` leaves it untruncated (``T`` may then fall after
-    the run: no event). ``T`` is drawn in ``init(key)`` (once per run or trial), exactly
-    as :meth:`Geometric.sample` draws it.
+    the run: no event). ``T`` is drawn in ``init(key)`` (once per run or trial) by the
+    formula :meth:`Geometric.sample` uses, from the same uniform. The two agree draw for draw
+    up to float32 rounding at a step boundary: inside a compiled loop XLA may fuse the
+    ``log1p`` ratio differently than :meth:`~Geometric.sample` run op by op, and ``floor`` then
+    moves ``T`` by one step in a few draws per million (4 of 3.3 million measured on CPU).
+    Drivers that need the loop's own ``T`` on the host read it from the run, not from a
+    second draw.
 
     ``rate`` in ``(0, 1]`` may be traced; ``start >= 0`` and ``stop > start`` are static
     ints.
