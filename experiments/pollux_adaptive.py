@@ -92,6 +92,12 @@ def run(config: Config, out_dir) -> dict:
         prob = examples.mlr() if name == "mlr" else examples.cnn()
         lr = config.lr_mlr if name == "mlr" else config.lr_cnn
         runs = {}
+        # One optimizer object for both runs: train_adaptive then reuses the compiled step of
+        # a batch shape both runs train with (optax transformations are pure).
+        opt = optax.chain(
+            px.with_pgns(optax.sgd(lr), decay=0.95),
+            px.scale_by_lr_rule("adascale", config.base_batch_size),
+        )
         for label, retune in (("fixed", 0), ("adaptive", config.retune_every)):
             cfg = px.AgentConfig(
                 config.base_batch_size,
@@ -101,10 +107,6 @@ def run(config: Config, out_dir) -> dict:
                 replicas=config.replicas,
                 retune_every=retune,
                 local_bsz_step=config.local_bsz_step,
-            )
-            opt = optax.chain(
-                px.with_pgns(optax.sgd(lr), decay=0.95),
-                px.scale_by_lr_rule("adascale", config.base_batch_size),
             )
             h = px.train_adaptive(
                 prob.loss,

@@ -132,6 +132,58 @@ def _initial_config(c: AgentConfig) -> tuple[int, int]:
     return math.ceil(m / (s + 1)), s
 
 
+def _build_programs(loss_fn, optimizer, microbatch_axis, n_data, compiler_options):
+    """The jitted training step (one program per ``(K (s + 1), m)`` shape) and full-data
+    loss of :func:`train_adaptive`, the data passed as an argument (not a closure constant)
+    so that runs with the same loss, optimizer and data share the compiled programs."""
+
+    @functools.partial(jax.jit, static_argnames="shape", compiler_options=compiler_options)
+    def step(params, opt_state, key, m_tot, phi, progress, data, shape):
+        idx = jax.random.randint(key, shape, 0, n_data)
+        batch = tuple(a[idx] for a in data)
+        losses, grads = jax.vmap(
+            jax.value_and_grad(loss_fn), in_axes=(None,) + (0,) * len(data), out_axes=(0, microbatch_axis)
+        )(params, *batch)
+        mean, moments = reduce_microbatches(grads, microbatch_axis=microbatch_axis)
+        updates, opt_state = optimizer.update(
+            mean,
+            opt_state,
+            params,
+            microbatch_moments=moments,
+            microbatch_size=jnp.asarray(idx.shape[1], jnp.float32),
+            batch_size=m_tot,
+            phi=phi,
+            progress=progress,
+        )
+        return optax.apply_updates(params, updates), opt_state, jnp.mean(losses)
+
+    loss = jax.jit(lambda p, data: loss_fn(p, *data), compiler_options=compiler_options)
+    return step, loss
+
+
+#: Programs of recent :func:`train_adaptive` calls, by (loss_fn, optimizer, microbatch_axis,
+#: example count, compiler options); the functions are compared by identity, so a run that
+#: passes the same ``loss_fn`` and ``optimizer`` objects as an earlier one reuses its
+#: compilations (e.g. a fixed-batch baseline and the adaptive run).
+_PROGRAMS: dict = {}
+_PROGRAMS_KEPT = 8
+
+
+def _programs(loss_fn, optimizer, microbatch_axis, n_data, compiler_options):
+    try:
+        leaves, treedef = jax.tree.flatten(microbatch_axis)
+        key = (loss_fn, optimizer, tuple(leaves), treedef, n_data,
+               tuple(sorted((compiler_options or {}).items())))
+        hash(key)
+    except TypeError:  # an unhashable optimizer or option: no sharing
+        return _build_programs(loss_fn, optimizer, microbatch_axis, n_data, compiler_options)
+    if key not in _PROGRAMS:
+        while len(_PROGRAMS) >= _PROGRAMS_KEPT:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[key] = _build_programs(loss_fn, optimizer, microbatch_axis, n_data, compiler_options)
+    return _PROGRAMS[key]
+
+
 def train_adaptive(
     loss_fn: Callable[..., jax.Array],
     params: Any,
@@ -212,28 +264,13 @@ def train_adaptive(
     agent = PolluxAgent(config, prior_params)
     opt_state = optimizer.init(params)
     find_pgns_state(opt_state)  # raises if the optimizer does not estimate the PGNS
+    jitted_step, jitted_loss = _programs(loss_fn, optimizer, microbatch_axis, n_data, compiler_options)
+    data = tuple(jnp.asarray(a) for a in data)  # arguments of the programs, on the device once
     if eval_fn is None:
-        eval_fn = jax.jit(lambda p: loss_fn(p, *data), compiler_options=compiler_options)
+        eval_fn = functools.partial(jitted_loss, data=data)
 
-    @functools.partial(jax.jit, static_argnames="shape", compiler_options=compiler_options)
     def step(params, opt_state, key, m_tot, phi, progress, shape):
-        idx = jax.random.randint(key, shape, 0, n_data)
-        batch = tuple(a[idx] for a in data)
-        losses, grads = jax.vmap(
-            jax.value_and_grad(loss_fn), in_axes=(None,) + (0,) * len(data), out_axes=(0, microbatch_axis)
-        )(params, *batch)
-        mean, moments = reduce_microbatches(grads, microbatch_axis=microbatch_axis)
-        updates, opt_state = optimizer.update(
-            mean,
-            opt_state,
-            params,
-            microbatch_moments=moments,
-            microbatch_size=jnp.asarray(idx.shape[1], jnp.float32),
-            batch_size=m_tot,
-            phi=phi,
-            progress=progress,
-        )
-        return optax.apply_updates(params, updates), opt_state, jnp.mean(losses)
+        return jitted_step(params, opt_state, key, m_tot, phi, progress, data, shape=shape)
 
     m, s = _initial_config(config)
     k_rep = config.replicas
