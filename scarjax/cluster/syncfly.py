@@ -307,10 +307,21 @@ def _draw_generations_jit(process, key, g0, workers):
     return jax.vmap(one)(g0 + jnp.arange(_CHUNK))
 
 
+def _draw_width(workers: int) -> int:
+    """The worker count a generation is drawn for: a power of two, at least 32, when JAX's
+    threefry is partitionable (then element ``i`` of a draw of shape ``(n,)`` depends on
+    ``i`` alone, so the first ``workers`` lifetimes of a wider draw are exactly the
+    ``workers``-wide draw's and one compiled program serves every fleet of a size class);
+    ``workers`` itself otherwise."""
+    if not jax.config.jax_threefry_partitionable:
+        return workers
+    return max(32, 1 << (int(workers) - 1).bit_length())
+
+
 def _draw_generations(process, key, g0, workers):
     """Lifetimes ``[_CHUNK, workers]`` of generations ``g0 ...`` (one compiled program per
-    process type and worker count; the process's numbers are traced)."""
-    return _draw_generations_jit(process, key, g0, workers)
+    process type and :func:`_draw_width`; the process's numbers are traced)."""
+    return _draw_generations_jit(process, key, g0, _draw_width(workers))[:, :workers]
 
 
 #: Processes whose lifetimes do not depend on when a machine is bought (stationary: the same

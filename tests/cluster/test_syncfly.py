@@ -121,6 +121,32 @@ def test_determinism_and_same_draws_for_both_policies(lr8):
         assert np.all(u[:, 1] - u[:, 0] == pytest.approx(180.0))
 
 
+@pytest.mark.parametrize("process", [mk.exponential(50.0, warning_s=5.0, unwarned=0.3),
+                                     mk.empirical(np.array([10.0, 200.0, 45.0]), warning_s=2.0, unwarned=0.5)],
+                         ids=["exponential", "empirical"])
+def test_generations_drawn_wide_are_the_fleets_own_draws(process):
+    """The lifetimes of a fleet's machine generations are drawn for a power-of-two width (one
+    program per size class) and cut to the fleet: exactly the draws for the fleet's own width,
+    so every fleet size keeps its numbers. Planted violation: without partitionable threefry a
+    wide draw's first elements are other numbers (the width falls back to the fleet's own)."""
+    key = jax.random.key(7)
+    for workers in (3, 33):
+        assert sf._draw_width(workers) > workers
+        got = np.asarray(sf._draw_generations(process, key, 32, workers))
+        own = np.asarray(sf._draw_generations_jit(process, key, 32, workers))
+        assert got.shape == (sf._CHUNK, workers)
+        np.testing.assert_array_equal(got, own)
+        # one slot's intervals do not depend on the fleet's size either
+        wide = sf.down_intervals(process, key, workers, 400.0, 20.0)
+        narrow = sf.down_intervals(process, key, 2, 400.0, 20.0)
+        for u, v in zip(narrow, wide):
+            np.testing.assert_array_equal(u, v)
+    with jax.threefry_partitionable(False):
+        assert sf._draw_width(3) == 3
+        k = jax.random.key(1)
+        assert not np.array_equal(jax.random.uniform(k, (32,))[:3], jax.random.uniform(k, (3,)))
+
+
 def test_down_intervals_never_replaced_and_none():
     iv = sf.down_intervals(mk.exponential(10.0), jax.random.key(0), 3, 1000.0, None)
     assert all(len(v) == 1 and np.isinf(v[0, 1]) for v in iv), "never replaced: one revocation, back at inf"
