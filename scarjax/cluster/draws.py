@@ -79,8 +79,11 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    interrupted nor cut a chunk of them), with its own trace nodes, lifetimes and warnings in
    place of the template's granted-for-ever ones, its own chain at the same call and the
    ledger entries at its ``t0 +`` each elapsed time; from there its own loop runs (the prefix
-   is not simulated again). The other draws (a refused purchase; a warning within the first
-   pass; a parametric or price-driven market; random start-ups) run
+   is not simulated again). A draw warned within the first pass is resumed at the first pass
+   (:func:`_first_pass`) unless one of its machines ends by then: no pass precedes it, and up
+   to it the run only buys and joins the machines, reading no warning. The other draws (a
+   refused purchase; a machine ending by the first pass; a parametric or price-driven market;
+   random start-ups) run
    :func:`~scarjax.cluster.tierml.tierml` itself, one host loop per draw: its control flow is
    per draw and data dependent (which trace nodes are held, the
    cheapest-option choice, the give-up counter, the stage elections and class switches) and its
@@ -1143,8 +1146,10 @@ class _Shared:
         return self.traj.state_loss(self.step) if self.own is None else self.own.loss()
 
 
-#: Keys of TierML's market-draw chain drawn ahead per draw (later ones: split on the host).
-TIER_CALLS = 64
+#: Keys of TierML's market-draw chain drawn ahead per draw (later ones: split on the host). The
+#: program's cost grows with it; on the benchmark's runs a draw makes at most 11 calls (its
+#: start-ups and purchases), so 16 serve them all (64 cost 0.12 CPU s more per 1,000 draws).
+TIER_CALLS = 16
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -1365,7 +1370,9 @@ def _tierml_templates(job, market, tab, starts, horizon_s, traj, common, options
             granted = np.all(nodes >= 0, axis=1)
             first = np.min(ready + warn, axis=1)  # the draw's first warning (elapsed)
             ok = granted & (first > end + longest + 1.0)
-            k = _resume_pass(np.array([p[0] for p in passes], np.float64), first, longest)
+            tops = np.array([p[0] for p in passes], np.float64)
+            k = _resume_pass(tops, first, longest)
+            k = np.where(k < 0, _first_pass(tops, np.min(ready + life, axis=1)), k)
             for j in np.flatnonzero(granted & ~ok & (k >= 0)).tolist():
                 resumes[int(rows[j])] = functools.partial(_resume_at, passes[int(k[j])], nodes[j], life[j], warn[j])
         rows, nodes = rows[ok], (nodes[ok] if nodes is not None else None)
@@ -1397,6 +1404,18 @@ def _resume_pass(tops, first, longest):
     return np.sum(tops[None, :] + longest + 1.0 < first[:, None], axis=1) - 1
 
 
+def _first_pass(tops, life_end):
+    """For each draw that :func:`_resume_pass` leaves to run from the start (a warning within
+    the first pass), the pass to resume it at all the same: the first (``0``) when none of its
+    machines ends (``life_end``: the earliest lifetime's end, elapsed) by the first pass's time
+    ``tops[0]`` (then the run up to there, the purchases and the joins at the first pass's
+    time, is the template's: no pass came before, and a warning is read only by the loop),
+    else ``-1`` (from the start)."""
+    if not tops.size:
+        return np.full(life_end.shape, -1)
+    return np.where(life_end > tops[0] + 1e-9, 0, -1)
+
+
 def _resume_at(saved, node, life, warn, ctl):
     """Put a draw's controller ``ctl`` (its own market, clock, draws, recorder, ledger and
     trainer) into the state of a template run before one of its passes (``saved``, recorded
@@ -1411,6 +1430,7 @@ def _resume_at(saved, node, life, warn, ctl):
         if g.node is not None:  # the one pick (template nodes: machine indices)
             g.node, g.life_t, g.warn_t = node.copy(), g.ready_t + life, g.ready_t + warn
     ctl.trace_nodes = [(bid, cls, int(node[nd])) for bid, cls, nd in ctl.trace_nodes]
+    ctl._touch()  # the groups' times changed: what the controller derived from them is recomputed
     ctl.market_draws.c = c
     ctl.trainer.step = step
     ctl.rec._t, ctl.rec._loss, ctl.rec._steps = rec._t[:npts], rec._loss[:npts], rec._steps[:npts]

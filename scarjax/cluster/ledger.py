@@ -27,7 +27,7 @@ import numpy as np
 from scarjax import validate as va
 from scarjax.cluster import market as mk
 
-__all__ = ["Ledger", "hourly_bill", "bill_runs", "stopped_ledgers"]
+__all__ = ["Ledger", "hourly_bill", "bill_runs", "stopped_ledgers", "charge_pending"]
 
 TIERS = mk.TIERS
 BILLINGS = mk.BILLINGS
@@ -134,17 +134,26 @@ class Ledger:
     revoked (``stop(..., revoked=True)``): that one is free (TierML Sec 3.4, Proteus's free
     computing); ``"per_second"`` integrates the price. A machine id may be reused after its
     stop (a new entry).
+
+    Args:
+      deferred: ``True``: :meth:`stop` leaves a fixed-price machine's charge to be computed
+        with the others' (returns ``None``): every reader of the charges (:attr:`entries`, the
+        costs) computes the pending ones first, and :func:`bill_runs` those of many ledgers in
+        one vectorised :func:`hourly_bill` call (the same values as one by one).
     """
 
-    def __init__(self):
+    def __init__(self, *, deferred: bool = False):
         self._entries: list[_Entry] = []
         self._open: dict[Any, _Entry] = {}
         self._memo: dict = {}
+        self._deferred = bool(deferred)
+        self._uncharged: list[_Entry] = []  # stopped, charge not yet computed (deferred)
 
     @property
     def entries(self) -> tuple:
         """Every machine's entry, in start order (read them; ``stop`` ends one): ``machine_id,
         tier, price, billing, start, stop`` (``None``: running), ``revoked``, ``charged``."""
+        charge_pending([self])
         return tuple(self._entries)
 
     def charge(self, entry: Any, end: float, revoked: bool = False) -> float:
@@ -162,6 +171,7 @@ class Ledger:
 
     def _groups(self):
         """Entries that bill alike (tier, price, rule, start, stop, who ended them), with counts."""
+        charge_pending([self])
         out: dict = {}
         for e in self._entries:
             k = (e.tier, id(e.price) if isinstance(e.price, mk.PriceSeries) else e.price, e.billing, e.start,
@@ -198,7 +208,10 @@ class Ledger:
         if t < e.start:
             raise ValueError(f"t={t} is before machine {machine_id!r} started at {e.start}")
         e.stop, e.revoked = float(t), bool(revoked)
-        e.charged = self._charge_one(e, e.stop, e.revoked)
+        if self._deferred and not isinstance(e.price, mk.PriceSeries):
+            self._uncharged.append(e)  # charged with the others (charge_pending)
+        else:
+            e.charged = self._charge_one(e, e.stop, e.revoked)
         del self._open[machine_id]
         return e.charged
 
@@ -337,6 +350,23 @@ def stopped_ledgers(n: int, ledger: Any, machine_ids: Any, tiers: Any, prices: A
     return out
 
 
+def charge_pending(ledgers: Any) -> None:
+    """Compute the charges that deferred ledgers (``Ledger(deferred=True)``) left pending, of
+    all ``ledgers`` at once: :func:`hourly_bill` over the arrays of their fixed-price stopped
+    machines, one call per billing rule (the same values as :meth:`Ledger.stop` computes one
+    by one: the one rule, elementwise)."""
+    todo = [e for led in ledgers for e in led._uncharged]
+    for led in ledgers:
+        led._uncharged = []
+    for scheme in sorted({e.billing for e in todo}):
+        es = [e for e in todo if e.billing == scheme]
+        charged = hourly_bill(np.array([e.start for e in es], np.float64), np.array([e.stop for e in es], np.float64),
+                              np.array([e.price for e in es], np.float64), np.array([e.revoked for e in es], bool),
+                              scheme).tolist()
+        for e, c in zip(es, charged):
+            e.charged = c
+
+
 def _dense(rows, width, fill, dtype):
     out = np.full((len(rows), max(width, 1)), fill, dtype)
     for i, r in enumerate(rows):
@@ -366,6 +396,7 @@ def bill_runs(ledgers: Any, times: Any, ends: Any) -> list[tuple[np.ndarray, dic
         if not isinstance(led, Ledger):
             raise TypeError(f"ledgers[{i}] must be a Ledger, got {type(led).__name__}")
     out: list = [None] * len(ledgers)
+    charge_pending(ledgers)  # deferred ledgers' charges, all in one call
     fixed = []
     for i, led in enumerate(ledgers):
         if any(isinstance(e.price, mk.PriceSeries) for e in led._entries):

@@ -345,6 +345,7 @@ def _copied(state: dict) -> dict:
         state["stages"])
     if state.get("server_of") is not None:
         out["server_of"] = state["server_of"].copy()
+    out["_derived"] = {}  # derived from the groups: recomputed from the copies (a resumed draw changes their times)
     return out
 
 
@@ -486,6 +487,11 @@ class _Controller:
         # functions of the counts; the controller asks at every event)
         self._memo: dict = {}
         self._elected = None  # what _elect read when it last ran (it is idempotent: same input, same placement)
+        # what is derived from the machine groups alone (the live counts and slowest speed, the next
+        # warning, the next boundary event, the time before which handle_boundary has nothing to do),
+        # computed once per change of the groups: every change calls _touch (the controller asks at
+        # every pass, and most passes change nothing)
+        self._derived: dict = {}
 
     # ---- saved state (a run resumed from another run's state) ---------------------
     #: What a controller is built with (the run's own: markets, clock, draws, recorder, ledger,
@@ -504,6 +510,12 @@ class _Controller:
     def adopt(self, state: dict) -> None:
         """Take a :meth:`save`'d state (a copy of it: one state serves many controllers)."""
         self.__dict__.update(_copied(state))
+
+    def _touch(self) -> None:
+        """Forget what was derived from the machine groups: called after every change to them
+        (a machine joins, leaves, is released or revoked; a group is bought or pruned; the
+        caller changed a group's times), before anything reads it again."""
+        self._derived = {}
 
     # ---- machines ---------------------------------------------------------------
     def _draw(self):
@@ -588,6 +600,7 @@ class _Controller:
                    np.zeros(n, bool), ps=np.zeros(n, bool), switch=switch, first=gid, node=node,
                    offer_t=offer)
         self.groups.append(g)
+        self._touch()
         self.rec.event(t, "request", f"{n} {kind} {m.machine.name} (ready at {ready:.0f} s)")
         return g
 
@@ -600,6 +613,7 @@ class _Controller:
         g.billed[:] = granted
         g.alive[:] = granted
         g.joined = True
+        self._touch()
         if g.node is not None:
             self.trace_nodes += [(bid, g.cls, int(nd)) for (bid, _), nd, ok in zip(g.blocks, g.node, granted) if ok]
         if g.node is not None and not granted.all():
@@ -619,6 +633,7 @@ class _Controller:
                     o.release_t = _next_hour_end(o.ready_t, t)
                     self.rec.event(t, "switch", f"{o.kind} {self.markets[o.cls].machine.name} kept as workers "
                                    f"until {o.release_t:.0f} s (end of its billing hour)")
+            self._touch()
         self._elect()
 
     def _price(self, g: _Group):
@@ -626,15 +641,27 @@ class _Controller:
         m = self.markets[g.cls]
         return m.spot if g.kind == "spot" else float(m.machine.on_demand_price)
 
+    def _live(self) -> tuple[int, int, float]:
+        """(transient, reliable) machines in the computation and the slowest one's speed
+        (``inf``: none), derived once per change of the groups."""
+        got = self._derived.get("live")
+        if got is None:
+            tr = re = 0
+            speed = math.inf
+            for g in self.groups:
+                k = g.alive.tolist().count(True)
+                if g.kind == "spot":
+                    tr += k
+                else:
+                    re += k
+                if k:
+                    speed = min(speed, float(self.markets[g.cls].machine.speed))
+            got = self._derived["live"] = (tr, re, speed)
+        return got
+
     def counts(self) -> tuple[int, int]:
         """(transient, reliable) machines in the computation."""
-        tr = re = 0
-        for g in self.groups:
-            k = g.alive.tolist().count(True)
-            if g.kind == "spot":
-                tr += k
-            else:
-                re += k
+        tr, re, _ = self._live()
         return tr, re
 
     def stage(self) -> int:
@@ -645,8 +672,9 @@ class _Controller:
         return sum(len(g.ids) for g in self.groups if g.kind == kind and not g.joined)
 
     def seconds_per_step(self) -> float:
-        tr, re = self.counts()
-        speed = min(float(self.markets[g.cls].machine.speed) for g in self.groups if True in g.alive.tolist())
+        tr, re, speed = self._live()
+        if not tr + re:
+            raise ValueError("no machine in the computation")
         got = self._memo.get(("step", tr, re, speed))
         if got is None:
             got = self._memo[("step", tr, re, speed)] = step_seconds(self.job.step_time, tr, re, self.th) / speed
@@ -662,16 +690,23 @@ class _Controller:
     # ---- events -----------------------------------------------------------------
     def next_interrupt(self) -> float:
         """The next warning (or unwarned revocation) of a machine in the computation."""
+        best = self._derived.get("interrupt")
+        if best is not None:
+            return best
         best = math.inf
         for g in self.groups:  # Python floats over the few machines of each group (the same minimum)
             for a, w in zip(g.alive.tolist(), g.warn_t.tolist()):
                 if a and w < best:
                     best = w
+        self._derived["interrupt"] = best
         return best
 
     def next_boundary_event(self) -> float:
         """Arrivals, planned releases and provider ends of billed machines (handled at
         iteration boundaries)."""
+        best = self._derived.get("boundary")
+        if best is not None:
+            return best
         best = math.inf
         for g in self.groups + self.retired:
             if not g.joined:
@@ -681,9 +716,32 @@ class _Controller:
             for b, life in zip(g.billed.tolist(), g.life_t.tolist()):  # Python floats: the same minimum
                 if b and life < best:
                     best = life
+        self._derived["boundary"] = best
+        return best
+
+    def _quiet_until(self) -> float:
+        """The time ``q`` such that :meth:`handle_boundary` at any ``t`` with ``t + 1e-9 < q``
+        changes nothing while the groups stay as they are: the first of a pending group's
+        arrival, a planned release of a group with machines in the computation or billed, and
+        a billed machine's provider end (its tests' thresholds; :meth:`_elect` and
+        :meth:`_prune`, which it also calls, are idempotent)."""
+        best = math.inf
+        for g in self.groups + self.retired:
+            if not g.joined:
+                best = min(best, g.ready_t)
+                continue
+            billed = g.billed.tolist()
+            if g.release_t < best and (True in g.alive.tolist() or True in billed):
+                best = g.release_t
+            for b, life in zip(billed, g.life_t.tolist()):
+                if b and life < best:
+                    best = life
         return best
 
     def handle_boundary(self, t: float):
+        quiet = self._derived.get("quiet")
+        if quiet is not None and t + 1e-9 < quiet:
+            return  # nothing due and the groups unchanged since it last ran: it would change nothing
         for g in self.groups + self.retired:
             if not g.joined and g.ready_t <= t + 1e-9:
                 self._join(g, t)
@@ -693,6 +751,7 @@ class _Controller:
                     g.billed[j] = False
                 g.alive[:] = False
                 g.ps[:] = False
+                self._touch()
                 self.rec.event(t, "release", f"{len(g.ids)} {g.kind} released at the end of their billing hour")
             billed = g.billed.tolist()
             if True in billed:
@@ -703,8 +762,10 @@ class _Controller:
                     g.billed[j] = False
                     g.alive[j] = False
                     g.ps[j] = False
+                    self._touch()
         self._elect()
         self._prune()
+        self._derived["quiet"] = self._quiet_until()
 
     def _prune(self):
         """Move the groups out of the computation (joined, none alive) to :attr:`retired` while
@@ -715,6 +776,7 @@ class _Controller:
         out = [g for g in self.groups if g.joined and True not in g.alive.tolist()]
         self.groups = live
         self.retired = [g for g in self.retired + out if True in g.billed.tolist()]
+        self._touch()
 
     def _elect(self):
         """Place the ActivePSs (stages 2-3) on half of the transient machines in the
@@ -742,15 +804,18 @@ class _Controller:
             return
         tr, _ = self.counts()
         need = max(1, tr // 2)
+        have = 0
         for g in spots:
             g.ps &= g.alive
-        have = sum(int(g.ps.sum()) for g in spots)
+            have += g.ps.tolist().count(True)
         order = sorted(spots, key=lambda g: (g.release_t < math.inf, -g.ready_t))
         for g in reversed(order):  # drop extras from the least preferred
             while have > need and g.ps.any():
                 g.ps[np.flatnonzero(g.ps)[-1]] = False
                 have -= 1
         for g in order:
+            if have >= need:
+                break  # the rest take nothing
             free = np.flatnonzero(g.alive & ~g.ps)
             take = free[:max(0, need - have)]
             g.ps[take] = True
@@ -776,13 +841,17 @@ class _Controller:
         :func:`scarjax.ps.elastic.remove_servers`), then new hosts take blocks from the most
         loaded ones (:func:`scarjax.ps.elastic.rebalance`, as ``add_servers``). None in stage 1
         (the ParamServs on the reliable machines hold the state)."""
-        _, _, host = self._masks()
-        hosts = tuple(np.flatnonzero(host).tolist())
+        hosts = []  # the host machines' indices (the groups' index ranges are disjoint)
+        for g in self.groups:
+            if True in g.ps.tolist():
+                hosts += (g.first + np.flatnonzero(g.ps)).tolist()
+        hosts = tuple(sorted(hosts))
         if not hosts:
             self.server_of, self._hosts = None, ()
             return
         if hosts == self._hosts and self.server_of is not None:
             return
+        _, _, host = self._masks()
         so = np.zeros(self.ps_blocks, np.int64) if self.server_of is None else self.server_of
         moving = np.ones(so.size, bool) if self.server_of is None else ~host[so]
         seed_deal = self._next_seed() if moving.any() else None
@@ -842,6 +911,7 @@ class _Controller:
         for g, due in dues:
             g.alive[due] = False
             g.ps[due] = False
+        self._touch()
         # every revocation is a 'revocation' event, as in every policy; the detail says how many were warned
         self.rec.event(t, "revocation", f"{warned_n} warned, {failed_n} without warning")
         extra = 0.0
@@ -911,6 +981,7 @@ class _Controller:
                 self.ledger.stop(g.blocks[j][0], self.t0 + t, revoked=False)
             g.billed[:] = False
             g.alive[:] = False
+        self._touch()
 
 
 def _due_by(t_event: float, horizon_s: float) -> float:
@@ -1108,7 +1179,7 @@ def _tierml(job, market, *, key, horizon_s, reliable, transient, alternatives, t
         trainer = Trainer(job.algorithm, train_key, init_state=init_state)
     if param_bytes is None:
         param_bytes = float(sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(trainer.state.params)))
-    ledger = Ledger()
+    ledger = Ledger(deferred=bool(deferred))  # deferred: the charges too, computed with the bills
     rec = ck.Recorder("tierml", ledger, market.start_time_s, deferred=bool(deferred))
     ctl = _Controller(job, markets, key=k_ctl, thresholds=thresholds, push_every=push_every,
                       param_bytes=param_bytes, bandwidth_bps=bandwidth_bps, flush_on_warning=flush_on_warning,
@@ -1271,6 +1342,7 @@ def scripted(job, *, key, iterations: int, reliable: int = 4, add: int = 60, add
         if i == remove_at and spot is not None:
             spot.warn_t[:] = t if warned else t + 0.5 * ctl.seconds_per_step()
             spot.life_t[:] = spot.warn_t + (warning_s if warned else 0.0)
+            ctl._touch()
             wasted = 0.0 if warned else 0.5 * ctl.seconds_per_step()  # a failure half-way through the iteration
             extra = ctl.handle_interrupt(t + wasted) + wasted
             ctl.handle_boundary(t + wasted + (warning_s if warned else 0.0))

@@ -8,6 +8,7 @@ caught."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -125,6 +126,33 @@ def test_planted_violation_resuming_past_the_first_warning_is_caught(monkeypatch
     assert bad and {i for i, _ in bad} <= set(resumed), bad
 
 
+def test_draws_resumed_at_the_first_pass_equal_the_per_draw_loop(monkeypatch):
+    """Every interrupted draw resumed at the template's first pass (the pass rule blinded:
+    ``_first_pass`` alone picks it, as for the draws warned within the first pass): the runs
+    are the per-draw loop's, every field."""
+    monkeypatch.setattr(dr, "_resume_pass", lambda tops, first, longest: np.full(first.shape, -1))
+    starts = np.round(np.random.default_rng(1).uniform(0.0, 40000.0 - HORIZON, 8))
+    resumed = []
+    a, b, served = _runs(p3(), 8, 3, starts, monkeypatch, resumed)
+    assert len(resumed) == 8 - served > 0, f"{len(resumed)} draws resumed at the first pass: a vacuous test"
+    assert whole_run_mismatches(a, b) == []
+
+
+def test_planted_violation_resuming_early_warned_draws_a_pass_late_is_caught(monkeypatch):
+    """Planted: the draws the pass rule leaves to run from the start (and every other
+    interrupted draw) resumed at the template's second pass instead of its first. The draws
+    warned within the first pass then miss their warning: the comparison catches them."""
+    monkeypatch.setattr(dr, "_resume_pass", lambda tops, first, longest: np.full(first.shape, -1))
+    monkeypatch.setattr(dr, "_first_pass", lambda tops, life_end: np.full(life_end.shape, 1))
+    rng = np.random.default_rng(1)
+    starts = np.round(rng.uniform(0.0, 40000.0 - HORIZON, 16))
+    resumed = []
+    a, b, _ = _runs(p3(), 16, 3, starts, monkeypatch, resumed)
+    assert resumed
+    bad = whole_run_mismatches(a, b)
+    assert bad and {i for i, _ in bad} <= set(resumed), bad
+
+
 def test_parametric_market_runs_per_draw_equal(monkeypatch):
     """An exponential process: no template (its lifetimes are the market's calls); the same runs."""
     a, b, served = _runs(_exp(), 6, 5, None, monkeypatch)
@@ -207,3 +235,62 @@ def test_a_misspelt_option_is_named_before_any_run():
     for market in (p3(), _exp()):
         with pytest.raises(TypeError, match=r"tierml\(\).*'reliabel'.*reliable"):
             dr.run("tierml", _job(), market, keys, horizon_s=HORIZON, start_s=np.zeros(3), reliabel=1)
+
+
+# ----------------------------------------------------------------------------- the controller's derived values
+
+
+def _derived_checks(market, seed, start, transient, horizon=HORIZON):
+    """Run TierML's per-draw controller; before every pass of its loop compare what it derived
+    from its machine groups (live counts and speed, next warning, next boundary event, the
+    quiet time of ``handle_boundary``) with the same values computed afresh. Returns
+    ``(passes checked, [differences])``."""
+    seen, bad = [0], []
+
+    def on_pass(ctl, t, frac, next_check):
+        cached = dict(ctl._derived)
+        got = {"live": ctl._live(), "interrupt": ctl.next_interrupt(), "boundary": ctl.next_boundary_event()}
+        ctl._derived = {}  # forgotten here (not by _touch, which the planted violation blinds)
+        fresh = {"live": ctl._live(), "interrupt": ctl.next_interrupt(), "boundary": ctl.next_boundary_event()}
+        if "quiet" in cached:
+            got["quiet"], fresh["quiet"] = cached["quiet"], ctl._quiet_until()
+        seen[0] += 1
+        if got != fresh:
+            bad.append((t, got, fresh))
+
+    o = {**tm.tierml.__kwdefaults__, "reliable": 1, "transient": transient, "horizon_s": horizon,
+         "param_bytes": None, "market_draws": None, "trainer": None}
+    tm._tierml(_job(), dataclasses.replace(market, start_time_s=float(start)), key=jax.random.key(seed),
+               on_pass=on_pass, **{k: v for k, v in o.items() if k not in ("key",)})
+    return seen[0], bad
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_property_controller_derived_values_are_fresh(data):
+    """The controller derives its live counts, next warning, next boundary event and the time
+    before which ``handle_boundary`` has nothing to do once per change of its groups: at every
+    pass they equal the values computed afresh (random traces, warned and unwarned revocations)."""
+    market = random_trace(data, max_nodes=6, warnings=(0.0, 120.0))
+    start = data.draw(st.integers(0, 8000), label="start")
+    n, bad = _derived_checks(market, data.draw(st.integers(0, 99), label="seed"), start,
+                             data.draw(st.integers(1, 4), label="transient"))
+    assert n > 0 and bad == []
+
+
+def test_planted_violation_stale_derived_values_are_caught(monkeypatch):
+    """Planted: the controller forgets nothing when its groups change (``_touch`` a no-op once a
+    value is derived). The per-pass comparison catches the stale values; the real one passes."""
+    market = mk.Market(machine(), mk.exponential(1200.0, warning_s=120.0, unwarned=0.5),
+                       startup=mk.fixed_startup(60.0))
+    n, bad = _derived_checks(market, 3, 0.0, 4)
+    assert n > 0 and bad == []
+    real = tm._Controller._touch
+
+    def forgetful(self):
+        if not self._derived:
+            real(self)
+
+    monkeypatch.setattr(tm._Controller, "_touch", forgetful)
+    n, bad = _derived_checks(market, 3, 0.0, 4)
+    assert n > 0 and bad, "stale derived values not caught"

@@ -147,3 +147,49 @@ def test_property_one_machine_path_equals_the_array_path(start, end, price, revo
     # the comparison is sensitive: charging a revoked machine's begun partial hour would differ
     if scheme == "hourly" and revoked and price > 0.0 and float(mk.free_seconds(max(end - start, 0.0), True)) > 0.0:
         assert float(one) + price != float(arr[0])
+
+
+def _build_deferred(machines):
+    """:func:`_build` on a deferred ledger (the stopped machines' charges left pending)."""
+    led = lg.Ledger(deferred=True)
+    for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
+        for c in range(copies):
+            led.start((g, c), start, price=price, tier=tier, billing=billing)
+    for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
+        if dur is not None:
+            for c in range(copies):
+                assert led.stop((g, c), start + dur, revoked=revoked) is None  # pending
+    return led
+
+
+def _entries(led):
+    return [(e.machine_id, e.start, e.stop, e.revoked, e.charged) for e in led.entries]
+
+
+@settings(max_examples=100, deadline=None)
+@given(_case)
+def test_property_deferred_charges_equal_the_eager_ones(case):
+    """Deferred ledgers' charges, computed for many ledgers at once (:func:`charge_pending`,
+    by :func:`bill_runs` or any reader), equal :meth:`Ledger.stop`'s one by one, bit for bit."""
+    ledgers, times, ends = _inputs(case)
+    deferred = [_build_deferred(m) for m, _, _ in case]
+    assert _same(lg.bill_runs(deferred, times, ends), _reference(ledgers, times, ends))
+    assert [_entries(d) for d in deferred] == [_entries(e) for e in ledgers]
+    alone = [_build_deferred(m) for m, _, _ in case]  # each read on its own
+    assert _same(_reference(alone, times, ends), _reference(ledgers, times, ends))
+
+
+def test_planted_violation_deferred_charges_ignoring_revocations_are_caught(monkeypatch):
+    """Planted: the pending charges computed as if the user ended every machine (a revoked
+    partial hour charged). The comparison with the eager charges catches it."""
+    machines = [(0.0, 1.5 * H, True, "transient", 1.0, "hourly", 1), (100.0, 600.0, False, "reliable", 3.06,
+                                                                      "per_second", 2)]
+    eager = _build(machines)
+    real = lg.hourly_bill
+    monkeypatch.setattr(lg, "hourly_bill", lambda s, e, p, r=False, scheme="hourly", tol_s=1.0:
+                        real(s, e, p, np.zeros_like(np.asarray(r)), scheme, tol_s))
+    wrong = _build_deferred(machines)
+    lg.charge_pending([wrong])
+    monkeypatch.undo()
+    assert _entries(wrong) != _entries(eager)
+    assert _entries(_build_deferred(machines)) == _entries(eager)
