@@ -975,7 +975,8 @@ def _drive(algorithm, partition, checkpoint, steps, key, store, state, cache, ho
     last_save = 0
     failures = 0
     norm = algorithm.norm
-    losses = [np.asarray(algorithm.loss(state, algorithm.data))[None]]
+    # the initial loss as one compiled program, not op by op (jax.jit caches it per loss function)
+    losses = [np.asarray(jax.jit(algorithm.loss)(state, algorithm.data))[None]]
     delta = np.zeros((steps,), np.float32)
     events: list[dict] = []
     train_s = 0.0
