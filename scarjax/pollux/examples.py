@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scarjax.data import load_mnist_5k
+from scarjax.data import load_digits, load_mnist_5k
 from scarjax.pollux._throughput import ThroughputParams
 
 __all__ = [
@@ -96,14 +96,11 @@ class Problem(NamedTuple):
 @functools.lru_cache(maxsize=2)
 def _digits(image: bool):
     """The centred digits data as NumPy arrays, flat ``[N, 64]`` or images ``[N, 8, 8, 1]``."""
-    from sklearn.datasets import load_digits  # offline, ships with scikit-learn
-
-    d = load_digits()
-    x = (d.data / 16.0).astype(np.float32)
+    x, y = load_digits()  # the grey levels / 16: exact in float32 as in float64
     x = x - x.mean(axis=0)
     if image:
         x = x.reshape(-1, 8, 8, 1)
-    return x, d.target.astype(np.int32)
+    return x, y
 
 
 def digits(image: bool = False) -> tuple[jax.Array, jax.Array]:

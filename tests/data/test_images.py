@@ -21,6 +21,28 @@ def test_digits():
     _check_xy(X, y, 1797, 64)
 
 
+def test_digits_read_from_the_file_are_scikit_learns(monkeypatch):
+    """load_digits reads scikit-learn's digits file without importing scikit-learn: exactly
+    the arrays of its loader; without the file it falls back to the loader (planted: a file
+    read with the label column kept as a pixel shows up as a shape and value mismatch)."""
+    from sklearn.datasets import load_digits as sk_load_digits  # the reference
+
+    from scarjax.data import digits as dg
+
+    ref = sk_load_digits()
+    X, y = load_digits()
+    assert dg._digits_file() is not None
+    np.testing.assert_array_equal(X, np.asarray(ref.data, np.float32) / np.float32(16.0))
+    np.testing.assert_array_equal(y, ref.target.astype(np.int32))
+    with gzip.open(dg._digits_file(), mode="rt") as f:
+        planted = np.loadtxt(f, delimiter=",")
+    assert planted.shape != ref.data.shape
+    monkeypatch.setattr(dg, "_digits_file", lambda: None)
+    Xf, yf = load_digits()
+    np.testing.assert_array_equal(Xf, X)
+    np.testing.assert_array_equal(yf, y)
+
+
 def test_mnist_5k():
     X, y = load_mnist_5k()
     _check_xy(X, y, 5000, 784)
