@@ -99,10 +99,11 @@ TOGETHER: tuple[tuple[str, ...], ...] = (
 ALONE: tuple[str, ...] = ("pollux_throughput", "perf_models_local")
 
 # Experiments of ALONE whose set-up (starting measuring processes, compiling what they time)
-# may run beside the last other experiments: with ``--jobs N`` each starts as soon as a worker
-# is free and only ALONE experiments are left, and waits in
-# :func:`experiments._common.wait_alone` before it times anything until it runs alone.
-EARLY_SET_UP: tuple[str, ...] = ("pollux_throughput",)
+# may run beside the last other experiments: with ``--jobs N`` each starts, in a worker of its
+# own, as soon as only ALONE experiments are left to start, and waits in
+# :func:`experiments._common.wait_alone` before it times anything until it runs alone (the
+# others that run then only wait there too).
+EARLY_SET_UP: tuple[str, ...] = ("pollux_throughput", "perf_models_local")
 
 # The package's public API for the command line (``scarjax reproduce``/``replot``): results
 # I/O, the headline table and the concurrent runner; everything else is private to the

@@ -126,6 +126,7 @@ def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterabl
 
 
 ALONE_FLAG_ENV = "SCARJAX_ALONE_FLAG"  # set by experiments._parallel for an experiment started early
+ALONE_WAITING_SUFFIX = ".waiting"  # the flag's path + this: written by wait_alone while it waits
 
 
 def wait_alone(poll: float = 0.05) -> None:
@@ -133,11 +134,14 @@ def wait_alone(poll: float = 0.05) -> None:
 
     An experiment of :data:`experiments.EARLY_SET_UP` is started by
     :func:`experiments.run_parallel` while the last other experiments still run; it sets up
-    (starts processes, compiles) beside them and calls this before it times anything. Returns
-    at once outside such a run (one experiment, ``--jobs 1``, or a direct ``run`` call)."""
+    (starts processes, compiles) beside them and calls this before it times anything. While it
+    waits here it marks so (a file beside the flag), which lets another early experiment time
+    meanwhile: it runs no code here until let on. Returns at once outside such a run (one
+    experiment, ``--jobs 1``, or a direct ``run`` call)."""
     flag = os.environ.get(ALONE_FLAG_ENV)
-    if not flag:
+    if not flag or os.path.exists(flag):
         return
+    open(flag + ALONE_WAITING_SUFFIX, "w").close()
     while not os.path.exists(flag):
         time.sleep(poll)
 

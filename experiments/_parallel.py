@@ -16,10 +16,14 @@ another in the same worker, as one unit of the schedule (ordered by their summed
 that each shared program compiles once per run rather than once per worker. The
 experiments named in :data:`experiments.ALONE` time this machine's own speed and run
 last, one at a time with no other experiment of this run beside them, as they would in the
-sequential command; those also in :data:`experiments.EARLY_SET_UP` start as soon as a worker is
-free and only ``alone`` experiments are left, set up (start processes, compile) beside the last
-others, and wait in :func:`experiments._common.wait_alone` until those have finished (a flag
-file whose path the worker finds in ``SCARJAX_ALONE_FLAG``) before they time anything. Each
+sequential command; those also in :data:`experiments.EARLY_SET_UP` start as soon as only
+``alone`` experiments are left to start, each in a worker of its own (the pool has one more
+worker per such experiment than ``N``: they mostly wait), set up (start processes, compile)
+beside the last others, and wait in :func:`experiments._common.wait_alone` (a flag file whose
+path the worker finds in ``SCARJAX_ALONE_FLAG``; it marks its waiting with a second file) before
+they time anything. The first started of them is let on once no other experiment runs
+beside it but early ones that wait there, the next once that one has finished, and so on:
+whatever times, times alone (the others blocked, using no CPU). Each
 experiment writes its results JSON and figure exactly as in-process
 (:func:`experiments._common.recorded`); workers run with ``SCARJAX_NO_PROGRESS`` set (no
 per-experiment bars) and the parent shows one bar over the experiments. Their BLAS and OpenMP
@@ -46,12 +50,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from experiments._common import ALONE_FLAG_ENV
+from experiments._common import ALONE_FLAG_ENV, ALONE_WAITING_SUFFIX
 
 __all__ = ["ExperimentError", "run_parallel", "schedule"]
 
 _TAIL = 3000  # characters of a worker's traceback kept in the error
 _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # "1" in the workers
+_POLL_S = 0.05  # how often the parent looks for early experiments waiting in wait_alone
 
 
 class ExperimentError(RuntimeError):
@@ -158,7 +163,9 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
     after another), writing into ``out_dir``; prints ``done_line(NAME, wall seconds)`` as
     each finishes (a group's members when the group has finished) and returns the names in
     the order they finished. An ``alone`` experiment also in ``early`` starts beside the last
-    others and waits in :func:`experiments._common.wait_alone` until they have finished.
+    others, in a worker of its own, and waits in :func:`experiments._common.wait_alone` until
+    they have finished and every other early one running beside it waits there too; the
+    early ones are let on one at a time, in the order they started.
 
     Raises:
       ValueError: ``jobs`` below 1; a name in two groups of ``together``, or a group mixing
@@ -169,8 +176,10 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
         raise ValueError(f"jobs must be >= 1, got {jobs!r}")
     alone, early = set(alone), set(early)
     queue = _schedule_units(modules, quick, cost, alone, together)
+    n_early = sum(u[0] in alone and u[0] in early for u in queue)
     running: dict[Future, tuple[str, ...]] = {}
-    flags: dict[Future, str] = {}  # alone_flag of the early experiment running
+    flags: dict[Future, str] = {}  # alone_flag of each early experiment running, in the order they started
+    timing: Future | None = None  # the early experiment let on (its flag written), until it ends
     flag_dir = tempfile.TemporaryDirectory(prefix="scarjax_alone_")
     finished: list[str] = []
     failures: list[tuple[str, str]] = []
@@ -180,28 +189,48 @@ def run_parallel(modules: Mapping[str, str], quick: bool, out_dir: str | os.Path
     one_thread = [v for v in _ONE_THREAD if v not in os.environ]  # spawned workers inherit os.environ
     os.environ.update({v: "1" for v in one_thread})
     shown = lambda: ", ".join(n for unit in running.values() for n in unit)  # noqa: E731
+    postfix = None
     try:
-        with ProcessPoolExecutor(max_workers=int(jobs), mp_context=ctx, initializer=_worker_init) as pool:
+        workers = int(jobs) + n_early  # the early ones' own workers
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
             while queue or running:
-                # start what may start: up to `jobs` at once, an `alone` experiment by itself
-                while queue and not failures and not any(u[0] in alone for u in running.values()):
+                # start what may start: up to `jobs` others at once; the early `alone` ones as soon
+                # as only `alone` ones are left to start (beside the others, early ones only);
+                # any other `alone` one by itself
+                while queue and not failures:
                     head = queue[0][0]
-                    if (head in alone and head not in early and running) or len(running) >= jobs:
+                    if head in alone and head in early:
+                        if any(u[0] in alone and u[0] not in early for u in running.values()):
+                            break
+                    elif head in alone:
+                        if running:
+                            break
+                    elif len(running) >= jobs:
                         break
                     unit = queue.pop(0)
                     flag = os.path.join(flag_dir.name, f"{head}.alone") if head in alone else None
                     fut = pool.submit(_run_unit, [modules[n] for n in unit], quick, str(out_dir), flag)
                     running[fut] = unit
-                    if flag:
+                    if flag and head in early:
                         flags[fut] = flag
-                # an alone experiment with nothing beside it may time (nothing else starts meanwhile)
-                if len(running) == 1 and (fut := next(iter(running))) in flags:
-                    open(flags.pop(fut), "w").close()
-                bar.set_postfix_str(shown(), refresh=True)
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    elif flag:  # nothing runs beside it
+                        open(flag, "w").close()
+                # the first early experiment may time once everything else running waits in wait_alone
+                if timing is None and flags and all(fut in flags for fut in running):
+                    first = next(iter(flags))
+                    if all(os.path.exists(flags[f] + ALONE_WAITING_SUFFIX) for f in flags if f is not first):
+                        open(flags.pop(first), "w").close()
+                        timing = first
+                if postfix != (now := shown()):  # (redrawn when it changes, not at every look)
+                    bar.set_postfix_str(postfix := now, refresh=True)
+                # (while only early ones run, none let on: look again for their waiting marks)
+                poll = _POLL_S if timing is None and flags and all(fut in flags for fut in running) else None
+                done, _ = wait(list(running), timeout=poll, return_when=FIRST_COMPLETED)
                 for fut in done:
                     unit = running.pop(fut)
                     flags.pop(fut, None)
+                    if fut is timing:
+                        timing = None
                     try:
                         rs = fut.result()
                     except Exception as e:  # noqa: BLE001 - a dead worker (BrokenProcessPool) or unpicklable result

@@ -23,6 +23,7 @@ only.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import tempfile
 from pathlib import Path
 
@@ -94,31 +95,61 @@ def _public(fit: dict | None) -> dict | None:
     return {k: {kk: vv for kk, vv in v.items() if kk != "predict"} for k, v in fit.items()}
 
 
+# The scikit-learn modules that scarjax.cluster.cmdare's fits import when first called (about a
+# CPU second): imported in the set-up, before the timed part (see run).
+_SKLEARN = ("sklearn.decomposition", "sklearn.linear_model", "sklearn.model_selection", "sklearn.pipeline",
+            "sklearn.preprocessing", "sklearn.svm")
+
+
+def _set_up(cfg: Config) -> tuple[list[tuple[str, str, object]], object]:
+    """The untimed set-up of :func:`run`: every profiled job and the held-out job built, and each
+    one's step compiled (:func:`scarjax.cluster.profile.features` compiles it once per job and
+    key, for its cost analysis and for :func:`scarjax.cluster.profile.measure_step_time`; the
+    throughput passed here is a placeholder and the features are read again once the host's has
+    been measured), and the fits' scikit-learn modules and matplotlib imported. Returns
+    ``([(family, label, job)], held-out job)``."""
+    kind, size = cfg.heldout
+    jobs = [(family, label, make()) for family, label, make in _jobs(cfg)]
+    held = mlr.digits(batch_size=size) if kind == "mlr" else quadratic.random_problem(cfg.seed, size, 10.0)
+    for alg in [j for _, _, j in jobs] + [held]:
+        pf.features(alg, tflops=1.0, key=cfg.seed)
+    for module in _SKLEARN:
+        importlib.import_module(module)
+    _plot.pyplot()  # matplotlib imported (about a CPU second and a half) before the timed part
+    return jobs, held
+
+
 @_common.recorded(NAME)
 def run(config: Config, out_dir) -> dict:
+    """Profile and time every job, time checkpoints, fit the models.
+
+    In two parts: :func:`_set_up` (build and compile every job: CPU work, nothing timed), then,
+    after :func:`experiments._common.wait_alone` (in ``scarjax reproduce --jobs N`` the set-up
+    may run beside the run's last other experiments, :data:`experiments.EARLY_SET_UP`), every
+    measurement (host throughput, step times, checkpoint times, the held-out job) and the fits.
+    """
     cfg = config
     kind, size = cfg.heldout
     if kind not in ("mlr", "qp"):
         raise ValueError(f"heldout must be ('mlr', batch) or ('qp', dimension), got {cfg.heldout!r}")
+    jobs, held = _set_up(cfg)
+    _common.wait_alone()  # started beside the last other experiments of a parallel run: now alone
     tflops = pf.host_tflops()
     records = []
-    for family, label, make in _common.progress(_jobs(cfg), "profile"):
-        alg = make()
-        f = pf.features(alg, tflops=tflops, key=cfg.seed)
+    for family, label, alg in _common.progress(jobs, "profile"):
+        f = pf.features(alg, tflops=tflops, key=cfg.seed)  # the step compiled in _set_up
         f.update(model=family, label=label,
                  step_s=pf.measure_step_time(alg, steps=cfg.steps, repeats=cfg.repeats, key=cfg.seed))
         records.append(f)
     with tempfile.TemporaryDirectory(prefix="scarjax_ckpt_") as d:
         ckpt = pf.measure_checkpoint_time(cfg.ckpt_sizes_mb, Path(d), tensors=cfg.ckpt_tensors,
                                           repeats=cfg.ckpt_repeats, seed=cfg.seed)
+    # a job outside the training set, through step_time_model
+    hf = pf.features(held, tflops=tflops, key=cfg.seed)
+    measured = pf.measure_step_time(held, steps=cfg.steps, repeats=cfg.repeats, key=cfg.seed)
     grid = None if cfg.grid is None else {"C": tuple(cfg.grid[0]), "epsilon": tuple(cfg.grid[1])}
     fitted = pf.fit_local_models(records, ckpt, seed=cfg.seed, grid=grid)
-    # a job outside the training set, through step_time_model
-
-    held = mlr.digits(batch_size=size) if kind == "mlr" else quadratic.random_problem(cfg.seed, size, 10.0)
-    hf = pf.features(held, tflops=tflops, key=cfg.seed)
     st = pf.step_time_model(fitted, held, feats=hf)
-    measured = pf.measure_step_time(held, steps=cfg.steps, repeats=cfg.repeats, key=cfg.seed)
     heldout = {"label": f"mlr b={size}" if kind == "mlr" else f"qp d={size}", "features": hf, "predicted_s": float(st(1)),
                "predicted_s_4_workers": float(st(4)), "measured_s": measured, "model": fitted["best_step"],
                "step_time_name": st.name,

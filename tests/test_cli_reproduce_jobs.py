@@ -210,6 +210,53 @@ def test_early_set_up_runs_beside_others_and_times_alone(tmp_path, monkeypatch, 
         assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
+_TWO_EARLY_BODY = """out = Path(out_dir)
+    if NAME == 'planted_busy':  # waits (at most 120 s) for both early ones to start beside it
+        t0 = time.monotonic()
+        while not all((out / f'planted_early_{x}.start').exists() for x in 'ab') and time.monotonic() - t0 < 120:
+            time.sleep(0.05)
+        (out / 'busy.saw_both').write_text(str(all((out / f'planted_early_{x}.start').exists() for x in 'ab')))
+        (out / 'busy.end').touch()
+        return {}
+    (out / (NAME + '.start')).touch()
+    if NAME == 'planted_early_b':  # a set-up longer than the busy one's wait: a must wait for it
+        time.sleep(1.5)
+        (out / 'b.set_up').touch()
+    wait_alone()
+    seen = {f.name: f.exists() for f in (out / 'busy.end', out / 'b.set_up', out / 'a.end', out / 'b.passed')}
+    (out / (NAME + '.alone')).write_text(repr(seen))
+    if NAME == 'planted_early_a':
+        time.sleep(0.5)
+        (out / 'a.end').touch()
+    else:
+        (out / 'b.passed').touch()
+    return {}"""
+
+
+def test_two_early_set_ups_run_beside_others_and_time_one_at_a_time(tmp_path, monkeypatch):
+    """Two ``early`` experiments both start beside the last other one (in workers of their own:
+    ``jobs`` = 1 here); the first passes ``wait_alone`` only once that one has ended and the
+    second waits there (its set-up done, not yet passed), the second once the first has ended."""
+    src = tmp_path / "fake_two_early"
+    src.mkdir()
+    names = ["planted_busy", "planted_early_a", "planted_early_b"]
+    for name in names:
+        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
+                                        "from experiments._common import wait_alone\n"
+                                        + textwrap.dedent(_FAKE).format(name=name, body=_TWO_EARLY_BODY))
+    monkeypatch.syspath_prepend(str(src))
+    out = tmp_path / "out"
+    out.mkdir()
+    cost = {"planted_busy": (3, 3), "planted_early_a": (2, 2), "planted_early_b": (1, 1)}
+    early = ["planted_early_a", "planted_early_b"]
+    finished = experiments.run_parallel({n: n for n in names}, True, out, 1, cost=cost, alone=early, early=early)
+    assert finished == names
+    assert (out / "busy.saw_both").read_text() == "True"
+    seen = lambda name: eval((out / f"{name}.alone").read_text())  # noqa: E731
+    assert seen("planted_early_a") == {"busy.end": True, "b.set_up": True, "a.end": False, "b.passed": False}
+    assert seen("planted_early_b") == {"busy.end": True, "b.set_up": True, "a.end": True, "b.passed": False}
+
+
 def test_jobs_must_be_positive(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["reproduce", "tierml_fig12", "--jobs", "0"])

@@ -19,8 +19,37 @@ def check_report(text: str) -> None:
         assert needed in text, f"the report lacks {needed!r}"
 
 
-def test_perf_models_local_tiny_end_to_end(tmp_path):
+_TIMED = ("host_tflops", "measure_step_time", "measure_checkpoint_time")
+
+
+def check_untimed_set_up_first(events: list[str]) -> None:
+    """Every compilation (``features`` with the placeholder throughput) before ``wait_alone``
+    and every measurement after it: in ``scarjax reproduce --jobs N`` the part before it runs
+    beside other experiments (EARLY_SET_UP)."""
+    cut = events.index("wait_alone")
+    assert not [e for e in events[:cut] if e in _TIMED], f"timed before wait_alone: {events[:cut]}"
+    assert "features:placeholder" not in events[cut:], f"compiled after wait_alone: {events[cut:]}"
+    assert events[:cut].count("features:placeholder") == len(m._jobs(TINY)) + 1  # + the held-out job
+
+
+def test_perf_models_local_tiny_end_to_end(tmp_path, monkeypatch):
+    events = []
+
+    def record(name, fn):
+        def wrapped(*a, **k):
+            events.append(f"{name}:placeholder" if k.get("tflops") == 1.0 else name)
+            return fn(*a, **k)
+        return wrapped
+
+    for name in ("features", *_TIMED):
+        monkeypatch.setattr(m.pf, name, record(name, getattr(m.pf, name)))
+    monkeypatch.setattr(m._common, "wait_alone", record("wait_alone", m._common.wait_alone))
     m.run(TINY, tmp_path)
+    check_untimed_set_up_first(events)
+    with pytest.raises(AssertionError, match="timed before wait_alone"):  # planted: a timing moved before it
+        check_untimed_set_up_first(["measure_step_time"] + events)
+    with pytest.raises(AssertionError, match="compiled after wait_alone"):  # planted: a compilation after it
+        check_untimed_set_up_first(events + ["features:placeholder"])
     saved = json.loads((tmp_path / "results" / "perf_models_local.json").read_text())
     assert [r["model"] for r in saved["step_records"]] == ["qp", "qp", "mlr", "mf", "lda"]
     assert all(math.isfinite(r["step_s"]) and r["step_s"] > 0 for r in saved["step_records"])
