@@ -15,7 +15,9 @@ JAX runtime (a forced host-device count, or several processes joined by
   can set up (import JAX, compile) at the same time and then be timed one at a time.
 
 Arguments and return values travel as JSON (the result is the last stdout line prefixed
-``@@``); a failed process raises ``RuntimeError`` with the tail of its stderr.
+``@@``); a failed process raises ``RuntimeError`` with the tail of its stderr. A process that is
+not one of a ``jax.distributed`` group ends at once after printing its result (``os._exit``:
+no interpreter or JAX teardown for the caller to wait for).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the source
 _MARK = "@@"
 _READY = b"@@ready"
 _GATE_ENV = "SCARJAX_LAUNCH_GATE"  # set to "1" in the processes of a gated launch
+# How a process not joined to others ends once its result is printed: at once, without Python's
+# and JAX's teardown (a CPU second or so under load, which :meth:`Launched.result`, and so the
+# measurement launched next, would wait for). Processes of a jax.distributed group end normally
+# (their shutdown is coordinated).
+_END = "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
 
 
 def env(force_devices: int = 1) -> dict:
@@ -158,8 +165,8 @@ def start(target: str, *args: Any, force_devices: int = 1, gated: bool = False) 
     """Start ``module:function(*args)`` (JSON arguments and result) in a fresh Python process
     with ``force_devices`` CPU host devices (see :func:`call`)."""
     module, func = _split(target)
-    code = (f"import sys, json; from {module} import {func}; "
-            f"print({_MARK!r} + json.dumps({func}(*json.loads(sys.argv[1]))))")
+    code = (f"import os, sys, json; from {module} import {func}; "
+            f"print({_MARK!r} + json.dumps({func}(*json.loads(sys.argv[1])))); {_END}")
     proc, err = _popen(code, [json.dumps(list(args))], env(force_devices), gated)
     return Launched(target, [proc], [err], gated)
 
@@ -173,7 +180,8 @@ def start_processes(target: str, world: int, *args: Any, gated: bool = False) ->
     code = ("import os, sys, json; rank = int(sys.argv[1]); os.sched_setaffinity(0, {rank % os.cpu_count()}); "
             f"from {module} import {func}; "
             f"r = {func}(rank, int(sys.argv[2]), int(sys.argv[3]), *json.loads(sys.argv[4])); "
-            f"print({_MARK!r} + json.dumps(r)) if rank == 0 else None")
+            f"print({_MARK!r} + json.dumps(r)) if rank == 0 else None\n"
+            f"if int(sys.argv[2]) == 1:\n    {_END}")
     port = free_port()
     started = [_popen(code, [str(r), str(world), str(port), json.dumps(list(args))], env(1), gated)
                for r in range(world)]

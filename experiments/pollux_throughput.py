@@ -132,6 +132,7 @@ def _measure(config: Config, timeout: float = 900.0) -> dict[str, list[dict]]:
                 "experiments._pollux_measure:measure", cfg_json, inputs, force_devices=max(config.devices),
                 gated=True)))
             _write_inputs(config.hidden, inputs)
+            _warm_up(config)  # while the launches set up: the analysis' programs, compiled before the timing
             for _, _, launched in launches:
                 launched.ready(timeout)
             wait_alone()  # started beside the last other experiments of a parallel run: now alone
@@ -146,6 +147,37 @@ def _measure(config: Config, timeout: float = 900.0) -> dict[str, list[dict]]:
             for _, _, launched in launches:
                 launched.kill()
     return measured
+
+
+def _placeholder(config: Config) -> dict[str, list[dict]]:
+    """Records shaped as :func:`_measure`'s for ``config`` (the same configurations, kinds and
+    keys) with made-up times of an Eq 3.8-like form: what :func:`_warm_up` analyses."""
+    def recs(k: int, backend: str) -> list[dict]:
+        out = []
+        for m in config.local_bsz:
+            for s in config.accum_steps:
+                t = 1e-3 * (1 + k / 8) * (1 + (s + 1) * m / 64)
+                r = dict(nodes=1, replicas=k, local_bsz=m, accum_steps=s, t_iter=t, t_iter_median=1.1 * t,
+                         backend=backend)
+                if s == 0:
+                    r.update(t_accum=t / (1 + k / 8), t_optim=t)
+                out.append(r)
+        return out
+
+    return {"processes": [r for k in _process_ks(config) for r in recs(k, "processes")],
+            "forced": [r for k in config.devices for r in recs(k, "forced_host")]}
+
+
+def _warm_up(config: Config) -> None:
+    """Run :func:`_analyse` once on :func:`_placeholder`'s records (discarded): it compiles the
+    fits' and predictions' programs for the record counts of ``config``, which the analysis
+    of the measured records then reuses (the same shapes; compiling again would give the same
+    programs, so the same numbers). Called while the measuring processes set up, so the
+    compilation runs beside them (and, in ``scarjax reproduce --jobs N``, beside the last other
+    experiments) rather than after the timed sweeps, when this experiment runs alone. Imports
+    matplotlib, which :func:`plot` needs then, as well."""
+    _analyse(_placeholder(config))
+    _plot.pyplot()
 
 
 def _fit(records, key="t_iter"):
