@@ -80,3 +80,14 @@ def test_estimate_bad_inputs_name_the_argument():
         call(data, microbatch_size=8, key="seed")
     est = call(data, microbatch_size=8, key=key, draws=2, exact=False)
     assert np.isnan(est.exact_phi) and est.exact is None and est.draws == 2
+
+
+def test_example_mlr_weights_are_the_2d_normal_draw():
+    """examples.mlr draws its initial weights flat and reshapes them (faster to compile): the
+    numbers of ``jax.random.normal(key, (64, 10))``. Planted violation: the flat draw laid out
+    column-major is another matrix."""
+    key = jax.random.PRNGKey(3)
+    w = np.asarray(examples.mlr(key, scale=0.5).params["w"])
+    np.testing.assert_array_equal(w, 0.5 * np.asarray(jax.random.normal(key, (64, 10))))
+    flat = np.asarray(jax.random.normal(key, (640,)))
+    assert not np.array_equal(w, 0.5 * flat.reshape(10, 64).T)
