@@ -57,9 +57,12 @@ jobs and allocations and 50 geometrically spaced batch sizes as the artifact's
 ``GoodputFunction.optimize`` samples), the population is ``int32[P, J, N]``, every operator
 is ``vmap``-ed over the population (the repair, by default, works on the
 whole population at once, :func:`_repair_population`, gathering only the few rows and columns
-that break a constraint, 2-3x faster) and one generation is one jitted call (a host loop
+that break a constraint, 2-3x faster) and one generation is four jitted calls (a host loop
 over generations: inside ``lax.fori_loop`` or in unrolled chunks XLA's CPU backend was no
-faster). Per-element random bits come from a counter hash salted by the ``jax.random`` key
+faster): the parents' selection and crossover, the mutation, the repair with the fitness, and
+the survival; the first step (the initial population) calls the same compiled mutation and
+repair, so a search compiles them once (a quick run's search compiles in about 2/3 of the CPU
+time of a fused start and generation, with bit-identical results). Per-element random bits come from a counter hash salted by the ``jax.random`` key
 (:func:`_element_bits`; threefry dominated a generation). Jobs are padded to a multiple of 32
 (one compilation serves many intervals). Deterministic per key. ``benchmarks/bench_sched.py`` times one decision
 (``P = 100``, 100 generations; 160 jobs on 16 x 4 GPUs and 80 jobs on 8 x 4) against pymoo's NSGA-II with the
@@ -289,7 +292,9 @@ def mutate(key, state, prob: AllocationProblem, *, reset_prob=0.1, zero_row_prob
     """The artifact's mutation (``Problem._mutation``) of one ``int32[J, N]`` matrix."""
     k1, k2 = jax.random.split(key)
     J, N = state.shape
-    rows = jax.random.uniform(k1, (2, J, 1))
+    # drawn flat: the numbers of shape (2, J, 1) (jax.random counts elements by their flat
+    # index), in a smaller program
+    rows = jax.random.uniform(k1, (2 * J,)).reshape(2, J, 1)
     # one 32-bit draw per element, cut into an 8-bit (zeroing), a 16-bit (raising, whose
     # probability can be 1/J) and an 8-bit (raised value) uniform: random bits dominate the cost
     bits = _element_bits(k2, (J, N))
@@ -531,35 +536,63 @@ def _make_search(pop_size: int, generations: int, p: float, reset_prob: float, z
     def fit(states, prob):
         return fitness(states, prob, p)
 
+    # The search is a few jitted programs that the first step (``start``) and every generation
+    # share: the population's mutation and its repair with the fitness are compiled once and
+    # called by both (as two fused programs, start and generation, they held two compiled copies
+    # of the mutation and repair; compiling those copies was most of a short search's time).
+    # The random keys are the same draws as in one program, so the results are too.
 
     @jax.jit
-    def generation(pop, f, kg, g, prob, avoid):
+    def mutate_pop(keys, states, prob):
+        return mut(keys, states, prob)
+
+    @jax.jit
+    def repair_fit(keys, states, prob, avoid):
+        states = rep(keys, states, prob, avoid)
+        return states, fit(states, prob)
+
+    @jax.jit
+    def offspring(pop, f, kg, g):
         ks, kc, km, kr = jax.random.split(jax.random.fold_in(kg, g), 4)
-        # binary tournament for 2 * half parents
-        cand = jax.random.randint(ks, (2, pop_size), 0, pop_size)
+        # binary tournament for 2 * half parents (drawn flat: the numbers of shape (2, pop_size),
+        # jax.random counts elements by their flat index, and a smaller program)
+        cand = jax.random.randint(ks, (2 * pop_size,), 0, pop_size).reshape(2, pop_size)
         par = jnp.where(f[cand[0]] >= f[cand[1]], cand[0], cand[1])
         a, b = pop[par[:half]], pop[par[half:]]
         o1, o2 = cross(jax.random.split(kc, half), a, b)
-        off = jnp.concatenate([o1, o2])
-        off = mut(jax.random.split(km, pop_size), off, prob)
-        off = rep(jax.random.split(kr, pop_size), off, prob, avoid)
+        return jnp.concatenate([o1, o2]), jax.random.split(km, pop_size), jax.random.split(kr, pop_size)
+
+    @jax.jit
+    def survive(pop, f, off, f_off):
         allp = jnp.concatenate([pop, off])
-        allf = _dedup_penalty(allp, jnp.concatenate([f, fit(off, prob)]))
+        allf = _dedup_penalty(allp, jnp.concatenate([f, f_off]))
         _, idx = jax.lax.top_k(allf, pop_size)
         return allp[idx], allf[idx]
 
+    def generation(pop, f, kg, g, prob, avoid):
+        off, k_mut, k_rep = offspring(pop, f, kg, g)
+        off, f_off = repair_fit(k_rep, mutate_pop(k_mut, off, prob), prob, avoid)
+        return survive(pop, f, off, f_off)
+
     @jax.jit
-    def start(key, init, prob, seed, mutate_init, avoid):
+    def start_keys(key):
         k0, k1, kg = jax.random.split(key, 3)
-        # mutate_init is traced (a select, not a Python branch): one compilation serves the
-        # first decision (mutated) and the warm starts (not mutated)
-        init = jnp.where(mutate_init, mut(jax.random.split(k1, pop_size), init, prob), init)
+        return jax.random.split(k1, pop_size), jax.random.split(k0, pop_size), kg
+
+    @jax.jit
+    def seeded(init, base, seed):
         # keeping the current allocation is always a candidate (repair leaves a feasible one as it is)
-        init = init.at[0].set(prob.base)
-        if seed is not None:
-            init = init.at[1 % pop_size].set(seed)
-        init = rep(jax.random.split(k0, pop_size), init, prob, avoid)
-        return init, _dedup_penalty(init, fit(init, prob)), kg
+        init = init.at[0].set(base)
+        return init if seed is None else init.at[1 % pop_size].set(seed)
+
+    dedup = jax.jit(_dedup_penalty)
+
+    def start(key, init, prob, seed, mutate_init, avoid):
+        k_mut, k_rep, kg = start_keys(key)
+        if mutate_init:
+            init = mutate_pop(k_mut, init, prob)
+        init, f = repair_fit(k_rep, seeded(init, prob.base, seed), prob, avoid)
+        return init, dedup(init, f), kg
 
     @jax.jit
     def finish(pop, prob):
@@ -568,8 +601,8 @@ def _make_search(pop_size: int, generations: int, p: float, reset_prob: float, z
         return pop[best], f_true[best], pop, f_true, fit(prob.base[None], prob)[0]
 
     def search(key, init, prob, seed, mutate_init, avoid):
-        # A host loop over one jitted generation: XLA's CPU backend runs the same body 2-3x
-        # slower inside a lax.scan/while loop (measured), and a dispatch is ~0.1 ms.
+        # A host loop over jitted programs: XLA's CPU backend runs the same body 2-3x slower
+        # inside a lax.scan/while loop (measured), and a dispatch is ~0.1 ms.
         pop, f, kg = start(key, init, prob, seed, mutate_init, avoid)
         for g in range(generations):
             pop, f = generation(pop, f, kg, g, prob, avoid)
@@ -609,7 +642,7 @@ def solve(prob: AllocationProblem, key, *, config: GAConfig = GAConfig(), init=N
         _SEARCH_CACHE[cfg_key] = _make_search(*cfg_key)
     search = _SEARCH_CACHE[cfg_key]
     base = jnp.asarray(prob.base, jnp.int32)
-    mutate_init = np.asarray(bool(init is None or mutate_init))  # traced in start (one program)
+    mutate_init = bool(init is None or mutate_init)
     if init is None:
         init = jnp.broadcast_to(base, (P, J, N))
     else:

@@ -221,3 +221,20 @@ def test_traced_avoidance_repairs_as_the_static_setting():
     P.solve(prob, 0, config=replace(CFG, interference_avoidance=True))
     P.solve(prob, 0, config=replace(CFG, interference_avoidance=False))
     assert len(P._SEARCH_CACHE) - before <= 1, "both avoidance settings must share one compiled search"
+
+
+def test_flat_draws_are_the_shaped_draws():
+    """The search draws its uniforms (mutate's rows, per member under vmap) and the tournament's
+    integers flat and reshapes them (a smaller program): jax.random counts elements by their flat
+    index, so they are the numbers of the shaped draws; a flat draw reshaped in the other order
+    (a planted violation) differs."""
+    J = 32
+    keys = jax.random.split(jax.random.PRNGKey(3), 5)
+    shaped = jax.vmap(lambda k: jax.random.uniform(k, (2, J, 1)))(keys)
+    flat = jax.vmap(lambda k: jax.random.uniform(k, (2 * J,)).reshape(2, J, 1))(keys)
+    np.testing.assert_array_equal(np.asarray(flat), np.asarray(shaped))
+    planted = jax.vmap(lambda k: jax.random.uniform(k, (2 * J,)).reshape(J, 2).T[..., None])(keys)
+    assert not np.array_equal(np.asarray(planted), np.asarray(shaped)), "the planted reordering must differ"
+    k = keys[0]
+    np.testing.assert_array_equal(np.asarray(jax.random.randint(k, (2 * J,), 0, J).reshape(2, J)),
+                                  np.asarray(jax.random.randint(k, (2, J), 0, J)))
