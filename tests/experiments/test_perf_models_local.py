@@ -20,16 +20,20 @@ def check_report(text: str) -> None:
 
 
 _TIMED = ("host_tflops", "measure_step_time", "measure_checkpoint_time")
+_WARM_CKPT = "measure_checkpoint_time(0.01,)"  # the set-up's tiny checkpoint (discarded)
 
 
 def check_untimed_set_up_first(events: list[str]) -> None:
     """Every compilation (``features`` with the placeholder throughput) before ``wait_alone``
-    and every measurement after it: in ``scarjax reproduce --jobs N`` the part before it runs
-    beside other experiments (EARLY_SET_UP)."""
+    and every measurement that is kept after it: in ``scarjax reproduce --jobs N`` the part
+    before it runs beside other experiments (EARLY_SET_UP)."""
     cut = events.index("wait_alone")
-    assert not [e for e in events[:cut] if e in _TIMED], f"timed before wait_alone: {events[:cut]}"
+    timed = [e for e in events[:cut] if e.startswith(_TIMED) and e != _WARM_CKPT]
+    assert not timed, f"timed before wait_alone: {events[:cut]}"
     assert "features:placeholder" not in events[cut:], f"compiled after wait_alone: {events[cut:]}"
     assert events[:cut].count("features:placeholder") == len(m._jobs(TINY)) + 1  # + the held-out job
+    assert events[cut:].count("measure_step_time") == len(m._jobs(TINY)) + 1
+    assert f"measure_checkpoint_time{TINY.ckpt_sizes_mb}" in events[cut:]
 
 
 def test_perf_models_local_tiny_end_to_end(tmp_path, monkeypatch):
@@ -37,7 +41,8 @@ def test_perf_models_local_tiny_end_to_end(tmp_path, monkeypatch):
 
     def record(name, fn):
         def wrapped(*a, **k):
-            events.append(f"{name}:placeholder" if k.get("tflops") == 1.0 else name)
+            sizes = tuple(a[0]) if name == "measure_checkpoint_time" else ""
+            events.append(f"{name}:placeholder" if k.get("tflops") == 1.0 else f"{name}{sizes}")
             return fn(*a, **k)
         return wrapped
 
