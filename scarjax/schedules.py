@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import rng
 from scarjax import validate as va
 
 PyTree = Any
@@ -235,7 +236,7 @@ def _sample_geometric(rate: Any, start: int, stop: int | None, key: jax.Array, s
     # A rate below float32's smallest normal number would round to 0 (0/0 below): use
     # that smallest number instead, which draws uniformly over a truncated window.
     q = jnp.maximum(jnp.asarray(rate, jnp.float32), jnp.finfo(jnp.float32).tiny)
-    u = jax.random.uniform(key, shape, minval=0.0, maxval=1.0)
+    u = rng.uniform(key, shape, 0.0, 1.0)  # jax.random.uniform's numbers (scarjax.rng: drawn flat)
     log1mq = jnp.log1p(-jnp.minimum(q, 1.0 - 1e-7))
     if stop is not None:
         n = stop - start

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import rng
 from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook, param_hook, perturbation
@@ -49,7 +50,7 @@ def gaussian(std: Any, *, point: str = "write", name: str = "gaussian") -> Hook:
     def delta_fn(params, hstate, ctx, key):
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(key, len(leaves))
-        noise = [std * jax.random.normal(k, x.shape, jnp.float32) for k, x in zip(keys, leaves)]
+        noise = [std * rng.normal(k, x.shape) for k, x in zip(keys, leaves)]
         return jax.tree.unflatten(treedef, noise)
 
     return perturbation(delta_fn, point=point, name=name)
@@ -84,7 +85,7 @@ def random_mask(key: jax.Array, tree: PyTree, fraction: jax.Array | float) -> Py
     va.check_real("fraction", fraction, lo=0.0, hi=1.0, scalar=True)
     leaves, treedef = jax.tree.flatten(tree)
     n = sum(x.size for x in leaves)
-    u = jax.random.uniform(key, (n,))
+    u = rng.uniform(key, (n,))  # jax.random.uniform's numbers (scarjax.rng: drawn flat)
     count = jnp.round(jnp.asarray(fraction, jnp.float32) * n).astype(jnp.int32)
     threshold = jnp.where(count >= n, jnp.inf, jnp.sort(u)[jnp.clip(count, 0, n - 1)])
     flat = u < threshold

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import rng
 from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -103,8 +104,9 @@ def revocations(
 
         def fractions(hstate, ctx):
             k_rev, k_frac = jax.random.split(jax.random.fold_in(ctx.key, 7))
-            revoked = jax.random.bernoulli(k_rev, rate, (workers,))
-            done = jnp.where(partial, jax.random.uniform(k_frac, (workers,)), 0.0)
+            # jax.random's bernoulli and uniform numbers (scarjax.rng: drawn flat).
+            revoked = rng.bernoulli(k_rev, rate, (workers,))
+            done = jnp.where(partial, rng.uniform(k_frac, (workers,)), 0.0)
             down = hstate > 0
             p = jnp.where(down, 0.0, jnp.where(revoked, done, 1.0))
             new = jnp.where(down, hstate - 1, jnp.where(revoked, downtime, 0))

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import rng
 from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax.hooks import Hook
@@ -236,7 +237,7 @@ def truncated_geometric(key: jax.Array, shape: tuple[int, ...], p: jax.Array | f
 
     ``p`` in ``(0, 1]``; ``p = 1`` gives ``0`` always."""
     p = jnp.asarray(p, jnp.float32)
-    u = jax.random.uniform(key, shape)
+    u = rng.uniform(key, shape)  # jax.random.uniform's numbers (scarjax.rng: drawn flat)
     q = 1.0 - p
     # CDF(d) = (1 − q^{d+1}) / (1 − q^{D+1});  d = ceil(log(1 − u (1 − q^{D+1})) / log q) − 1.
     log_q = jnp.log(jnp.where(q > 0, q, 1.0))
