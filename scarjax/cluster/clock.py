@@ -164,6 +164,9 @@ class ClusterRun:
         }
 
 
+_STEPS: dict = {}  # np.arange(1, n + 1) by n, read-only (Recorder.interval asks at every chunk)
+
+
 class Recorder:
     """Collects a policy's points and events into a :class:`ClusterRun`.
 
@@ -187,7 +190,10 @@ class Recorder:
         taking ``step_s``, the first being global step ``step0 + 1`` after it. Returns the
         elapsed time at the interval's end."""
         losses = np.asarray(losses, np.float64)
-        k = np.arange(1, losses.size + 1)
+        k = _STEPS.get(losses.size)
+        if k is None:
+            k = _STEPS[losses.size] = np.arange(1, losses.size + 1)
+            k.flags.writeable = False
         self._t.append(t_start + k * step_s)
         self._loss.append(losses)
         self._steps.append(step0 + k)

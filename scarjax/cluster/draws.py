@@ -1435,8 +1435,8 @@ def _resume_at(saved, node, life, warn, ctl):
     ctl.trainer.step = step
     ctl.rec._t, ctl.rec._loss, ctl.rec._steps = rec._t[:npts], rec._loss[:npts], rec._steps[:npts]
     ctl.rec.events = rec.events[:nev]
-    for mid, tier, price, billing, start, stop, revoked in entries:
-        ctl.ledger.start(mid, ctl.t0 + start, price=price, tier=tier, billing=billing)
+    for mid, tier, price, billing, start, stop, revoked in entries:  # the template's checked entries
+        ctl.ledger.start_checked(mid, ctl.t0 + start, price=price, tier=tier, billing=billing)
         if stop is not None:
             ctl.ledger.stop(mid, ctl.t0 + stop, revoked=revoked)
     return t, frac, next_check

@@ -18,6 +18,7 @@ becomes free) and is a step function under hourly billing.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -192,6 +193,18 @@ class Ledger:
         if not isinstance(price, mk.PriceSeries):
             va.check_real("price", price, lo=0.0, scalar=True)
             price = float(price)
+        if machine_id in self._open:
+            raise ValueError(f"machine_id {machine_id!r} is already running (stop it first)")
+        e = _Entry(machine_id, tier, price, billing, float(t))
+        self._entries.append(e)
+        self._open[machine_id] = e
+
+    def start_checked(self, machine_id: Any, t: float, *, price: Any, tier: str, billing: str) -> None:
+        """:meth:`start` of a machine whose tier, price and billing rule another ledger's
+        :meth:`start` checked (e.g. a run resumed from another run's state re-starting its
+        machines at its own times): only ``t`` (finite) and the machine id are checked."""
+        if not (isinstance(t, float) and math.isfinite(t)):
+            va.check_real("t", t, scalar=True)
         if machine_id in self._open:
             raise ValueError(f"machine_id {machine_id!r} is already running (stop it first)")
         e = _Entry(machine_id, tier, price, billing, float(t))

@@ -351,6 +351,22 @@ def _copied(state: dict) -> dict:
 
 _PLACEMENTS: dict = {}  # _placement's results by input (many draws repeat the same moves)
 _PLACEMENTS_MAX = 4096
+_REPLAY_MTTF: dict = {}  # a replayed trace's MTTF by process (id; the entry keeps the process alive)
+
+
+def _market_mttf(market) -> float:
+    """:meth:`Market.mttf_s`; a replayed trace's (:meth:`Replay.mttf_s`: renewal over the
+    trace, independent of the start and of any draw) computed once per trace, not once per
+    run (many draws share one trace at different starts)."""
+    p = market.process
+    if not isinstance(p, mk.Replay):
+        return market.mttf_s()
+    hit = _REPLAY_MTTF.get(id(p))
+    if hit is None or hit[0] is not p:
+        if len(_REPLAY_MTTF) >= 64:
+            _REPLAY_MTTF.clear()
+        hit = _REPLAY_MTTF[id(p)] = (p, market.mttf_s())
+    return hit[1]
 
 
 def _placement(so: np.ndarray, moving: np.ndarray, host: np.ndarray, seed_deal: int | None,
@@ -1203,7 +1219,7 @@ def _tierml(job, market, *, key, horizon_s, reliable, transient, alternatives, t
         if i in series:
             return mttf_estimate(*series[i], _class_bid(markets[i]), ctl.t0 + t, mttf_window_s)
         if i not in fixed_mttf:
-            fixed_mttf[i] = min(markets[i].mttf_s(), mttf_window_s)
+            fixed_mttf[i] = min(_market_mttf(markets[i]), mttf_window_s)
         return fixed_mttf[i]
 
     def best_class(t):
