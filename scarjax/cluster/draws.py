@@ -95,7 +95,12 @@ draw and returns the :class:`~scarjax.cluster.clock.ClusterRun` each per-draw ca
    (``dollars``), by tier and in free seconds in one vectorised NumPy call
    (:func:`~scarjax.cluster.ledger.bill_runs`: the one rule over ``[draws, points]`` arrays,
    bit for bit each ledger's own methods); TierML's draws too (``tierml(deferred=True)`` and
-   the templates' runs, recorded unbilled).
+   the templates' runs, recorded unbilled), their machines' charges included (a deferred
+   :class:`~scarjax.cluster.ledger.Ledger` leaves them pending;
+   :func:`~scarjax.cluster.ledger.charge_pending` computes all of them in the same call).
+   Within each draw's own loop the controller derives what it asks at every pass (live counts,
+   next warning, next boundary event) once per change of its machine groups, so the passes
+   that only train cost little.
 
    *TierML's controller over arrays (lock-step): not done*, and only partly possible. Its state per draw
    is a list of machine groups that grows with every purchase (a varying number per draw), its
