@@ -6,11 +6,12 @@ hashes its counters over a small trailing dimension, and XLA:CPU spends seconds 
 that hash (measured, 40 trials: a per-trial ``(10,)`` draw 1.7 CPU s against 0.5 for
 ``(16,)``; a ``(64, 10)`` normal inside a ``lax.cond`` 3.7 against 0.5 drawn flat). The
 numbers do not depend on the shape: under JAX's default PRNG (``threefry2x32`` with
-``jax_threefry_partitionable``, the default since JAX 0.5) element ``i`` of a draw is the
-hash of the key and ``i``, its flat (row-major) index. So a draw of shape ``s`` equals a
-flat draw of at least ``prod(s)`` elements, cut to ``prod(s)`` and reshaped; the functions
-here draw that way, ``MIN_FLAT`` elements at least. With another PRNG implementation or
-``jax_threefry_partitionable`` off they call ``jax.random`` with the shape as given.
+``jax_threefry_partitionable``, JAX's default setting) element ``i`` of a draw is the hash
+of the key and ``i``, its flat (row-major) index. So a draw of shape ``s`` equals a flat
+draw of at least ``prod(s)`` elements, cut to ``prod(s)`` and reshaped; the functions here
+draw that way, ``MIN_FLAT`` elements at least (one or two elements: as given). With another
+PRNG implementation or ``jax_threefry_partitionable`` off they call ``jax.random`` with the
+shape as given.
 
 ``tests/test_flat_draws.py`` checks the premise and each function against ``jax.random``.
 """
@@ -27,7 +28,8 @@ import numpy as np
 __all__ = ["MIN_FLAT", "flat_ok", "uniform", "normal", "bernoulli"]
 
 #: The fewest elements a flat draw takes (a shorter one is drawn this long and cut): below
-#: 16, XLA:CPU compiles a per-trial draw under ``vmap`` seconds longer (measured for 5 and 10).
+#: 16, XLA:CPU compiles a per-trial draw under ``vmap`` seconds longer (measured for 5 and 10;
+#: not for 1 and 2, which are drawn as given: padding a scalar costs ~0.1 s more).
 MIN_FLAT = 16
 
 _NORMAL_LO = np.nextafter(np.float32(-1.0), np.float32(0.0))
@@ -47,9 +49,9 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval: Any = 0.0, maxv
     """``jax.random.uniform(key, shape, float32, minval, maxval)``, bit for bit, drawn flat
     (scalar ``minval``/``maxval``)."""
     shape = tuple(shape)
-    if not flat_ok(key):
-        return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
     n = math.prod(shape)
+    if n <= 2 or not flat_ok(key):  # a scalar or a pair: as fast to compile as given (measured)
+        return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
     u = jax.random.uniform(key, (max(n, MIN_FLAT),), jnp.float32, minval, maxval)
     return u[:n].reshape(shape)
 
