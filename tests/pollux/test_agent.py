@@ -1,5 +1,7 @@
 """The job-level agent loop (Sec 3.4.1)."""
 
+import sys
+
 import jax
 import numpy as np
 import optax
@@ -69,6 +71,30 @@ def test_trailing_microbatch_axis_gives_the_same_run():
     with pytest.raises(TypeError, match="compiler_options must be a dict"):
         px.train_adaptive(prob.loss, prob.params, px.with_pgns(optax.sgd(0.05)), (prob.x, prob.y), cfg,
                           jax.random.PRNGKey(3), max_steps=2, clock=SIM, compiler_options=[("a", 0)])
+
+
+def test_runs_with_the_same_loss_and_optimizer_share_programs():
+    """train_adaptive keeps its compiled step and loss per (loss_fn, optimizer, ...): a second
+    run with the same objects reuses them and repeats the first run exactly; a new optimizer
+    object (planted: what no sharing looks like) gets programs of its own."""
+    _agent = sys.modules[px.train_adaptive.__module__]
+    prob = examples.mlr()
+    cfg = px.AgentConfig(32, 256, 64, replicas=2, retune_every=0)
+    opt = px.with_pgns(optax.sgd(0.05))
+
+    def train(o):
+        return px.train_adaptive(prob.loss, prob.params, o, (prob.x, prob.y), cfg, jax.random.PRNGKey(1),
+                                 max_steps=6, clock=SIM)
+
+    a = train(opt)
+    held = dict(_agent._PROGRAMS)
+    b = train(opt)
+    assert _agent._PROGRAMS == held, "the second run reused the first run's programs"
+    for k in ("train_loss", "phi", "time", "eval"):
+        np.testing.assert_array_equal(a[k], b[k])
+    c = train(px.with_pgns(optax.sgd(0.05)))
+    assert len(set(_agent._PROGRAMS) - set(held)) == 1
+    np.testing.assert_array_equal(a["train_loss"], c["train_loss"])
 
 
 def test_measured_clock_refits_and_fixed_baseline():
