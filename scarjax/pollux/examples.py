@@ -44,13 +44,13 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scarjax import rng
 from scarjax.data import load_digits, load_mnist_5k
 from scarjax.pollux._throughput import ThroughputParams
 
@@ -129,17 +129,6 @@ def _make(name, params, apply, x, y) -> Problem:
     return Problem(name, params, loss, example_loss, accuracy, x, y)
 
 
-def _normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """``jax.random.normal(key, shape)``, bit for bit, drawn flat and reshaped when JAX's PRNG
-    counts elements by flat index (threefry2x32 with ``jax_threefry_partitionable``): the same
-    numbers, and XLA:CPU compiles the flat draw about a CPU second faster than the 2-D one."""
-    raw = not jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    impl = jax.config.jax_default_prng_impl if raw else str(jax.random.key_impl(key))
-    if not (jax.config.jax_threefry_partitionable and impl == "threefry2x32"):
-        return jax.random.normal(key, shape)
-    return jax.random.normal(key, (math.prod(shape),)).reshape(shape)
-
-
 def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
     """Multinomial logistic regression on digits (64 -> 10, 650 parameters).
 
@@ -148,7 +137,7 @@ def mlr(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
     """
     x, y = digits(False)
     key = jax.random.PRNGKey(0) if key is None else key
-    params = {"w": scale * _normal(key, (64, 10)), "b": jnp.zeros(10)}
+    params = {"w": scale * rng.normal(key, (64, 10)), "b": jnp.zeros(10)}
 
     def apply(p, xb):
         return xb @ p["w"] + p["b"]
@@ -164,7 +153,7 @@ def mlr_mnist(key: jax.Array | None = None, scale: float = 0.0) -> Problem:
     x = x / max(float(x.max()), 1.0)
     x = jnp.asarray(x - x.mean(axis=0))
     key = jax.random.PRNGKey(0) if key is None else key
-    params = {"w": scale * _normal(key, (x.shape[1], 10)), "b": jnp.zeros(10)}
+    params = {"w": scale * rng.normal(key, (x.shape[1], 10)), "b": jnp.zeros(10)}
 
     def apply(p, xb):
         return xb @ p["w"] + p["b"]
