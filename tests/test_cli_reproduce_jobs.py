@@ -77,17 +77,23 @@ def run(config, out_dir):
 """
 
 
+def _write_fakes(tmp_path, monkeypatch, folder, bodies, header=""):
+    """Write one fake experiment module per ``name: body`` of ``bodies`` (``_FAKE`` with
+    ``header`` above it) into ``tmp_path / folder`` and put that folder on ``sys.path``."""
+    src = tmp_path / folder
+    src.mkdir()
+    for name, body in bodies.items():
+        (src / f"{name}.py").write_text(header + textwrap.dedent(_FAKE).format(name=name, body=body))
+    monkeypatch.syspath_prepend(str(src))
+
+
 @pytest.fixture
 def planted(tmp_path, monkeypatch):
     """Register fake experiment modules (importable in the spawned workers: they inherit
     ``sys.path``) whose ``run`` raises or kills its worker process."""
-    src = tmp_path / "fake_experiments"
-    src.mkdir()
     fakes = {"planted_raise": "raise RuntimeError('planted failure inside the experiment')",
              "planted_exit": "os._exit(3)"}
-    for name, body in fakes.items():
-        (src / f"{name}.py").write_text(textwrap.dedent(_FAKE).format(name=name, body=body))
-    monkeypatch.syspath_prepend(str(src))
+    _write_fakes(tmp_path, monkeypatch, "fake_experiments", fakes)
     real = cli.experiments()
     mods = {name: __import__(name) for name in fakes}
     monkeypatch.setattr(cli, "experiments", lambda: {**real, **mods})
@@ -149,13 +155,9 @@ _PID_BODY = """(Path(out_dir) / (NAME + '.pid')).write_text(str(os.getpid()))
 def test_a_group_runs_in_one_worker(tmp_path, monkeypatch):
     """The members of a group run one after another in the same worker process; the planted
     run without the group (a waiting for b to start) puts them in two workers."""
-    src = tmp_path / "fake_pid"
-    src.mkdir()
     names = ["planted_pid_a", "planted_pid_b", "planted_pid_c"]
-    for name in names:
-        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
-                                        + textwrap.dedent(_FAKE).format(name=name, body=_PID_BODY))
-    monkeypatch.syspath_prepend(str(src))
+    _write_fakes(tmp_path, monkeypatch, "fake_pid", dict.fromkeys(names, _PID_BODY),
+                 "import time\nfrom pathlib import Path\n")
     cost = {"planted_pid_a": (3, 3), "planted_pid_b": (2, 2), "planted_pid_c": (1, 1)}
     for together, shared in (([("planted_pid_a", "planted_pid_b")], True), ((), False)):
         out = tmp_path / f"out_{shared}"
@@ -188,14 +190,9 @@ _EARLY_BODY = """out = Path(out_dir)
 def test_early_set_up_runs_beside_others_and_times_alone(tmp_path, monkeypatch, early):
     """An ``alone`` experiment of ``early`` starts beside the last other one and passes
     ``wait_alone`` only once that has finished; without ``early`` (planted) it starts after."""
-    src = tmp_path / "fake_early"
-    src.mkdir()
     names = ["planted_busy", "planted_early"]
-    for name in names:
-        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
-                                        "from experiments._common import wait_alone\n"
-                                        + textwrap.dedent(_FAKE).format(name=name, body=_EARLY_BODY))
-    monkeypatch.syspath_prepend(str(src))
+    _write_fakes(tmp_path, monkeypatch, "fake_early", dict.fromkeys(names, _EARLY_BODY),
+                 "import time\nfrom pathlib import Path\n" "from experiments._common import wait_alone\n")
     out = tmp_path / "out"
     out.mkdir()
     (out / "PATIENCE").write_text("120" if early else "2")
@@ -237,14 +234,9 @@ def test_two_early_set_ups_run_beside_others_and_time_one_at_a_time(tmp_path, mo
     """Two ``early`` experiments both start beside the last other one (in workers of their own:
     ``jobs`` = 1 here); the first passes ``wait_alone`` only once that one has ended and the
     second waits there (its set-up done, not yet passed), the second once the first has ended."""
-    src = tmp_path / "fake_two_early"
-    src.mkdir()
     names = ["planted_busy", "planted_early_a", "planted_early_b"]
-    for name in names:
-        (src / f"{name}.py").write_text("import time\nfrom pathlib import Path\n"
-                                        "from experiments._common import wait_alone\n"
-                                        + textwrap.dedent(_FAKE).format(name=name, body=_TWO_EARLY_BODY))
-    monkeypatch.syspath_prepend(str(src))
+    _write_fakes(tmp_path, monkeypatch, "fake_two_early", dict.fromkeys(names, _TWO_EARLY_BODY),
+                 "import time\nfrom pathlib import Path\n" "from experiments._common import wait_alone\n")
     out = tmp_path / "out"
     out.mkdir()
     cost = {"planted_busy": (3, 3), "planted_early_a": (2, 2), "planted_early_b": (1, 1)}

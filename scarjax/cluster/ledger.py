@@ -211,9 +211,10 @@ class Ledger:
         self._entries.append(e)
         self._open[machine_id] = e
 
-    def stop(self, machine_id: Any, t: float, *, revoked: bool = False) -> float:
+    def stop(self, machine_id: Any, t: float, *, revoked: bool = False) -> float | None:
         """Stop billing ``machine_id`` at ``t``; ``revoked=True``: the provider took it.
-        Returns the machine's charge."""
+        Returns the machine's charge (``None`` on a deferred ledger for a fixed price: charged
+        with the others by :func:`charge_pending`)."""
         if machine_id not in self._open:
             raise ValueError(f"machine_id {machine_id!r} is not running")
         e = self._open[machine_id]

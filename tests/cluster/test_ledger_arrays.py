@@ -36,15 +36,18 @@ _ledger = st.tuples(st.lists(_machine, min_size=0, max_size=6),
 _case = st.lists(_ledger, min_size=1, max_size=5)
 
 
-def _build(machines):
-    led = lg.Ledger()
+def _build(machines, deferred=False):
+    """A ledger of ``machines``; ``deferred``: the stopped machines' charges left pending
+    (``stop`` returns ``None``)."""
+    led = lg.Ledger(deferred=deferred)
     for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
         for c in range(copies):
             led.start((g, c), start, price=price, tier=tier, billing=billing)
     for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
         if dur is not None:
             for c in range(copies):
-                led.stop((g, c), start + dur, revoked=revoked)
+                charge = led.stop((g, c), start + dur, revoked=revoked)
+                assert (charge is None) == deferred
     return led
 
 
@@ -149,19 +152,6 @@ def test_property_one_machine_path_equals_the_array_path(start, end, price, revo
         assert float(one) + price != float(arr[0])
 
 
-def _build_deferred(machines):
-    """:func:`_build` on a deferred ledger (the stopped machines' charges left pending)."""
-    led = lg.Ledger(deferred=True)
-    for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
-        for c in range(copies):
-            led.start((g, c), start, price=price, tier=tier, billing=billing)
-    for g, (start, dur, revoked, tier, price, billing, copies) in enumerate(machines):
-        if dur is not None:
-            for c in range(copies):
-                assert led.stop((g, c), start + dur, revoked=revoked) is None  # pending
-    return led
-
-
 def _entries(led):
     return [(e.machine_id, e.start, e.stop, e.revoked, e.charged) for e in led.entries]
 
@@ -172,10 +162,10 @@ def test_property_deferred_charges_equal_the_eager_ones(case):
     """Deferred ledgers' charges, computed for many ledgers at once (:func:`charge_pending`,
     by :func:`bill_runs` or any reader), equal :meth:`Ledger.stop`'s one by one, bit for bit."""
     ledgers, times, ends = _inputs(case)
-    deferred = [_build_deferred(m) for m, _, _ in case]
+    deferred = [_build(m, deferred=True) for m, _, _ in case]
     assert _same(lg.bill_runs(deferred, times, ends), _reference(ledgers, times, ends))
     assert [_entries(d) for d in deferred] == [_entries(e) for e in ledgers]
-    alone = [_build_deferred(m) for m, _, _ in case]  # each read on its own
+    alone = [_build(m, deferred=True) for m, _, _ in case]  # each read on its own
     assert _same(_reference(alone, times, ends), _reference(ledgers, times, ends))
 
 
@@ -188,8 +178,8 @@ def test_planted_violation_deferred_charges_ignoring_revocations_are_caught(monk
     real = lg.hourly_bill
     monkeypatch.setattr(lg, "hourly_bill", lambda s, e, p, r=False, scheme="hourly", tol_s=1.0:
                         real(s, e, p, np.zeros_like(np.asarray(r)), scheme, tol_s))
-    wrong = _build_deferred(machines)
+    wrong = _build(machines, deferred=True)
     lg.charge_pending([wrong])
     monkeypatch.undo()
     assert _entries(wrong) != _entries(eager)
-    assert _entries(_build_deferred(machines)) == _entries(eager)
+    assert _entries(_build(machines, deferred=True)) == _entries(eager)
