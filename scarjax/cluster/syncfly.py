@@ -72,6 +72,7 @@ import optax
 from scarjax import validate as va
 from scarjax import tree as tu
 from scarjax import core
+from scarjax import rng
 from scarjax.algorithms import from_optax, num_examples
 from scarjax.cluster import clock
 from scarjax.cluster.ledger import Ledger
@@ -307,13 +308,12 @@ def _draw_generations_jit(process, key, g0, workers):
     return jax.vmap(one)(g0 + jnp.arange(_CHUNK))
 
 
-def _draw_width(workers: int) -> int:
-    """The worker count a generation is drawn for: a power of two, at least 32, when JAX's
-    threefry is partitionable (then element ``i`` of a draw of shape ``(n,)`` depends on
-    ``i`` alone, so the first ``workers`` lifetimes of a wider draw are exactly the
-    ``workers``-wide draw's and one compiled program serves every fleet of a size class);
-    ``workers`` itself otherwise."""
-    if not jax.config.jax_threefry_partitionable:
+def _draw_width(workers: int, key: jax.Array) -> int:
+    """The worker count a generation is drawn for: a power of two, at least 32, where a draw
+    with ``key`` counts elements by flat index alone (:func:`scarjax.rng.flat_ok`: then the first
+    ``workers`` lifetimes of a wider draw are exactly the ``workers``-wide draw's and one
+    compiled program serves every fleet of a size class); ``workers`` itself otherwise."""
+    if not rng.flat_ok(key):
         return workers
     return max(32, 1 << (int(workers) - 1).bit_length())
 
@@ -321,7 +321,7 @@ def _draw_width(workers: int) -> int:
 def _draw_generations(process, key, g0, workers):
     """Lifetimes ``[_CHUNK, workers]`` of generations ``g0 ...`` (one compiled program per
     process type and :func:`_draw_width`; the process's numbers are traced)."""
-    return _draw_generations_jit(process, key, g0, _draw_width(workers))[:, :workers]
+    return _draw_generations_jit(process, key, g0, _draw_width(workers, key))[:, :workers]
 
 
 #: Processes whose lifetimes do not depend on when a machine is bought (stationary: the same

@@ -131,7 +131,7 @@ def test_generations_drawn_wide_are_the_fleets_own_draws(process):
     wide draw's first elements are other numbers (the width falls back to the fleet's own)."""
     key = jax.random.key(7)
     for workers in (3, 33):
-        assert sf._draw_width(workers) > workers
+        assert sf._draw_width(workers, key) > workers
         got = np.asarray(sf._draw_generations(process, key, 32, workers))
         own = np.asarray(sf._draw_generations_jit(process, key, 32, workers))
         assert got.shape == (sf._CHUNK, workers)
@@ -142,9 +142,10 @@ def test_generations_drawn_wide_are_the_fleets_own_draws(process):
         for u, v in zip(narrow, wide):
             np.testing.assert_array_equal(u, v)
     with jax.threefry_partitionable(False):
-        assert sf._draw_width(3) == 3
         k = jax.random.key(1)
+        assert sf._draw_width(3, k) == 3
         assert not np.array_equal(jax.random.uniform(k, (32,))[:3], jax.random.uniform(k, (3,)))
+    assert sf._draw_width(3, jax.random.key(1, impl="rbg")) == 3  # another generator: its own width
 
 
 def test_down_intervals_never_replaced_and_none():
