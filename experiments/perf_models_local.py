@@ -182,6 +182,7 @@ def plot(res: dict, out_dir) -> list:
     ax.set_ylabel("predicted, model held out (ms)")
     ax.set_title(f"step time: {res['best_step']} (leave-one-model-out)")
     ax.legend(fontsize=7)
+    _plot.readable_log(ax)  # a quick run's times span about one decade: plain 0.03, 0.05, 0.1, ... labels
     ax = axes[0, 1]
     bc = res["ckpt_fit"][res["best_checkpoint"]]
     ax.scatter(bc["measured"], bc["predicted"], s=18, color="C0")
@@ -201,6 +202,7 @@ def plot(res: dict, out_dir) -> list:
     ax.set_ylabel("leave-one-model-out MAPE (%)")
     ax.set_title("all models")
     ax.legend(fontsize=7)
+    _plot.readable_log(ax, "y")
     return [_plot.save(fig, out_dir, NAME)]
 
 
