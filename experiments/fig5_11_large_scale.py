@@ -132,13 +132,14 @@ def plot(results: dict, out_dir) -> list:
         ax.plot(x, run0["scar"]["loss"], label=f"SCAR (rework {_stats.fmt_mean(r['scar']['rework'], 2)} ep)")
         ax.plot(x, run0["traditional"]["loss"],
                 label=f"traditional (rework {_stats.fmt_mean(r['traditional']['rework'], 2)} ep)")
-        ax.axvline(cfg["fail_epoch"], color="r", ls=":", lw=1)
-        ax.axhline(run0["eps"], color=_plot.COLORS["reference"], ls="--", lw=0.8)
+        ax.axvline(cfg["fail_epoch"], color="r", ls=":", lw=1, label="failure")
+        ax.axhline(run0["eps"], color=_plot.COLORS["reference"], ls="--", lw=0.8, label="ε (rework target)")
         ax.set_yscale("log")
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss")
         ax.set_title(r["label"])
         ax.legend()
+        _plot.readable_log(ax, "y")
     return [_plot.save(fig, out_dir, NAME)]
 
 
