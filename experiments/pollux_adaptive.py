@@ -157,13 +157,14 @@ def plot(out: dict, out_dir) -> list:
         for label, c in (("fixed", "C0"), ("adaptive", "C1")):
             r = e["runs"][label]
             ax.plot(r["eval_time"], r["eval"], c, label=f"{label} ({r['stat_epochs_per_s']:.1f} stat. ep/s)")
-        ax.axhline(e["target_loss"], color="gray", ls=":", lw=0.8)
+        ax.axhline(e["target_loss"], color="gray", ls=":", lw=0.8, label="target loss")
         ax.set_yscale("log")
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("training loss")
         sp = e["speedup"]
         ax.set_title(f"{name}: time to target {'' if sp is None else f'{sp:.2f}x faster'}")
         ax.legend()
+        _plot.readable_log(ax, "y")
         ax = axes[1, j]
         for label, c in (("fixed", "C0"), ("adaptive", "C1")):
             r = e["runs"][label]
@@ -178,6 +179,8 @@ def plot(out: dict, out_dir) -> list:
         ax2.set_ylabel("phi (adaptive run)")
         ax.legend(loc="upper left")
         ax2.legend(loc="lower right")
+        _plot.readable_log(ax, "y")
+        _plot.readable_log(ax2, "y")
     return [_plot.save(fig, out_dir, NAME)]
 
 

@@ -260,19 +260,21 @@ def plot(res: dict, out_dir) -> list:
             for pol, c, lab in (("sof", "C0", "Sync-on-the-fly"), ("bsp", "C3", "checkpoint-recompute")):
                 cur = rr["runs"][pol][0]["curve"]
                 ax.plot(np.asarray(cur["t"]) / 60, cur["loss"], c, label=lab)
-            ax.axhline(e["target_loss"], color="gray", ls=":", lw=0.8)
+            ax.axhline(e["target_loss"], color="gray", ls=":", lw=0.8, label="target loss")
             ax.set_yscale("log")
             ax.set_xlabel("simulated time (min)")
             ax.set_ylabel("loss")
             red = rr["reduction"]
             ax.set_title(f"{kind}, {rate} rate: {'-' if red is None else f'{-100 * red:+.0f}%'} time")
             ax.legend(fontsize=7)
+            _plot.readable_log(ax, "y")
     ax = axes[0, 2]
     for rate, c in (("low", "C0"), ("high", "C3")):
         rows = res["e3"][rate]
         ws = sorted(int(w) for w in rows)
         ax.plot(ws, [rows[str(w)]["relative"] for w in ws], c + "o-", label=f"{rate} rate")
-    ax.axhline(1.1, color="gray", ls=":", lw=0.8)
+    ax.axhline(1 + PAPER["scaling_max_increase"], color="gray", ls=":", lw=0.8,
+               label=f"paper: at most +{100 * PAPER['scaling_max_increase']:.0f}%")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("workers (data grows with them)")
     ax.set_ylabel("time to target / 2 workers")
