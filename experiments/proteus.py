@@ -275,6 +275,7 @@ def plot(res: dict, out_dir) -> list:
     ax.set_yscale("log")
     ax.legend()
     ax.set_title("per start time")
+    _plot.readable_log(ax, "y")
     ax = axes[0, 1]
     s = res["summary"]
     cal = (res.get("calibrated") or {}).get("summary")
